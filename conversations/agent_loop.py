@@ -1,0 +1,173 @@
+"""The agent loop: provider stream → turn events, tool calls → tool results, bounded (seed 003 §8.1).
+
+Pure (no Django, no channel layer): it consumes ``ProviderChunk``s, reports display facts as
+``TurnEvent``s through ``emit``, runs tools through the registry, and returns every message the
+turn produced. It never touches storage or sinks; the executor owns lifecycle and commit.
+
+Rules: the model's ``tool_call_id`` is carried unchanged to the tool result (seed 002 FIX-A);
+``TextSegmentFinished`` closes a text segment before tools start; calls of one model response
+run concurrently, each with a timeout; at most ``max_iterations`` model requests per turn (the
+last one is sent without tools so the model has to answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from conversations.tools.registry import ToolRegistry
+from delivery.events import (
+    ReasoningDelta,
+    TextDelta,
+    TextSegmentFinished,
+    ToolFinished,
+    ToolStarted,
+    TurnEvent,
+)
+from providers.base import LLMProvider, ProviderRequest, StreamAccumulator, ToolCall
+from providers.chunks import ReasoningDelta as ReasoningChunk
+from providers.chunks import TextDelta as TextChunk
+from providers.errors import ProviderError
+from providers.messages import Message, Usage
+
+
+@dataclass
+class TurnMessage:
+    """A message the turn produced, with the model iteration it belongs to (0-based)."""
+
+    iteration: int
+    message: Message
+
+
+@dataclass
+class AgentResult:
+    """What a turn produced.
+
+    ``messages`` are complete assistant/tool messages in order. When the provider failed,
+    ``error`` is set and ``partial`` holds the assistant text/reasoning shown before the failure
+    (to be kept as ``interrupted``; seed 003 §14.2), or None when nothing was shown.
+    """
+
+    messages: list[TurnMessage] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+    error: ProviderError | None = None
+    partial: TurnMessage | None = None
+    iterations: int = 0
+
+    @property
+    def final_text(self) -> str:
+        """The last assistant message's text ("" when the model gave none)."""
+        for item in reversed(self.messages):
+            if item.message.role == "assistant":
+                return item.message.text
+        return ""
+
+
+class AgentLoop:
+    """Runs one turn's model/tool iterations.
+
+    Args:
+        provider: the LLM provider (``stream`` raises ``ProviderError`` after partial chunks).
+        tools: the tool registry.
+        emit: receives display facts (``TurnEvent``); must be cheap and non-blocking.
+        max_iterations: model requests per turn, ≥ 1.
+        tool_timeout: seconds per tool call (a tool's own timeout wins).
+    """
+
+    def __init__(
+        self,
+        provider: LLMProvider,
+        tools: ToolRegistry,
+        emit: Callable[[TurnEvent], object],
+        *,
+        max_iterations: int = 8,
+        tool_timeout: float = 30.0,
+    ) -> None:
+        self.provider = provider
+        self.tools = tools
+        self.emit = emit
+        self.max_iterations = max(1, max_iterations)
+        self.tool_timeout = tool_timeout
+
+    async def run(self, messages: list[Message]) -> AgentResult:
+        """Run the turn on ``messages`` (system first). Never raises ``ProviderError``.
+
+        Raises:
+            ToolFatalError: a tool said the turn cannot go on.
+            asyncio.CancelledError: the turn was cancelled (``/stop``).
+        """
+        result = AgentResult()
+        conversation = list(messages)
+        for iteration in range(self.max_iterations):
+            result.iterations = iteration + 1
+            last = iteration == self.max_iterations - 1
+            request = ProviderRequest(messages=conversation, tools=[] if last else self.tools.definitions())
+            accumulator = StreamAccumulator()
+            try:
+                await self._stream(request, iteration, accumulator)
+            except ProviderError as exc:
+                result.error = exc
+                partial = accumulator.result()
+                if partial.text or partial.reasoning:
+                    result.partial = TurnMessage(
+                        iteration, Message.assistant(text=partial.text, reasoning=partial.reasoning or None)
+                    )
+                return result
+            response = accumulator.result()
+            if response.usage is not None:
+                result.usage = result.usage + response.usage
+            result.finish_reason = response.finish_reason
+            calls = [self._with_id(call) for call in response.tool_calls]
+            response.tool_calls = calls
+            assistant = response.to_message()
+            result.messages.append(TurnMessage(iteration, assistant))
+            conversation.append(assistant)
+            if not calls:
+                return result
+            self.emit(TextSegmentFinished(iteration=iteration))
+            for tool_message in await self._run_tools(calls, iteration):
+                result.messages.append(TurnMessage(iteration, tool_message))
+                conversation.append(tool_message)
+        return result
+
+    async def _stream(self, request: ProviderRequest, iteration: int, accumulator: StreamAccumulator) -> None:
+        stream = self.provider.stream(request)
+        try:
+            async for chunk in stream:
+                accumulator.feed(chunk)
+                if isinstance(chunk, TextChunk):
+                    self.emit(TextDelta(iteration=iteration, delta=chunk.text))
+                elif isinstance(chunk, ReasoningChunk):
+                    self.emit(ReasoningDelta(iteration=iteration, delta=chunk.text))
+        finally:
+            await stream.aclose()
+
+    @staticmethod
+    def _with_id(call: ToolCall) -> ToolCall:
+        # Some OpenAI-compatible servers send empty ids; the result must still pair with its call.
+        if call.id:
+            return call
+        return ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=call.name, arguments_json=call.arguments_json)
+
+    async def _run_tools(self, calls: list[ToolCall], iteration: int) -> list[Message]:
+        for call in calls:
+            self.emit(ToolStarted(iteration=iteration, call_id=call.id, name=call.name, arguments=_display_args(call)))
+
+        async def one(call: ToolCall) -> Message:
+            outcome = await self.tools.run(call, self.tool_timeout)
+            self.emit(
+                ToolFinished(iteration=iteration, call_id=call.id, success=not outcome.is_error, preview=outcome.preview)
+            )
+            return Message.tool_result(call.id, outcome.content, is_error=outcome.is_error, tool_name=call.name)
+
+        return list(await asyncio.gather(*(one(call) for call in calls)))
+
+
+def _display_args(call: ToolCall) -> dict | str:
+    try:
+        return call.arguments()
+    except ValueError:
+        return call.arguments_json

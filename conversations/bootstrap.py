@@ -1,0 +1,24 @@
+"""First-start conveniences for the embedded mode (``manage.py serve``)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+
+from conversations.auth import create_token
+
+FIRST_USERNAME = "admin"
+
+
+def ensure_first_user() -> tuple[str, str] | None:
+    """On an empty user table create a staff superuser ``admin`` and return ``(name, token)``.
+
+    The user has no password; the returned API token (shown once by ``serve``) logs in to the
+    WebUI and the admin. Returns None when any user already exists. Touches the DB.
+    """
+    model = get_user_model()
+    if model.objects.exists():
+        return None
+    user = model(username=FIRST_USERNAME, is_staff=True, is_superuser=True)
+    user.set_unusable_password()
+    user.save()
+    return FIRST_USERNAME, create_token(user, name="first start")

@@ -1,0 +1,261 @@
+"""The cli_chat WebSocket consumer: PROTOCOL.md §1 (WebUI, TUI and scripts).
+
+Thin glue: validate a frame, call a storage service, shape the answer. User messages are accepted
+into the dialog's durable inbox, acknowledged, and the agent worker is woken through the channel
+layer — the same path in the embedded and the scale-out mode (DESIGN §2). Live snapshots arrive
+from the executor's sink as pre-serialised JSON and go out through the ``seen`` credit window.
+
+It lives in ``conversations`` (not ``delivery`` as DESIGN §4 sketches) because it calls the
+storage and session services; the delivery logic it uses (credit window, frame building) stays in
+``delivery``, so imports still go one way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from typing import Any
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from conversations import storage
+from conversations.commands import handle_command
+from conversations.notify import dumps
+from conversations.runtime import provider_info
+from conversations.storage_runner import run_storage
+from conversations.worker import WORKERS_GROUP, wake_dialog
+from delivery.flow import SnapshotCreditWindow
+from delivery.groups import chat_group
+from delivery.platforms.cli_chat import turn_updated_frame
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "cli_chat"
+PROTOCOL_VERSION = 1
+MAX_FRAME_CHARS = 64 * 1024
+MAX_MEDIA_FRAME_CHARS = 8 * 1024 * 1024
+MAX_CONTENT_CHARS = 32_000
+MAX_CLIENT_MSG_ID = 64
+MAX_HISTORY_LIMIT = 200
+CLOSE_UNAUTHORIZED = 4401
+
+
+class FrameError(Exception):
+    """A client frame is invalid; answered with an ``error`` frame, the connection stays open."""
+
+    def __init__(self, code: str, message: str, client_msg_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.client_msg_id = client_msg_id
+
+
+def _optional_str(frame: dict, key: str, max_len: int) -> str | None:
+    value = frame.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > max_len:
+        raise FrameError("invalid_frame", f"{key} must be a non-empty string of at most {max_len} characters")
+    return value
+
+
+def _optional_int(frame: dict, key: str, low: int, high: int | None = None) -> int | None:
+    value = frame.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        bound = f" and at most {high}" if high is not None else ""
+        raise FrameError("invalid_frame", f"{key} must be an integer of at least {low}{bound}")
+    return value
+
+
+class ChatConsumer(AsyncWebsocketConsumer):
+    """One WebSocket connection of a user's cli_chat chat (the chat is the user)."""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.accept()
+            await self.send_frame({"type": "error", "code": "unauthorized", "message": "authentication required"})
+            await self.close(code=CLOSE_UNAUTHORIZED)
+            return
+        self.user = user
+        self.chat_id = str(user.pk)
+        self.group = chat_group(CHANNEL, self.chat_id)
+        self.window = SnapshotCreditWindow()
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        active = await run_storage(storage.active_dialog, user, CHANNEL, self.chat_id)
+        running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
+        await self.send_frame(
+            {
+                "type": "ready",
+                "user": user.get_username(),
+                "chat_id": self.chat_id,
+                "active_session_id": active.id,
+                "protocol": PROTOCOL_VERSION,
+                "provider": provider_info(),
+                "running": [_placeholder_snapshot(item) for item in running],
+            }
+        )
+        if running:
+            # The placeholders carry revision 0; the owning worker sends the real latest snapshot.
+            await self.channel_layer.group_send(
+                WORKERS_GROUP,
+                {"type": "turns.replay", "channel": CHANNEL, "chat_id": self.chat_id, "reply_channel": self.channel_name},
+            )
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    # --- client → server ----------------------------------------------------------------------
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        client_msg_id = None
+        try:
+            frame = self._parse(text_data, bytes_data)
+            client_msg_id = frame.get("client_msg_id") if isinstance(frame.get("client_msg_id"), str) else None
+            handler = getattr(self, f"on_{frame['type']}", None)
+            if handler is None:
+                raise FrameError("unknown_type", f"unknown frame type {frame['type']!r}")
+            await handler(frame)
+        except FrameError as exc:
+            await self.send_error(exc.code, exc.message, client_msg_id=exc.client_msg_id or client_msg_id)
+        except storage.NotFoundError as exc:
+            await self.send_error("not_found", str(exc), client_msg_id=client_msg_id)
+        except storage.InboxFullError as exc:
+            await self.send_error("inbox_full", str(exc), client_msg_id=client_msg_id)
+        except Exception:
+            ref = secrets.token_hex(4)
+            log.exception("chat frame failed (ref %s)", ref)
+            await self.send_error("internal_error", "the server could not handle this request", ref=ref,
+                                  client_msg_id=client_msg_id)
+
+    @staticmethod
+    def _parse(text_data: str | None, bytes_data: bytes | None) -> dict:
+        if text_data is None:
+            raise FrameError("invalid_frame", "frames must be JSON text frames")
+        if len(text_data) > MAX_MEDIA_FRAME_CHARS:
+            raise FrameError("frame_too_large", "frame exceeds 8 MiB")
+        try:
+            frame = json.loads(text_data)
+        except ValueError:
+            raise FrameError("invalid_json", "frame is not valid JSON") from None
+        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+            raise FrameError("invalid_frame", "a frame is a JSON object with a string \"type\"")
+        if len(text_data) > MAX_FRAME_CHARS and not (frame["type"] == "message" and frame.get("media")):
+            raise FrameError("frame_too_large", "frame exceeds 64 KiB")
+        return frame
+
+    async def on_message(self, frame: dict) -> None:
+        client_msg_id = _optional_str(frame, "client_msg_id", MAX_CLIENT_MSG_ID)
+        content = frame.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise FrameError("invalid_frame", "content must be a non-empty string", client_msg_id)
+        if len(content) > MAX_CONTENT_CHARS:
+            raise FrameError("content_too_long", f"content exceeds {MAX_CONTENT_CHARS} characters", client_msg_id)
+        session_id = _optional_str(frame, "session_id", 255)
+        media = frame.get("media")
+        if media is not None and not isinstance(media, list):
+            raise FrameError("invalid_frame", "media must be a list", client_msg_id)
+        if content.startswith("/"):
+            await handle_command(self, content, session_id)
+            return
+        accepted = await run_storage(
+            storage.accept_message,
+            self.user,
+            CHANNEL,
+            self.chat_id,
+            content,
+            session_id=session_id,
+            client_msg_id=client_msg_id,
+            media=media,
+            source={"kind": "user_input", "from_channel": CHANNEL, "from_user_id": self.chat_id, "reply_to": None},
+        )
+        await self.send_frame(
+            {
+                "type": "ack",
+                "client_msg_id": client_msg_id,
+                "session_id": accepted.session_id,
+                "message_id": accepted.inbox_id,
+                "queued": accepted.queued,
+            }
+        )
+        await wake_dialog(accepted.session_id)
+
+    async def on_history(self, frame: dict) -> None:
+        session_id = _optional_str(frame, "session_id", 255)
+        if session_id is None:
+            raise FrameError("invalid_frame", "history needs a session_id")
+        before_seq = _optional_int(frame, "before_seq", 1)
+        limit = _optional_int(frame, "limit", 1, MAX_HISTORY_LIMIT) or 50
+        page = await run_storage(storage.history_page, self.user, session_id, before_seq, limit)
+        await self.send_frame({"type": "session_history", **page})
+
+    async def on_sessions(self, frame: dict) -> None:
+        items = await run_storage(storage.list_sessions, self.user, CHANNEL, self.chat_id)
+        await self.send_frame({"type": "sessions", "items": items})
+
+    async def on_stop(self, frame: dict) -> None:
+        session_id = _optional_str(frame, "session_id", 255)
+        if session_id is None:
+            raise FrameError("invalid_frame", "stop needs a session_id")
+        await run_storage(storage.dialog_for_user, self.user, session_id)
+        running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
+        if not any(item["session_id"] == session_id for item in running):
+            await self.send_frame({"type": "notification", "level": "info", "content": "Nothing is running.",
+                                   "session_id": session_id})
+            return
+        await self.channel_layer.group_send(WORKERS_GROUP, {"type": "dialog.stop", "dialog_id": session_id})
+
+    async def on_seen(self, frame: dict) -> None:
+        turn_id = _optional_str(frame, "turn_id", 64)
+        revision = _optional_int(frame, "revision", 0)
+        if turn_id is None or revision is None:
+            raise FrameError("invalid_frame", "seen needs turn_id and revision")
+        for payload in self.window.seen(turn_id, revision):
+            await self.send(text_data=turn_updated_frame(payload))
+
+    async def on_ping(self, frame: dict) -> None:
+        await self.send_frame({"type": "pong", "nonce": frame.get("nonce")})
+
+    # --- server → client (channel layer handlers) ---------------------------------------------
+    async def turn_snapshot(self, message: dict) -> None:
+        """A turn snapshot from a sink or a replay: through the credit window, then out."""
+        for payload in self.window.offer(
+            message["turn_id"], message["revision"], bool(message.get("terminal")), message["json"]
+        ):
+            await self.send(text_data=turn_updated_frame(payload))
+
+    async def chat_frame(self, message: dict) -> None:
+        """A pre-serialised frame for every connection of the chat."""
+        await self.send(text_data=message["json"])
+
+    # --- helpers ------------------------------------------------------------------------------
+    async def send_frame(self, frame: dict[str, Any]) -> None:
+        await self.send(text_data=dumps(frame))
+
+    async def send_error(
+        self, code: str, message: str, *, ref: str | None = None, client_msg_id: str | None = None
+    ) -> None:
+        frame: dict[str, Any] = {"type": "error", "code": code, "message": message}
+        if ref:
+            frame["ref"] = ref
+        if client_msg_id:
+            frame["client_msg_id"] = client_msg_id
+        await self.send_frame(frame)
+
+
+def _placeholder_snapshot(item: dict) -> dict:
+    return {
+        "id": item["turn_id"],
+        "session_id": item["session_id"],
+        "message_id": item["message_id"],
+        "revision": 0,
+        "status": "running",
+        "phase": "queued",
+        "blocks": [],
+        "usage": None,
+        "error": None,
+    }

@@ -1,0 +1,234 @@
+"""Per-dialog executor: runs a dialog's inbox in order while this worker holds its lease.
+
+One ``DialogExecutor`` task per live dialog (DESIGN §5): take the next queued inbox row (it enters
+history), build the input, run the agent loop under a ``TurnController`` whose snapshots a
+``DeliveryCoordinator`` delivers to the chat, commit the turn's rows in one transaction, and only
+then publish the terminal snapshot and the ``turn_committed`` delta (seed 003 §14, seed 000 §11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from conversations import notify, storage
+from conversations.agent_loop import AgentLoop, AgentResult, TurnMessage
+from conversations.history import build_turn_input, reasoning_of
+from conversations.models import Message
+from conversations.storage_runner import run_storage
+from conversations.tools.registry import ToolFatalError
+from delivery.coordinator import DeliveryCoordinator
+from delivery.platforms.cli_chat import CliChatSink
+from delivery.presentation import PresentationPolicy
+from delivery.turn import TurnController
+from providers.messages import Message as ProviderMessage
+
+if TYPE_CHECKING:
+    from conversations.worker import AgentWorker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningTurn:
+    """The live turn of a dialog, as the worker exposes it (replay to new clients, /stop)."""
+
+    turn_id: str
+    channel: str
+    chat_id: str
+    controller: TurnController
+    task: asyncio.Task | None = None
+
+
+def _error_ref() -> str:
+    return secrets.token_hex(4)
+
+
+def turn_rows(messages: list[TurnMessage], turn_id: str, reply_message_id: str, status: str) -> list[dict]:
+    """Message field dicts for ``storage.commit_turn``; the last assistant row gets the reply id."""
+    rows: list[dict] = []
+    last_assistant = max((i for i, m in enumerate(messages) if m.message.role == "assistant"), default=None)
+    for index, item in enumerate(messages):
+        msg = item.message
+        if msg.role == "assistant":
+            row = {
+                "role": Message.Role.ASSISTANT,
+                "content": msg.text,
+                "reasoning_content": reasoning_of(msg),
+                "provider_state": msg.provider_state,
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls],
+                "completion_status": status if index == last_assistant else Message.CompletionStatus.COMPLETED,
+            }
+            if index == last_assistant:
+                row["id"] = reply_message_id
+        else:
+            block = msg.content[0]
+            row = {
+                "role": Message.Role.TOOL,
+                "content": block.content,
+                "tool_call_id": block.tool_call_id,
+                "tool_name": block.tool_name,
+                "is_error": block.is_error,
+            }
+        row["turn_id"] = turn_id
+        row["iteration"] = item.iteration
+        rows.append(row)
+    return rows
+
+
+class DialogExecutor:
+    """Runs one dialog's queued turns serially while holding its lease epoch."""
+
+    def __init__(self, worker: AgentWorker, dialog_id: str, epoch: int) -> None:
+        self.worker = worker
+        self.dialog_id = dialog_id
+        self.epoch = epoch
+        self.poked = asyncio.Event()
+        self.running: RunningTurn | None = None
+        self.lease_lost = False
+
+    def poke(self) -> None:
+        """New input may be queued: look again before going idle."""
+        self.poked.set()
+
+    async def run(self) -> None:
+        """Recover interrupted turns, then run queued turns until the inbox is empty."""
+        interrupted = await run_storage(storage.interrupt_started, self.dialog_id, self.worker.worker_id, self.epoch)
+        for turn in interrupted:
+            await notify.publish_interrupted(turn)
+        while not self.lease_lost:
+            self.poked.clear()
+            start = await run_storage(storage.start_next_turn, self.dialog_id, self.worker.worker_id, self.epoch)
+            if start is None:
+                if self.poked.is_set():
+                    continue
+                return
+            await self.run_turn(start)
+
+    async def run_turn(self, start: storage.TurnStart) -> None:
+        """One turn end to end; every failure is typed, shown and never reported completed."""
+        config = settings.PICOBOT
+        controller = TurnController(start.turn_id, start.dialog_id, start.reply_message_id)
+        sink = CliChatSink(
+            get_channel_layer(),
+            notify.group_for(start.channel, start.chat_id),
+            min_interval=config["WS_SNAPSHOT_INTERVAL_MS"] / 1000,
+        )
+        handle = DeliveryCoordinator(controller, sink, PresentationPolicy.websocket()).start()
+        self.running = RunningTurn(start.turn_id, start.channel, start.chat_id, controller)
+        loop = AgentLoop(
+            self.worker.provider,
+            self.worker.tools,
+            controller.apply,
+            max_iterations=config["MAX_ITERATIONS"],
+            tool_timeout=config["TOOL_TIMEOUT"],
+        )
+        messages = build_turn_input(
+            config["SYSTEM_PROMPT"], start.history, runtime_context=self._runtime_context(start), summary=start.summary
+        )
+        task = asyncio.ensure_future(loop.run(messages))
+        self.running.task = task
+        result: AgentResult | None = None
+        cancelled = False
+        failure: str | None = None
+        try:
+            async with asyncio.timeout(config["TURN_TIMEOUT"]):
+                result = await task
+        except asyncio.CancelledError:
+            if not task.cancelled() or asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise
+            cancelled = True  # /stop cancelled the loop task, not this executor
+        except TimeoutError:
+            failure = f"The turn took longer than {config['TURN_TIMEOUT']:g} s and was stopped."
+        except ToolFatalError as exc:
+            failure = f"A tool failed and the turn cannot go on: {exc}"
+        except Exception:
+            ref = _error_ref()
+            log.exception("turn %s crashed (ref %s)", start.turn_id, ref)
+            failure = f"Internal error (ref {ref})."
+        commit = await self._finish(start, controller, result, cancelled, failure)
+        # The terminal snapshot goes out after the commit, and turn_committed after it (PROTOCOL §1).
+        delivery = await handle.wait(timeout=30)
+        if not delivery.ok:
+            log.warning("turn %s final delivery failed: %s", start.turn_id, delivery.error)
+        if commit is not None:
+            await notify.publish_turn_committed(start.channel, start.chat_id, start.dialog_id, commit)
+        self.running = None
+
+    async def _finish(
+        self,
+        start: storage.TurnStart,
+        controller: TurnController,
+        result: AgentResult | None,
+        cancelled: bool,
+        failure: str | None,
+    ) -> storage.CommitResult | None:
+        """Commit what the turn produced, then end the controller; None when nothing committed."""
+        messages = list(result.messages) if result else []
+        status = Message.CompletionStatus.COMPLETED
+        if result and result.error is not None:
+            ref = _error_ref()
+            log.warning("turn %s provider error %s (ref %s)", start.turn_id, result.error.kind, ref)
+            failure = f"The model provider failed ({result.error.kind}): {result.error.message} (ref {ref})"
+            if result.partial is not None:
+                messages.append(result.partial)
+                status = Message.CompletionStatus.INTERRUPTED
+        if cancelled:
+            partial_text = controller_text(controller)
+            if partial_text:
+                iteration = messages[-1].iteration + 1 if messages else 0
+                messages.append(TurnMessage(iteration, ProviderMessage.assistant(text=partial_text)))
+                status = Message.CompletionStatus.CANCELLED
+        controller.begin_finalizing()
+        rows = turn_rows(messages, start.turn_id, start.reply_message_id, status)
+        usage = result.usage.to_dict() if result else None
+        try:
+            commit = await run_storage(
+                storage.commit_turn,
+                self.dialog_id,
+                self.worker.worker_id,
+                self.epoch,
+                start.inbox_id,
+                rows,
+                usage=usage,
+                error=failure or "",
+            )
+        except storage.LeaseLostError:
+            log.warning("turn %s: lease lost before commit; another worker owns %s", start.turn_id, self.dialog_id)
+            self.lease_lost = True
+            controller.cancel("another worker took over this dialog")
+            return None
+        except Exception:
+            ref = _error_ref()
+            log.exception("turn %s commit failed (ref %s)", start.turn_id, ref)
+            controller.fail(f"The answer could not be saved (ref {ref}).")
+            await notify.publish_notification(
+                start.channel, start.chat_id, "error", f"Storage failed; this turn was not saved (ref {ref}).",
+                session_id=start.dialog_id,
+            )
+            return None
+        if cancelled:
+            controller.cancel("stopped")
+        elif failure:
+            controller.fail(failure)
+        else:
+            controller.complete(usage)
+        return commit
+
+    @staticmethod
+    def _runtime_context(start: storage.TurnStart) -> str:
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        return f"time={now}; channel={start.channel}; dialog_title={start.title!r}"
+
+
+def controller_text(controller: TurnController) -> str:
+    """Assistant text shown so far in the controller's snapshot."""
+    snap = controller.snapshot()
+    return "".join(b.get("text", "") for b in snap.blocks if b.get("type") == "assistant")

@@ -1,0 +1,36 @@
+"""``manage.py runagent``: an agent worker process for the scale-out mode (DESIGN §2).
+
+Receives ``picobot.agent`` layer messages (not a wrapper around ``runworker``, which buffers
+without bound and ignores SIGTERM), runs dialog turns, and on SIGTERM/SIGINT ends running turns
+per the cancel rules before exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from django.core.management.base import BaseCommand, CommandParser
+
+
+class Command(BaseCommand):
+    help = "Run an agent worker (scale-out mode: N × daphne + M × runagent sharing Redis/PostgreSQL)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--worker-id", default="", help="stable worker id (default host:pid)")
+
+    def handle(self, *args: object, worker_id: str, **options: object) -> None:
+        asyncio.run(self._run(worker_id))
+
+    async def _run(self, worker_id: str) -> None:
+        from conversations.worker import AgentWorker, default_worker_id
+
+        worker = AgentWorker(worker_id or default_worker_id("runagent"))
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopped.set)
+        await worker.start()
+        self.stdout.write(f"agent worker {worker.worker_id} running; Ctrl+C to stop")
+        await stopped.wait()
+        await worker.stop(timeout=10)

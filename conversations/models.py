@@ -1,0 +1,226 @@
+"""Persistent rows of PicoBot (DESIGN §3; seed 004 §4, seed 003 §15, seed 000 §10–§11).
+
+All times are integer milliseconds since the Unix epoch (the protocol's unit), stored in
+``BigIntegerField``s. ``Dialog`` is the seeds' "session" row; the runtime object is ``Session``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+def now_ms() -> int:
+    """Current wall-clock time in ms since the Unix epoch."""
+    return time.time_ns() // 1_000_000
+
+
+class Dialog(models.Model):
+    """One conversation. ``id`` is the unified id ``"{channel}:{chat_id}:{dialog_id}"``.
+
+    Counters: ``message_count`` counts user messages, ``total_message_count`` all history rows,
+    ``history_revision`` is the highest committed ``seq`` (seed 000 §11). The lease columns make
+    per-dialog execution serial across processes (DESIGN §2): every state write of a turn checks
+    ``lease_epoch``. ``deleted_at`` is the soft delete of ``/delete``.
+    """
+
+    id = models.CharField(primary_key=True, max_length=255)
+    channel = models.CharField(max_length=32)
+    chat_id = models.CharField(max_length=128)
+    dialog_id = models.CharField(max_length=64)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="dialogs"
+    )
+    title = models.CharField(max_length=200, default="New chat")
+    title_is_default = models.BooleanField(default=True)
+    created_at = models.BigIntegerField(default=now_ms)
+    last_active_at = models.BigIntegerField(default=now_ms, db_index=True)
+    message_count = models.PositiveIntegerField(default=0)
+    total_message_count = models.PositiveIntegerField(default=0)
+    state_version = models.PositiveBigIntegerField(default=0)
+    history_revision = models.PositiveBigIntegerField(default=0)
+    usage_input_tokens = models.PositiveBigIntegerField(default=0)
+    usage_output_tokens = models.PositiveBigIntegerField(default=0)
+    model = models.CharField(max_length=200, blank=True, default="")
+    # Lease (DESIGN §2).
+    lease_owner = models.CharField(max_length=200, null=True, blank=True)
+    lease_epoch = models.PositiveBigIntegerField(default=0)
+    lease_expires_at = models.BigIntegerField(null=True, blank=True)
+    # Compaction (seed 002 Task 6): the summary replaces history rows with seq <= summary_seq.
+    summary = models.TextField(blank=True, default="")
+    summary_seq = models.PositiveBigIntegerField(default=0)
+    auto_compact_failures = models.PositiveSmallIntegerField(default=0)
+    deleted_at = models.BigIntegerField(null=True, blank=True)
+    inbox_position = models.PositiveBigIntegerField(default=0, help_text="last InboxMessage.position")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["channel", "chat_id", "dialog_id"], name="dialog_unified_id"),
+        ]
+        indexes = [models.Index(fields=["channel", "chat_id", "last_active_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.id})"
+
+    @staticmethod
+    def unified_id(channel: str, chat_id: str, dialog_id: str) -> str:
+        """``"{channel}:{chat_id}:{dialog_id}"`` (seed 004 §3)."""
+        return f"{channel}:{chat_id}:{dialog_id}"
+
+
+class ChatState(models.Model):
+    """Per ``(channel, chat_id)``: the active dialog (what ``/switch`` changes)."""
+
+    channel = models.CharField(max_length=32)
+    chat_id = models.CharField(max_length=128)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
+    active_dialog = models.ForeignKey(Dialog, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["channel", "chat_id"], name="chat_state_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.chat_id}"
+
+
+class InboxMessage(models.Model):
+    """An accepted user message waiting for, running in, or done with its turn (DESIGN §3).
+
+    The ``ack`` means this row exists. ``id`` becomes the id of the user's history ``Message`` when
+    the turn starts; ``reply_message_id`` is the id pre-allocated for the turn's final assistant
+    message (seed 003 §6.3). ``client_msg_id`` is unique per user (idempotent sends).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        STARTED = "started"
+        DONE = "done"
+        INTERRUPTED = "interrupted"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
+    dialog = models.ForeignKey(Dialog, on_delete=models.CASCADE, related_name="inbox")
+    # Arrival order within the dialog (1, 2, …): turns run in this order.
+    position = models.PositiveBigIntegerField()
+    client_msg_id = models.CharField(max_length=64, null=True, blank=True)
+    content = models.TextField()
+    media = models.JSONField(default=list, blank=True)
+    received_at = models.BigIntegerField(default=now_ms)
+    source = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    turn_id = models.UUIDField(null=True, blank=True)
+    reply_message_id = models.UUIDField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    started_at = models.BigIntegerField(null=True, blank=True)
+    finished_at = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "client_msg_id"],
+                condition=models.Q(client_msg_id__isnull=False),
+                name="inbox_client_msg_id_per_user",
+            ),
+            models.UniqueConstraint(fields=["dialog", "position"], name="inbox_position_per_dialog"),
+        ]
+        indexes = [models.Index(fields=["dialog", "status", "position"]), models.Index(fields=["status"])]
+
+    def __str__(self) -> str:
+        return f"inbox {self.id} ({self.status})"
+
+
+class Message(models.Model):
+    """One committed history row (seed 003 §15, seed 004 §4). ``seq`` is gap-free per dialog.
+
+    ``provider_state`` holds provider replay data (signatures, redacted thinking) and never leaves
+    the server. ``tool_calls`` is a list of ``{id, name, arguments}``.
+    """
+
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+
+    class CompletionStatus(models.TextChoices):
+        COMPLETED = "completed"
+        CANCELLED = "cancelled"
+        INTERRUPTED = "interrupted"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    dialog = models.ForeignKey(Dialog, on_delete=models.CASCADE, related_name="messages")
+    seq = models.PositiveBigIntegerField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True, default="")
+    reasoning_content = models.TextField(null=True, blank=True)
+    provider_state = models.JSONField(null=True, blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    tool_call_id = models.CharField(max_length=128, null=True, blank=True)
+    tool_name = models.CharField(max_length=128, null=True, blank=True)
+    is_error = models.BooleanField(default=False)
+    media_refs = models.JSONField(default=list, blank=True)
+    turn_id = models.UUIDField(null=True, blank=True)
+    iteration = models.PositiveIntegerField(default=0)
+    completion_status = models.CharField(
+        max_length=16, choices=CompletionStatus.choices, default=CompletionStatus.COMPLETED
+    )
+    source = models.JSONField(default=dict, blank=True)
+    created_at = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["dialog", "seq"], name="message_seq_per_dialog")]
+        indexes = [models.Index(fields=["dialog", "seq"])]
+        ordering = ["dialog", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.dialog_id}#{self.seq} {self.role}"
+
+
+class ApiToken(models.Model):
+    """A per-user API token (DESIGN §9). Only a SHA-256 hash and a display prefix are stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=16, db_index=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.BigIntegerField(default=now_ms)
+    last_used_at = models.BigIntegerField(null=True, blank=True)
+    revoked_at = models.BigIntegerField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @staticmethod
+    def hash_token(raw: str) -> str:
+        """SHA-256 hex digest of a raw token (tokens are random, so no salt is needed)."""
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class MemoryItem(models.Model):
+    """Long-term knowledge the agent saved for its owner (seed 000 §7.1; tools come in issue 6)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
+    channel = models.CharField(max_length=32, blank=True, default="")
+    chat_id = models.CharField(max_length=128, blank=True, default="")
+    content = models.TextField()
+    tags = models.JSONField(default=list, blank=True)
+    created_at = models.BigIntegerField(default=now_ms)
+    updated_at = models.BigIntegerField(default=now_ms)
+
+    def __str__(self) -> str:
+        return self.content[:60]
+
+
+class Plan(models.Model):
+    """The dialog's active plan (seed 000 §7.1), written by the plan tools."""
+
+    dialog = models.OneToOneField(Dialog, on_delete=models.CASCADE, related_name="plan")
+    content = models.JSONField(default=dict, blank=True)
+    updated_at = models.BigIntegerField(default=now_ms)
+
+    def __str__(self) -> str:
+        return f"plan of {self.dialog_id}"

@@ -1,0 +1,76 @@
+"""Run storage functions off the event loop, on the agent's own threads, with bounded retry.
+
+Django's ``database_sync_to_async`` shares one thread with every sync view under ASGI, so a slow
+admin page would delay acks and commits (DESIGN §2). Storage calls of the agent and the chat
+consumer run here instead. Transient DB errors are retried after 100/200/300 ms (seed 004 §4.4,
+``PICOBOT_STORAGE_RETRY_DELAYS_MS``); the last error is re-raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, close_old_connections, connection
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def _get_executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+        # SQLite has one writer anyway; PostgreSQL gets a few threads (and connections).
+        workers = 1 if sqlite else int(settings.PICOBOT.get("STORAGE_THREADS", 4))
+        _executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="picobot-storage")
+    return _executor
+
+
+def _call(fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
+    close_old_connections()
+    try:
+        return fn(*args, **kwargs)
+    except DatabaseError:
+        # A broken connection must not poison the next call on this thread.
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()
+        raise
+
+
+async def run_storage(fn: Callable[..., T], *args: Any, retry: bool = True, **kwargs: Any) -> T:
+    """Run ``fn(*args, **kwargs)`` on a storage thread; retry transient DB errors.
+
+    IntegrityError and our own ``StorageError`` subclasses are never retried (they are answers,
+    not glitches). Raises the last exception when every attempt failed.
+    """
+    delays = list(settings.PICOBOT["STORAGE_RETRY_DELAYS_MS"]) if retry else []
+    runner = sync_to_async(_call, thread_sensitive=False, executor=_get_executor())
+    attempt = 0
+    while True:
+        try:
+            return await runner(fn, args, kwargs)
+        except IntegrityError:
+            raise
+        except DatabaseError as exc:
+            if attempt >= len(delays):
+                log.error("storage call %s failed after %d attempts: %s", fn.__name__, attempt + 1, exc)
+                raise
+            log.warning("storage call %s failed (%s); retrying in %d ms", fn.__name__, exc, delays[attempt])
+            await asyncio.sleep(delays[attempt] / 1000)
+            attempt += 1
+
+
+def shutdown_storage_threads() -> None:
+    """Stop the storage threads (tests and process shutdown)."""
+    global _executor
+    if _executor is not None:
+        _executor.shutdown(wait=True)
+        _executor = None

@@ -1,0 +1,237 @@
+"""The agent worker: the ``picobot.agent`` channel consumer and the dialog executors it owns.
+
+``AgentWorkerConsumer`` receives layer messages and only routes them (a handler that awaited a
+turn would block every dialog, DESIGN §2). ``AgentWorker`` owns the per-dialog executor tasks, the
+lease renewal loop and the inbox scan that finds work whose wake-up message was lost or that a
+dead worker left behind. Layer messages only *wake*; duplicates and losses are harmless.
+
+Layer message types:
+- ``dialog.input`` ``{dialog_id}`` on ``picobot.agent``: the dialog has queued input.
+- ``dialog.stop`` ``{dialog_id, reply_channel}`` on the workers group: cancel its running turn.
+- ``turns.replay`` ``{channel, chat_id, reply_channel}`` on the workers group: send the latest
+  snapshot of the chat's running turns to a newly connected client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable
+
+from channels.consumer import AsyncConsumer
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from conversations import storage
+from conversations.executor import DialogExecutor
+from conversations.runtime import get_provider
+from conversations.storage_runner import run_storage
+from conversations.tools import ToolRegistry, default_registry
+from delivery.presentation import PresentationPolicy, serialize_snapshot
+from providers.base import LLMProvider
+
+log = logging.getLogger(__name__)
+
+AGENT_CHANNEL = "picobot.agent"
+WORKERS_GROUP = "picobot.workers"
+
+
+async def wake_dialog(dialog_id: str) -> None:
+    """Tell some agent worker that ``dialog_id`` has queued input (best effort)."""
+    await get_channel_layer().send(AGENT_CHANNEL, {"type": "dialog.input", "dialog_id": dialog_id})
+
+
+def default_worker_id(mode: str) -> str:
+    """``PICOBOT_WORKER_ID`` or ``host:mode`` for serve (stable across restarts) / ``host:pid``."""
+    configured = os.environ.get("PICOBOT_WORKER_ID", "").strip()
+    if configured:
+        return configured
+    host = socket.gethostname()
+    return f"{host}:serve" if mode == "serve" else f"{host}:{os.getpid()}"
+
+
+class AgentWorkerConsumer(AsyncConsumer):
+    """Routes agent layer messages to the process's ``AgentWorker``; never awaits a turn."""
+
+    def __init__(self, worker: AgentWorker) -> None:
+        super().__init__()
+        self.worker = worker
+
+    async def worker_start(self, message: dict) -> None:
+        """Synthetic first message: join the workers broadcast group."""
+        await self.channel_layer.group_add(WORKERS_GROUP, self.channel_name)
+        self.worker.consumer_ready.set()
+
+    async def dialog_input(self, message: dict) -> None:
+        self.worker.wake(str(message.get("dialog_id", "")))
+
+    async def dialog_stop(self, message: dict) -> None:
+        self.worker.stop_turn(str(message.get("dialog_id", "")))
+
+    async def turns_replay(self, message: dict) -> None:
+        self.worker.spawn(self.worker.replay_running(message))
+
+
+class AgentWorker:
+    """Owns this process's dialog executors (one task per live dialog) and background loops."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        *,
+        provider: LLMProvider | None = None,
+        tools: ToolRegistry | None = None,
+    ) -> None:
+        self.worker_id = worker_id
+        self.provider = provider or get_provider()
+        self.tools = tools or default_registry()
+        self.executors: dict[str, DialogExecutor] = {}
+        self.consumer_ready = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._loops: list[asyncio.Task] = []
+        self._stopping = False
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the layer consumer, the lease renewal and the inbox scan; scan once now."""
+        layer = get_channel_layer()
+        first = True
+
+        async def receive() -> dict:
+            nonlocal first
+            if first:
+                first = False
+                return {"type": "worker.start"}
+            return await layer.receive(AGENT_CHANNEL)
+
+        async def send(_message: dict) -> None:  # pragma: no cover - channel apps never send
+            return None
+
+        app = AgentWorkerConsumer.as_asgi(worker=self)
+        self._loops.append(asyncio.ensure_future(app({"type": "channel", "channel": AGENT_CHANNEL}, receive, send)))
+        self._loops.append(asyncio.ensure_future(self._renew_loop()))
+        self._loops.append(asyncio.ensure_future(self._scan_loop()))
+        await asyncio.wait_for(self.consumer_ready.wait(), timeout=10)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Cancel running turns and loops and wait for them (bounded by ``timeout`` s)."""
+        self._stopping = True
+        for executor in list(self.executors.values()):
+            if executor.running and executor.running.task:
+                executor.running.task.cancel()
+        tasks = [*self._loops, *self._tasks]
+        for task in self._loops:
+            task.cancel()
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+
+    def spawn(self, coro: Awaitable) -> asyncio.Task:
+        """Run a supervised background task owned by this worker."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("agent worker task failed", exc_info=task.exception())
+
+    # --- dialogs ------------------------------------------------------------------------------
+    def wake(self, dialog_id: str) -> None:
+        """Make sure the dialog's queued input gets run (idempotent)."""
+        if not dialog_id or self._stopping:
+            return
+        executor = self.executors.get(dialog_id)
+        if executor is not None:
+            executor.poke()
+            return
+        self.executors[dialog_id] = placeholder = DialogExecutor(self, dialog_id, epoch=0)
+        self.spawn(self._run_dialog(dialog_id, placeholder))
+
+    async def _run_dialog(self, dialog_id: str, executor: DialogExecutor) -> None:
+        lease_ms = int(settings.PICOBOT["LEASE_SECONDS"] * 1000)
+        try:
+            epoch = await run_storage(storage.claim_lease, dialog_id, self.worker_id, lease_ms)
+            if epoch is None:
+                return  # another live worker owns it
+            executor.epoch = epoch
+            await executor.run()
+        except storage.LeaseLostError:
+            log.warning("lease of %s lost; leaving it to its new owner", dialog_id)
+        finally:
+            if self.executors.get(dialog_id) is executor:
+                del self.executors[dialog_id]
+        if executor.epoch:
+            await run_storage(storage.release_lease, dialog_id, self.worker_id, executor.epoch)
+
+    def stop_turn(self, dialog_id: str) -> bool:
+        """Cancel the dialog's running turn here; False when this worker runs none."""
+        executor = self.executors.get(dialog_id)
+        if executor is None or executor.running is None or executor.running.task is None:
+            return False
+        executor.running.task.cancel()
+        return True
+
+    async def replay_running(self, message: dict) -> None:
+        """Send the latest snapshots of a chat's running turns to one new connection."""
+        reply = message.get("reply_channel")
+        if not reply:
+            return
+        layer = get_channel_layer()
+        policy = PresentationPolicy.websocket()
+        for executor in list(self.executors.values()):
+            running = executor.running
+            if running is None or running.channel != message.get("channel") or running.chat_id != message.get(
+                "chat_id"
+            ):
+                continue
+            snapshot = running.controller.snapshot()
+            await layer.send(
+                reply,
+                {
+                    "type": "turn.snapshot",
+                    "turn_id": snapshot.id,
+                    "session_id": snapshot.session_id,
+                    "revision": snapshot.revision,
+                    "terminal": snapshot.is_terminal,
+                    "json": serialize_snapshot(snapshot, policy),
+                },
+            )
+
+    # --- background loops ---------------------------------------------------------------------
+    async def scan_once(self) -> None:
+        """Wake every dialog with queued or orphaned input this worker may take."""
+        for dialog_id in await run_storage(storage.dialogs_needing_work, self.worker_id):
+            self.wake(dialog_id)
+
+    async def _scan_loop(self) -> None:
+        interval = float(settings.PICOBOT["INBOX_SCAN_SECONDS"])
+        while True:
+            try:
+                await self.scan_once()
+            except Exception:
+                log.exception("inbox scan failed")
+            await asyncio.sleep(interval)
+
+    async def _renew_loop(self) -> None:
+        interval = float(settings.PICOBOT["LEASE_RENEW_SECONDS"])
+        lease_ms = int(settings.PICOBOT["LEASE_SECONDS"] * 1000)
+        while True:
+            await asyncio.sleep(interval)
+            for dialog_id, executor in list(self.executors.items()):
+                if not executor.epoch:
+                    continue
+                try:
+                    held = await run_storage(storage.renew_lease, dialog_id, self.worker_id, executor.epoch, lease_ms)
+                except Exception:
+                    log.exception("lease renewal of %s failed", dialog_id)
+                    continue
+                if not held:
+                    log.warning("lease of %s lost to another worker; stopping its turn", dialog_id)
+                    executor.lease_lost = True
+                    self.stop_turn(dialog_id)

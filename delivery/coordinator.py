@@ -1,0 +1,378 @@
+"""Delivers one turn's snapshots to one sink: filter, throttle, terminal flush (seed 003 §9, §10).
+
+A :class:`DeliveryCoordinator` watches a turn's :class:`~delivery.cell.LatestSnapshotCell`, applies
+the target's :class:`~delivery.presentation.PresentationPolicy`, serialises each snapshot it
+publishes exactly once, and hands the JSON text to its :class:`TurnSink`:
+
+- running snapshots are throttled to the sink's :class:`Snapshot` ``min_interval`` and are
+  best-effort: a failed or timed-out ``update`` is logged and never retried — the next, newer
+  snapshot goes instead; a slow sink only ever skips intermediate states (latest-wins);
+- the terminal snapshot bypasses the throttle and is delivered with bounded retry;
+- the coordinator owns the sink from ``start()`` on and closes it at the end, whatever happens.
+
+The sink contract (``TurnSink``, ``LivePolicy``, ``SinkError``) lives in :mod:`delivery.sinks`
+and is re-exported here.
+
+:meth:`DeliveryCoordinator.start` returns a :class:`TurnDeliveryHandle`; the session awaits
+``handle.wait()`` after publishing the terminal state and sends its one plain fallback message
+when the result is not ok (seed 000 §5). Start failures are distinct from async failures:
+
+Exceptions::
+
+    DeliveryError
+    └── DeliveryStartError    start()/open_delivery(): nothing was delivered, deliver plainly
+    SinkError                 raised by sinks; ``permanent=True`` stops the terminal retries
+    └── SinkNotModified       the target already shows this content: counts as delivered
+
+``handle.wait()`` never raises for delivery problems; it returns a :class:`DeliveryResult`.
+
+Asyncio only: no Django, Channels or httpx imports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from delivery.cell import LatestSnapshotCell
+from delivery.presentation import PresentationPolicy, serialize_snapshot
+from delivery.sinks import FinalOnly, LivePolicy, SinkError, SinkNotModified, Snapshot, TurnSink
+from delivery.turn import TurnController, TurnSnapshot
+
+__all__ = [
+    "DeliveryCoordinator",
+    "DeliveryError",
+    "DeliveryResult",
+    "DeliveryStartError",
+    "FinalOnly",
+    "LivePolicy",
+    "SinkError",
+    "SinkNotModified",
+    "Snapshot",
+    "TurnDeliveryHandle",
+    "TurnSink",
+    "open_delivery",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class DeliveryError(Exception):
+    """Base of the coordinator's own errors."""
+
+
+class DeliveryStartError(DeliveryError):
+    """Delivery could not start (bad sink, sink could not open, no loop, supervisor stopped).
+
+    The session delivers the terminal result as a plain message instead (seed 000 §5.1).
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryResult:
+    """How a turn's delivery ended.
+
+    Attributes:
+        ok: True when the terminal snapshot was delivered.
+        error: Why not (``"<ExceptionType>: <message>"``, "cancelled", a timeout), else None.
+        attempts: How many times ``finish`` was called (0 if the turn never got there).
+        last_delivered_revision: The newest revision the sink accepted, or None.
+    """
+
+    ok: bool
+    error: str | None
+    attempts: int
+    last_delivered_revision: int | None
+
+
+class TurnDeliveryHandle:
+    """The session's end of a running delivery (seed 000 §5.1); from ``start()`` only."""
+
+    def __init__(self, coordinator: DeliveryCoordinator, task: asyncio.Future[DeliveryResult]) -> None:
+        self._coordinator = coordinator
+        self._task = task
+
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
+    async def wait(self, timeout: float | None = None) -> DeliveryResult:  # noqa: ASYNC109 - the caller's overall bound on delivery
+        """Waits until delivery ended; every await inside is bounded by the coordinator's timeouts.
+
+        Args:
+            timeout: Seconds to wait at most. When it passes, delivery is cancelled (so a late
+                success cannot race the caller's fallback), the sink is closed, and the result
+                says so. None waits for the coordinator's own bounds (finish attempts × timeout);
+                note a turn that never ends is not bounded by them.
+
+        Returns:
+            The :class:`DeliveryResult`; ``ok`` is False on any failure. Never raises for those.
+        """
+        task = self._task
+        timed_out = False
+        if not task.done():
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            if not done:
+                timed_out = task.cancel()
+                await asyncio.wait({task})
+        if task.cancelled():
+            error = f"delivery timed out after {timeout}s" if timed_out else "delivery cancelled"
+            return self._coordinator._result(ok=False, error=error)
+        exc = task.exception()
+        if exc is not None:
+            return self._coordinator._result(ok=False, error=_describe(exc))
+        return task.result()
+
+    def cancel(self) -> None:
+        """Stops delivery (shutdown or a stale turn); the sink is still closed. Idempotent."""
+        self._task.cancel()
+
+
+class DeliveryCoordinator:
+    """Delivers one turn to one sink. Use once: construct, ``start()``, then ``handle.wait()``.
+
+    Args:
+        source: The turn's controller, or its cell.
+        sink: The target; owned (and closed) by the coordinator once ``start()`` succeeded.
+        policy: The target's presentation policy; ``live=False`` means terminal only.
+        finish_attempts: How many times to try ``finish`` at most (≥ 1).
+        finish_timeout: Seconds allowed for one ``finish`` call.
+        retry_delays: Seconds to sleep before the 2nd, 3rd, … attempt (the last one repeats).
+        update_timeout: Seconds allowed for one running ``update``; on timeout it is abandoned.
+        close_timeout: Seconds allowed for ``sink.close()``.
+        is_current: The session's stale-state check (seed 003 §8.3, DESIGN §6), called before
+            every snapshot goes out; once it returns False nothing more is published and the
+            result is not ok (``"stale turn"``). Must be cheap and synchronous (an in-memory
+            generation or lease-epoch comparison).
+
+    Raises:
+        ValueError: ``finish_attempts`` < 1.
+    """
+
+    def __init__(
+        self,
+        source: TurnController | LatestSnapshotCell,
+        sink: TurnSink,
+        policy: PresentationPolicy,
+        *,
+        finish_attempts: int = 3,
+        finish_timeout: float = 10.0,
+        retry_delays: Sequence[float] = (0.1, 0.2, 0.4),
+        update_timeout: float = 5.0,
+        close_timeout: float = 5.0,
+        is_current: Callable[[], bool] | None = None,
+    ) -> None:
+        if finish_attempts < 1:
+            raise ValueError("finish_attempts must be >= 1")
+        self._cell = source.cell if isinstance(source, TurnController) else source
+        self._sink = sink
+        self._policy = policy
+        self._finish_attempts = finish_attempts
+        self._finish_timeout = finish_timeout
+        self._retry_delays = tuple(retry_delays) or (0.0,)
+        self._update_timeout = update_timeout
+        self._close_timeout = close_timeout
+        self._is_current = is_current
+        self._handle: TurnDeliveryHandle | None = None
+        self._attempts = 0
+        self._last_revision: int | None = None
+
+    def start(
+        self,
+        *,
+        spawn: Callable[[Coroutine[Any, Any, DeliveryResult]], asyncio.Future[DeliveryResult]] | None = None,
+    ) -> TurnDeliveryHandle:
+        """Starts the delivery task on the running loop.
+
+        Args:
+            spawn: Creates the task (e.g. a supervisor's ``spawn``); defaults to
+                ``asyncio.ensure_future``. It may raise to refuse (supervisor stopped).
+
+        Returns:
+            The handle; delivery has started, nothing has been delivered yet.
+
+        Raises:
+            DeliveryStartError: Already started, the sink does not look like a ``TurnSink``, no
+                running event loop, or ``spawn`` refused. The sink was not used and was not
+                closed: the caller still owns it.
+        """
+        if self._handle is not None:
+            raise DeliveryStartError("delivery already started")
+        _check_sink(self._sink)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError as exc:
+            raise DeliveryStartError("no running event loop") from exc
+        coro = self._run()
+        try:
+            task = (spawn or asyncio.ensure_future)(coro)
+        except Exception as exc:
+            coro.close()
+            raise DeliveryStartError(f"could not start delivery: {_describe(exc)}") from exc
+        self._handle = TurnDeliveryHandle(self, task)
+        return self._handle
+
+    # -- the task ----------------------------------------------------------------------------
+
+    async def _run(self) -> DeliveryResult:
+        try:
+            await self._follow_running()
+            return await self._deliver_terminal(self._cell.latest())
+        except _StaleTurn:
+            # A stale owner must not edit the target any more (seed 003 §8.3): stop silently.
+            return self._result(ok=False, error="stale turn")
+        finally:
+            await self._close_sink()
+
+    def _check_current(self) -> None:
+        if self._is_current is not None and not self._is_current():
+            raise _StaleTurn
+
+    def _live_interval(self) -> float | None:
+        live_policy = self._sink.live_policy
+        if not self._policy.live or not isinstance(live_policy, Snapshot):
+            return None
+        return live_policy.min_interval
+
+    async def _follow_running(self) -> None:
+        """Delivers running snapshots until the turn is terminal (latest-wins, throttled)."""
+        cell = self._cell
+        interval = self._live_interval()
+        if interval is None:
+            await cell.wait_terminal(None)
+            return
+        loop = asyncio.get_running_loop()
+        seen = -1
+        next_update_at = loop.time()  # the first snapshot goes out at once
+        while not cell.is_terminal:
+            if cell.revision <= seen:
+                await cell.wait_newer(seen, None)
+                continue
+            delay = next_update_at - loop.time()
+            if delay > 0:
+                # Sleep out the throttle, but a terminal snapshot must not wait for it.
+                await cell.wait_terminal(delay)
+                continue
+            snapshot = cell.latest()
+            seen = snapshot.revision
+            if snapshot.is_terminal:
+                return
+            next_update_at = loop.time() + interval
+            self._check_current()
+            await self._deliver_update(snapshot)
+
+    async def _deliver_update(self, snapshot: TurnSnapshot) -> None:
+        try:
+            payload = serialize_snapshot(snapshot, self._policy)
+            async with asyncio.timeout(self._update_timeout):
+                await self._sink.update(snapshot, payload)
+        except SinkNotModified:
+            pass
+        except Exception as exc:
+            # Best-effort (seed 003 §9.1): never retry a stale snapshot; a newer one follows.
+            logger.warning(
+                "turn %s: live update r%d failed: %s", snapshot.id, snapshot.revision, _describe(exc)
+            )
+            return
+        self._last_revision = snapshot.revision
+
+    async def _deliver_terminal(self, snapshot: TurnSnapshot) -> DeliveryResult:
+        payload = serialize_snapshot(snapshot, self._policy)
+        error = "finish was not attempted"
+        for attempt in range(1, self._finish_attempts + 1):
+            if attempt > 1:
+                await asyncio.sleep(self._retry_delays[min(attempt - 2, len(self._retry_delays) - 1)])
+            self._check_current()
+            self._attempts = attempt
+            try:
+                async with asyncio.timeout(self._finish_timeout):
+                    await self._sink.finish(snapshot, payload)
+            except SinkNotModified:
+                pass
+            except Exception as exc:
+                error = _describe(exc)
+                if isinstance(exc, TimeoutError):
+                    error = f"finish timed out after {self._finish_timeout}s"
+                logger.warning(
+                    "turn %s: finish r%d attempt %d/%d failed: %s",
+                    snapshot.id,
+                    snapshot.revision,
+                    attempt,
+                    self._finish_attempts,
+                    error,
+                )
+                if isinstance(exc, SinkError) and exc.permanent:
+                    break
+                continue
+            self._last_revision = snapshot.revision
+            return self._result(ok=True, error=None)
+        return self._result(ok=False, error=error)
+
+    async def _close_sink(self) -> None:
+        try:
+            async with asyncio.timeout(self._close_timeout):
+                await self._sink.close()
+        except Exception as exc:
+            logger.warning("delivery sink close failed: %s", _describe(exc))
+
+    def _result(self, *, ok: bool, error: str | None) -> DeliveryResult:
+        return DeliveryResult(
+            ok=ok, error=error, attempts=self._attempts, last_delivered_revision=self._last_revision
+        )
+
+
+async def open_delivery(
+    source: TurnController | LatestSnapshotCell,
+    open_sink: Callable[[], Awaitable[TurnSink]],
+    policy: PresentationPolicy,
+    *,
+    open_timeout: float = 10.0,
+    **options: Any,
+) -> TurnDeliveryHandle:
+    """Opens a sink (the seeds' ``Channel.open_turn``) and starts delivering to it.
+
+    Args:
+        source: The turn's controller or cell.
+        open_sink: Creates the sink; may do I/O (e.g. resolve the remote chat).
+        policy: The target's presentation policy.
+        open_timeout: Seconds allowed for ``open_sink()``.
+        **options: Passed to :class:`DeliveryCoordinator`.
+
+    Returns:
+        The running delivery's handle.
+
+    Raises:
+        DeliveryStartError: Opening failed or timed out, or ``start()`` refused (the freshly
+            opened sink is closed then).
+    """
+    try:
+        async with asyncio.timeout(open_timeout):
+            sink = await open_sink()
+    except Exception as exc:
+        raise DeliveryStartError(f"could not open the turn sink: {_describe(exc)}") from exc
+    coordinator = DeliveryCoordinator(source, sink, policy, **options)
+    try:
+        return coordinator.start()
+    except DeliveryStartError:
+        await coordinator._close_sink()
+        raise
+
+
+class _StaleTurn(Exception):
+    pass
+
+
+def _check_sink(sink: object) -> None:
+    for name in ("update", "finish", "close"):
+        if not callable(getattr(sink, name, None)):
+            raise DeliveryStartError(f"sink {type(sink).__name__} has no {name}()")
+    if not isinstance(getattr(sink, "live_policy", None), FinalOnly | Snapshot):
+        raise DeliveryStartError(f"sink {type(sink).__name__} has no valid live_policy")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,85 @@
+"""The cli_chat (WebUI/TUI WebSocket) turn sink: publish each snapshot to the chat's group.
+
+Every ``ChatConsumer`` of a chat is in its group (``delivery.groups.chat_group("cli_chat", chat)``)
+and receives one layer message per published snapshot::
+
+    {"type": "turn.snapshot", "turn_id": str, "session_id": str, "revision": int,
+     "terminal": bool, "json": <the serialised, filtered turn object>}
+
+The consumer's ``turn_snapshot`` handler runs its ``SnapshotCreditWindow`` and sends
+``turn_updated_frame(message["json"])``: the JSON is built once per snapshot and shared by every
+watcher (DESIGN §2, §7).
+
+``group_send`` is fire-and-forget (dropped when a channel is full, expired after a while), so
+``finish`` succeeds once the message is published (DESIGN §2); clients converge through the
+terminal snapshot, ``ready`` and history. Errors of the layer itself (e.g. Redis down) propagate
+and the coordinator retries ``finish``.
+
+No Django or Channels imports: the layer is passed in.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from delivery.sinks import Snapshot
+
+if TYPE_CHECKING:
+    from delivery.turn import TurnSnapshot
+
+__all__ = ["SNAPSHOT_MESSAGE_TYPE", "CliChatSink", "turn_updated_frame"]
+
+SNAPSHOT_MESSAGE_TYPE = "turn.snapshot"
+
+_FRAME_HEAD = '{"type":"turn_updated","turn":'
+
+
+class CliChatSink:
+    """Publishes a turn's snapshots to every WebSocket of its chat (seed 003 §10.2).
+
+    Args:
+        channel_layer: A Channels layer (anything with ``async group_send(group, message)``).
+        group: The chat's group name, from :func:`delivery.groups.chat_group`.
+        min_interval: Seconds between running snapshots (≈30 per second by default).
+    """
+
+    def __init__(self, channel_layer: Any, group: str, *, min_interval: float = 0.033) -> None:
+        self.channel_layer = channel_layer
+        self.group = group
+        self.live_policy = Snapshot(min_interval)
+
+    async def update(self, snapshot: TurnSnapshot, payload_json: str) -> None:
+        """Publishes a running snapshot (network I/O with the Redis layer). Raises layer errors."""
+        await self._publish(snapshot, payload_json)
+
+    async def finish(self, snapshot: TurnSnapshot, payload_json: str) -> None:
+        """Publishes the terminal snapshot; success means published. Raises layer errors."""
+        await self._publish(snapshot, payload_json)
+
+    async def close(self) -> None:
+        """Nothing to release: the group outlives the turn."""
+
+    async def _publish(self, snapshot: TurnSnapshot, payload_json: str) -> None:
+        await self.channel_layer.group_send(
+            self.group,
+            {
+                "type": SNAPSHOT_MESSAGE_TYPE,
+                "turn_id": snapshot.id,
+                "session_id": snapshot.session_id,
+                "revision": snapshot.revision,
+                "terminal": snapshot.is_terminal,
+                "json": payload_json,
+            },
+        )
+
+
+def turn_updated_frame(payload_json: str) -> str:
+    """Returns the ``turn_updated`` text frame for a serialised turn, without re-serialising.
+
+    Args:
+        payload_json: A JSON object's text, as the coordinator produced it.
+
+    Returns:
+        ``'{"type":"turn_updated","turn":' + payload_json + '}'``.
+    """
+    return _FRAME_HEAD + payload_json + "}"

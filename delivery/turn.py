@@ -1,0 +1,416 @@
+"""The running turn: status, phase, ordered blocks, and its only writer (seed 003 §6.3–§6.5, §8.2).
+
+:class:`TurnController` reduces :mod:`delivery.events` into ordered blocks and publishes a new
+revision into its :class:`~delivery.cell.LatestSnapshotCell` after every visible change.
+:class:`TurnSnapshot` is the immutable full state at one revision; ``to_dict()`` is PROTOCOL.md's
+``turn`` object::
+
+    {"id", "session_id", "message_id", "revision", "status", "phase", "blocks", "usage", "error"}
+    # blocks, in order of appearance:
+    {"type": "reasoning", "id", "iteration", "text"}
+    {"type": "assistant", "id", "iteration", "text"}
+    {"type": "tool", "id": <tool_call_id>, "iteration", "name", "arguments", "status", "preview"}
+
+plus ``"empty_answer": true`` on a completed turn that produced no answer text (seed 003 §7.4:
+no answer is invented from reasoning; clients show "the model returned no answer").
+
+Cost (DESIGN §7): applying a delta is O(1) amortised — it appends to the open block's list of
+parts and bumps the revision. Text is joined only when a snapshot is materialised, which happens
+lazily (at the sink's rate) and is cached per revision; unchanged blocks reuse their cached dicts.
+
+Errors: :class:`TurnEventError` (a ``ValueError``) for impossible input — a duplicate tool-call
+id, finishing a tool that is not running, a non-string delta, an unknown phase. Events and
+lifecycle calls after a terminal status are dropped silently (seed 003 §14.1: late deltas).
+
+Pure module: no Django, Channels or httpx imports.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from delivery.cell import LatestSnapshotCell
+from delivery.events import (
+    PhaseChanged,
+    ReasoningDelta,
+    TextDelta,
+    TextSegmentFinished,
+    ToolFinished,
+    ToolStarted,
+    TurnEvent,
+)
+
+__all__ = [
+    "MAX_PREVIEW_CHARS",
+    "ToolStatus",
+    "TurnController",
+    "TurnEventError",
+    "TurnPhase",
+    "TurnSnapshot",
+    "TurnStatus",
+]
+
+#: Tool previews longer than this are cut (with "…"): every live snapshot carries them.
+MAX_PREVIEW_CHARS = 2000
+
+REASONING = "reasoning"
+ASSISTANT = "assistant"
+TOOL = "tool"
+
+
+class TurnStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+class TurnPhase(StrEnum):
+    """What the turn is doing, for the client's spinner (seed 003 §6.4); not model reasoning."""
+
+    QUEUED = "queued"  # waiting for the (next) first model chunk
+    COMPACTING = "compacting"
+    REASONING = "reasoning"
+    RESPONDING = "responding"
+    ACTING = "acting"  # while any tool call runs
+    FINALIZING = "finalizing"  # model done, committing
+
+
+class ToolStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class TurnEventError(ValueError):
+    """An event that cannot happen in a well-formed turn (a bug in the caller, not in the model)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSnapshot:
+    """The full state of one turn at one revision. Immutable; share it freely.
+
+    ``blocks`` holds plain dicts in the wire shape (see the module docstring). They are shared
+    between snapshots and must be treated as read-only; :meth:`to_dict` returns copies.
+
+    Attributes:
+        revision: Strictly increasing per turn; clients keep the highest one.
+        usage: Provider usage as given to ``complete()``, else None.
+        error: The failure message, or the cancel reason; None otherwise.
+        empty_answer: True on a completed turn without any answer text (seed 003 §7.4).
+    """
+
+    id: str
+    session_id: str
+    message_id: str
+    revision: int
+    status: TurnStatus
+    phase: TurnPhase
+    blocks: tuple[dict[str, Any], ...]
+    usage: dict[str, Any] | None
+    error: str | None
+    empty_answer: bool = False
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for completed, cancelled and failed: the turn never changes again."""
+        return self.status is not TurnStatus.RUNNING
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns PROTOCOL.md's ``turn`` object (a new dict with new block dicts; JSON-ready)."""
+        turn: dict[str, Any] = {
+            "id": self.id,
+            "session_id": self.session_id,
+            "message_id": self.message_id,
+            "revision": self.revision,
+            "status": self.status.value,
+            "phase": self.phase.value,
+            "blocks": [dict(block) for block in self.blocks],
+            "usage": None if self.usage is None else dict(self.usage),
+            "error": self.error,
+        }
+        if self.empty_answer:
+            turn["empty_answer"] = True
+        return turn
+
+    def answer_text(self, separator: str = "\n\n") -> str:
+        """Returns the answer text shown so far: assistant blocks joined by ``separator``.
+
+        For a plain fallback message; "" when there is none (reasoning is never included).
+        """
+        return separator.join(b["text"] for b in self.blocks if b["type"] == ASSISTANT)
+
+
+class _TextBlock:
+    """A reasoning or assistant block: parts are appended per delta and joined on demand."""
+
+    __slots__ = ("type", "id", "iteration", "parts", "sealed", "_view")
+
+    def __init__(self, type_: str, block_id: str, iteration: int, first: str) -> None:
+        self.type = type_
+        self.id = block_id
+        self.iteration = iteration
+        self.parts = [first]
+        self.sealed = False  # a segment boundary: the next delta of this type opens a new block
+        self._view: dict[str, Any] | None = None
+
+    def append(self, delta: str) -> None:
+        self.parts.append(delta)
+        self._view = None
+
+    def view(self) -> dict[str, Any]:
+        if self._view is None:
+            text = "".join(self.parts)
+            # Keep the joined text as the single part so the next join copies it once.
+            self.parts = [text]
+            self._view = {"type": self.type, "id": self.id, "iteration": self.iteration, "text": text}
+        return self._view
+
+
+class _ToolBlock:
+    __slots__ = ("id", "iteration", "name", "arguments", "status", "preview", "_view")
+
+    type = TOOL
+    sealed = True
+
+    def __init__(self, call_id: str, iteration: int, name: str, arguments: dict[str, Any] | str) -> None:
+        self.id = call_id
+        self.iteration = iteration
+        self.name = name
+        self.arguments = arguments
+        self.status = ToolStatus.RUNNING
+        self.preview: str | None = None
+        self._view: dict[str, Any] | None = None
+
+    def finish(self, status: ToolStatus, preview: str | None) -> None:
+        self.status = status
+        self.preview = preview
+        self._view = None
+
+    def view(self) -> dict[str, Any]:
+        if self._view is None:
+            self._view = {
+                "type": TOOL,
+                "id": self.id,
+                "iteration": self.iteration,
+                "name": self.name,
+                "arguments": self.arguments,
+                "status": self.status.value,
+                "preview": self.preview,
+            }
+        return self._view
+
+
+class TurnController:
+    """The only writer of one turn's state (seed 003 §8.2, §16).
+
+    Does no I/O. Call it from the event loop that runs the turn; readers watch :attr:`cell`.
+
+    Args:
+        turn_id: The turn's id (also the prefix of its block ids).
+        session_id: The dialog's unified id ``"{channel}:{chat_id}:{dialog_id}"``.
+        message_id: The id pre-allocated for the turn's final assistant message.
+        first_revision: The revision of the initial snapshot (default 0). A process that reports
+            a turn it did not run (a restart's "interrupted") starts high, so clients that saw the
+            old process's revisions still accept its terminal snapshot.
+    """
+
+    def __init__(self, turn_id: str, session_id: str, message_id: str, *, first_revision: int = 0) -> None:
+        self.turn_id = turn_id
+        self.session_id = session_id
+        self.message_id = message_id
+        self._blocks: list[_TextBlock | _ToolBlock] = []
+        self._tools: dict[str, _ToolBlock] = {}
+        self._running_tools = 0
+        self._has_answer = False
+        self._revision = first_revision
+        self._status = TurnStatus.RUNNING
+        self._phase = TurnPhase.QUEUED
+        self._usage: dict[str, Any] | None = None
+        self._error: str | None = None
+        self._snapshot: TurnSnapshot | None = None
+        self.cell = LatestSnapshotCell(self)
+        """Where readers wait for changes (the seeds' ``watch`` receiver)."""
+
+    @property
+    def revision(self) -> int:
+        """Starts at 0 (queued, no blocks) and grows by one per visible change."""
+        return self._revision
+
+    @property
+    def status(self) -> TurnStatus:
+        return self._status
+
+    @property
+    def phase(self) -> TurnPhase:
+        return self._phase
+
+    @property
+    def is_terminal(self) -> bool:
+        return self._status is not TurnStatus.RUNNING
+
+    def apply(self, event: TurnEvent) -> bool:
+        """Reduces one agent event into the turn.
+
+        Returns:
+            True when the turn changed (a new revision was published). False when the turn is
+            terminal (the event is dropped) or the event changes nothing visible: an empty delta,
+            a ``TextSegmentFinished``, a ``PhaseChanged`` to the current phase.
+
+        Raises:
+            TurnEventError: For impossible input (see the module docstring); nothing changes.
+        """
+        if self._status is not TurnStatus.RUNNING:
+            return False
+        match event:
+            case TextDelta(iteration=iteration, delta=delta):
+                return self._text(ASSISTANT, iteration, delta, TurnPhase.RESPONDING)
+            case ReasoningDelta(iteration=iteration, delta=delta):
+                return self._text(REASONING, iteration, delta, TurnPhase.REASONING)
+            case TextSegmentFinished():
+                last = self._blocks[-1] if self._blocks else None
+                if last is not None and last.type == ASSISTANT:
+                    last.sealed = True
+                return False
+            case ToolStarted():
+                return self._tool_started(event)
+            case ToolFinished():
+                return self._tool_finished(event)
+            case PhaseChanged(phase=phase):
+                return self.set_phase(phase)
+        raise TurnEventError(f"not a turn event: {type(event).__name__}")
+
+    def set_phase(self, phase: TurnPhase | str) -> bool:
+        """Sets the phase explicitly (e.g. compacting). Returns True when it changed.
+
+        Raises:
+            TurnEventError: ``phase`` is not a ``TurnPhase`` value.
+        """
+        try:
+            phase = TurnPhase(phase)
+        except ValueError as exc:
+            raise TurnEventError(f"unknown turn phase: {phase!r}") from exc
+        if self._status is not TurnStatus.RUNNING or phase is self._phase:
+            return False
+        self._phase = phase
+        self._changed()
+        return True
+
+    def begin_finalizing(self) -> bool:
+        """The model is done and the session is committing (phase ``finalizing``)."""
+        return self.set_phase(TurnPhase.FINALIZING)
+
+    def complete(self, usage: dict[str, Any] | None = None) -> bool:
+        """Marks the turn completed. Call only after the turn's rows are committed (seed 003 §14).
+
+        A turn without answer text completes too, with ``empty_answer`` set (seed 003 §7.4).
+
+        Args:
+            usage: Provider token usage as a JSON-ready dict (copied), or None.
+
+        Returns:
+            True, or False when the turn was already terminal (nothing changes).
+        """
+        return self._finish(TurnStatus.COMPLETED, error=None, usage=usage)
+
+    def cancel(self, reason: str | None = None) -> bool:
+        """Marks the turn cancelled; ``reason`` (if any) goes into ``error``. False if terminal."""
+        return self._finish(TurnStatus.CANCELLED, error=reason, usage=None)
+
+    def fail(self, error: str) -> bool:
+        """Marks the turn failed with a user-safe message (no secrets). False if terminal."""
+        return self._finish(TurnStatus.FAILED, error=str(error), usage=None)
+
+    def snapshot(self) -> TurnSnapshot:
+        """Returns the state at the current revision (built on first call, then cached)."""
+        snap = self._snapshot
+        if snap is not None and snap.revision == self._revision:
+            return snap
+        snap = TurnSnapshot(
+            id=self.turn_id,
+            session_id=self.session_id,
+            message_id=self.message_id,
+            revision=self._revision,
+            status=self._status,
+            phase=self._phase,
+            blocks=tuple(block.view() for block in self._blocks),
+            usage=self._usage,
+            error=self._error,
+            empty_answer=self._status is TurnStatus.COMPLETED and not self._has_answer,
+        )
+        self._snapshot = snap
+        return snap
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _changed(self) -> None:
+        self._revision += 1
+        self.cell.notify()
+
+    def _text(self, type_: str, iteration: int, delta: str, phase: TurnPhase) -> bool:
+        if type(delta) is not str:
+            raise TurnEventError(f"{type_} delta must be str, got {type(delta).__name__}")
+        if not delta:
+            return False
+        last = self._blocks[-1] if self._blocks else None
+        if last is not None and last.type == type_ and last.iteration == iteration and not last.sealed:
+            last.append(delta)
+        else:
+            self._blocks.append(_TextBlock(type_, f"{self.turn_id}.{len(self._blocks)}", iteration, delta))
+        if type_ == ASSISTANT:
+            self._has_answer = True
+        if self._running_tools == 0:
+            self._phase = phase
+        self._changed()
+        return True
+
+    def _tool_started(self, event: ToolStarted) -> bool:
+        if not isinstance(event.call_id, str) or not event.call_id:
+            raise TurnEventError("tool call id must be a non-empty str")
+        if event.call_id in self._tools:
+            raise TurnEventError(f"duplicate tool call id {event.call_id!r}")
+        arguments = copy.deepcopy(event.arguments) if isinstance(event.arguments, dict) else event.arguments
+        block = _ToolBlock(event.call_id, event.iteration, event.name, arguments)
+        self._tools[event.call_id] = block
+        self._blocks.append(block)
+        self._running_tools += 1
+        self._phase = TurnPhase.ACTING
+        self._changed()
+        return True
+
+    def _tool_finished(self, event: ToolFinished) -> bool:
+        block = self._tools.get(event.call_id)
+        if block is None:
+            raise TurnEventError(f"unknown tool call id {event.call_id!r}")
+        if block.status is not ToolStatus.RUNNING:
+            raise TurnEventError(f"tool call {event.call_id!r} already finished")
+        preview = event.preview
+        if preview is not None and len(preview) > MAX_PREVIEW_CHARS:
+            preview = preview[: MAX_PREVIEW_CHARS - 1] + "…"
+        block.finish(ToolStatus.COMPLETED if event.success else ToolStatus.FAILED, preview)
+        self._running_tools -= 1
+        if self._running_tools == 0:
+            # The agent now sends the results back to the model: waiting for its first chunk.
+            self._phase = TurnPhase.QUEUED
+        self._changed()
+        return True
+
+    def _finish(self, status: TurnStatus, *, error: str | None, usage: dict[str, Any] | None) -> bool:
+        if self._status is not TurnStatus.RUNNING:
+            return False
+        if self._running_tools:
+            # A terminal snapshot never shows a tool still running; the call did not finish.
+            for block in self._tools.values():
+                if block.status is ToolStatus.RUNNING:
+                    block.finish(ToolStatus.FAILED, block.preview)
+            self._running_tools = 0
+        self._status = status
+        if status is TurnStatus.COMPLETED:
+            self._phase = TurnPhase.FINALIZING
+        self._error = error
+        self._usage = None if usage is None else dict(usage)
+        self._changed()
+        return True

@@ -1,0 +1,255 @@
+"""PicoBot settings: every knob is a ``PICOBOT_*`` environment variable with an embedded default.
+
+The embedded defaults run on one machine with zero setup (DESIGN §2): a SQLite file in WAL mode
+with a busy timeout and IMMEDIATE transactions, and Channels' ``InMemoryChannelLayer``. Setting
+``PICOBOT_DATABASE_URL`` (PostgreSQL) and ``PICOBOT_REDIS_URL`` switches to the scale-out mode;
+the code path is the same. DESIGN §8 lists the variables; the README documents them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str = "") -> str:
+    """Return ``$name`` stripped, or ``default`` when unset or blank."""
+    value = os.environ.get(name, "").strip()
+    return value or default
+
+
+def env_int(name: str, default: int) -> int:
+    """Return ``$name`` as an int; raises ValueError naming the variable when it is not one."""
+    raw = env_str(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def env_float(name: str, default: float) -> float:
+    """Return ``$name`` as a float; raises ValueError naming the variable when it is not one."""
+    raw = env_str(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Return ``$name`` as a bool (1/true/yes/on vs 0/false/no/off)."""
+    raw = env_str(name).lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """Return ``$name`` split on commas (blank items dropped)."""
+    raw = env_str(name)
+    if not raw:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DATA_DIR = Path(env_str("PICOBOT_DATA_DIR", str(BASE_DIR / "var")))
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """The configured secret, else one generated once and kept in the data directory."""
+    configured = env_str("PICOBOT_SECRET_KEY")
+    if configured:
+        return configured
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("PICOBOT_DEBUG", False)
+ALLOWED_HOSTS = env_list("PICOBOT_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("PICOBOT_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "delivery",
+    "conversations",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "picobot_site.urls"
+ASGI_APPLICATION = "picobot_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database (DESIGN §2) -------------------------------------------------------------------------
+SQLITE_BUSY_TIMEOUT = env_float("PICOBOT_SQLITE_BUSY_TIMEOUT", 20.0)
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("PICOBOT_DATABASE_URL", f"sqlite:///{DATA_DIR / 'picobot.sqlite3'}"),
+        conn_max_age=0,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock at BEGIN so
+        # two writers queue on the busy timeout instead of failing with "database is locked".
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": SQLITE_BUSY_TIMEOUT,
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test_picobot.sqlite3")}
+else:
+    DATABASES["default"].setdefault("OPTIONS", {})
+    if env_bool("PICOBOT_DATABASE_POOL", False):
+        DATABASES["default"]["OPTIONS"]["pool"] = {
+            "min_size": 2,
+            "max_size": env_int("PICOBOT_DATABASE_POOL_SIZE", 10),
+        }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- channel layer (DESIGN §2) --------------------------------------------------------------------
+REDIS_URL = env_str("PICOBOT_REDIS_URL")
+CHANNEL_LAYER_CAPACITY = env_int("PICOBOT_CHANNEL_CAPACITY", 1000)
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                # redis-py caps a pool at 100 and errors instead of waiting (DESIGN §2).
+                "hosts": [{"address": REDIS_URL, "max_connections": env_int("PICOBOT_REDIS_MAX_CONNECTIONS", 500)}],
+                "capacity": CHANNEL_LAYER_CAPACITY,
+                "expiry": 60,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": CHANNEL_LAYER_CAPACITY, "expiry": 60},
+        }
+    }
+
+# --- auth, i18n, static ---------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    # The WebUI login also accepts an API token as the password (users made by createtoken).
+    "conversations.auth.ApiTokenBackend",
+]
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("PICOBOT_TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise serves from the finders; an empty root keeps it quiet
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- PicoBot itself (DESIGN §8) -------------------------------------------------------------------
+PICOBOT = {
+    # LLM provider: openai | anthropic | replay. Unset → replay (offline, labelled in the UI).
+    "LLM_PROVIDER": env_str("PICOBOT_LLM_PROVIDER").lower(),
+    "LLM_BASE_URL": env_str("PICOBOT_LLM_BASE_URL"),
+    "LLM_API_KEY": env_str("PICOBOT_LLM_API_KEY"),
+    "LLM_MODEL": env_str("PICOBOT_LLM_MODEL"),
+    "LLM_MAX_TOKENS": env_int("PICOBOT_LLM_MAX_TOKENS", 4096),
+    # Inline <think>/<thought>/<reasoning> spans become reasoning (seed 003 §7.2, DESIGN §6).
+    "LLM_THINK_TAGS": env_bool("PICOBOT_LLM_THINK_TAGS", True),
+    "LLM_IMPLICIT_THINK_START": env_bool("PICOBOT_LLM_IMPLICIT_THINK_START", False),
+    "LLM_CONNECT_TIMEOUT": env_float("PICOBOT_LLM_CONNECT_TIMEOUT", 10.0),
+    "LLM_FIRST_BYTE_TIMEOUT": env_float("PICOBOT_LLM_FIRST_BYTE_TIMEOUT", 60.0),
+    "LLM_IDLE_TIMEOUT": env_float("PICOBOT_LLM_IDLE_TIMEOUT", 60.0),
+    "LLM_MAX_RETRIES": env_int("PICOBOT_LLM_MAX_RETRIES", 2),
+    "REPLAY_DIR": env_str("PICOBOT_REPLAY_DIR", str(BASE_DIR / "providers" / "transcripts")),
+    "SYSTEM_PROMPT": env_str(
+        "PICOBOT_SYSTEM_PROMPT",
+        "You are PicoBot, a helpful assistant. Use tools when they help; answer concisely.",
+    ),
+    # Agent loop bounds.
+    "MAX_ITERATIONS": env_int("PICOBOT_MAX_ITERATIONS", 8),
+    "TOOL_TIMEOUT": env_float("PICOBOT_TOOL_TIMEOUT", 30.0),
+    "TURN_TIMEOUT": env_float("PICOBOT_TURN_TIMEOUT", 600.0),
+    # Inbox (seed 000 §6: per-session queue capacity 32).
+    "INBOX_CAPACITY": env_int("PICOBOT_INBOX_CAPACITY", 32),
+    # Dialog lease (DESIGN §2).
+    "LEASE_SECONDS": env_float("PICOBOT_LEASE_SECONDS", 15.0),
+    "LEASE_RENEW_SECONDS": env_float("PICOBOT_LEASE_RENEW_SECONDS", 5.0),
+    "INBOX_SCAN_SECONDS": env_float("PICOBOT_INBOX_SCAN_SECONDS", 5.0),
+    # Live snapshot throttle for WebSocket sinks, ms (seed 003 §9.1: ≈30 FPS).
+    "WS_SNAPSHOT_INTERVAL_MS": env_int("PICOBOT_WS_SNAPSHOT_INTERVAL_MS", 33),
+    # Storage write retry delays, ms (seed 004 §4.4).
+    "STORAGE_RETRY_DELAYS_MS": [int(x) for x in env_list("PICOBOT_STORAGE_RETRY_DELAYS_MS", ["100", "200", "300"])],
+    "SESSION_TTL_SECONDS": env_int("PICOBOT_SESSION_TTL_SECONDS", 24 * 3600),
+    "CLEANUP_INTERVAL_SECONDS": env_int("PICOBOT_CLEANUP_INTERVAL_SECONDS", 3600),
+    "AUTO_TITLE_AFTER": env_int("PICOBOT_AUTO_TITLE_AFTER", 10),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("PICOBOT_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "daphne": {"level": "WARNING"},
+        "django.channels.server": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+    },
+}

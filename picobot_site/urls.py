@@ -1,0 +1,16 @@
+"""URL map: the WebUI, login/logout, the Django admin. WebSocket routes live in ``asgi.py``."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from conversations import views
+
+urlpatterns = [
+    path("", views.chat_page, name="chat"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+]

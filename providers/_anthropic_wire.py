@@ -1,0 +1,340 @@
+"""Anthropic Messages wire format: request mapping and stream parsing (pure).
+
+Request (``POST {base}/v1/messages``)::
+
+    {"model", "max_tokens", "stream": true, "system"?: str,
+     "messages": [{"role": "user" | "assistant", "content": [block, ...]}],   # roles alternate
+     "tools"?: [{"name", "description", "input_schema"}], "temperature"?, "thinking"?}
+
+Neutral tool results (role ``tool``) become ``tool_result`` blocks of a user turn; consecutive
+turns of one role are merged. Thinking blocks are replayed (text + signature, redacted data)
+only for assistant messages whose ``provider_state`` comes from this provider (seed 003 §6.2).
+
+Stream: ``message_start``, ``content_block_start/delta/stop``, ``message_delta``,
+``message_stop``, ``ping``, ``error``; see :class:`AnthropicStreamParser`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from providers._errorbody import error_info, is_context_overflow, is_retryable_code
+from providers.base import ProviderRequest
+from providers.chunks import (
+    Done,
+    ProviderChunk,
+    ProviderStateChunk,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
+    UsageChunk,
+)
+from providers.errors import ContextOverflowError, InBandError, ProviderError, StreamTruncatedError
+from providers.messages import (
+    ImageBlock,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+from providers.sse import ServerSentEvent
+from providers.think import ThinkTagSplitter
+
+logger = logging.getLogger("picobot.providers")
+DEFAULT_MAX_TOKENS = 4096
+
+
+def build_messages_request(
+    request: ProviderRequest,
+    *,
+    model: str,
+    max_tokens: int | None = None,
+    provider_name: str = "anthropic",
+    thinking_budget: int | None = None,
+) -> dict[str, Any]:
+    """The JSON body for ``request`` (see the module docstring)."""
+    system = "\n\n".join(m.text for m in request.messages if m.role == "system" and m.text)
+    turns: list[dict[str, Any]] = []
+    for message in request.messages:
+        if message.role == "system":
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _blocks(message, provider_name)
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens or DEFAULT_MAX_TOKENS,
+        "messages": turns,
+        "stream": True,
+    }
+    if system:
+        body["system"] = system
+    if request.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if thinking_budget:
+        body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
+    return body
+
+
+def _blocks(message: Message, provider_name: str) -> list[dict[str, Any]]:
+    state = message.provider_state
+    replay = isinstance(state, dict) and state.get("provider") == provider_name
+    out: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            if block.text.strip():  # SC-25: the API rejects empty text blocks
+                out.append({"type": "text", "text": block.text})
+        elif isinstance(block, ThinkingBlock):
+            if replay and block.signature:
+                out.append({"type": "thinking", "thinking": block.text, "signature": block.signature})
+        elif isinstance(block, RedactedThinkingBlock):
+            if replay:
+                out.append({"type": "redacted_thinking", "data": block.data})
+        elif isinstance(block, ToolUseBlock):
+            out.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.arguments})
+        elif isinstance(block, ToolResultBlock):
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": block.tool_call_id,
+                "content": block.content,
+            }
+            if block.is_error:
+                result["is_error"] = True
+            out.append(result)
+        elif isinstance(block, ImageBlock):
+            source = {"type": "base64", "media_type": block.mime_type, "data": block.data}
+            out.append({"type": "image", "source": source})
+    return out
+
+
+class _Block:
+    __slots__ = ("kind", "open", "parts", "signature", "data", "call", "input", "got_arguments")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.open = True
+        self.parts: list[str] = []
+        self.signature: list[str] = []
+        self.data: str = ""
+        self.call = -1
+        self.input: Any = None
+        self.got_arguments = False
+
+
+class AnthropicStreamParser:
+    """Anthropic Messages events → provider chunks (one response; pure).
+
+    Rules:
+        * ``thinking_delta`` → reasoning; ``signature_delta`` is accumulated (``+=``) per block
+          (SC-22); ``redacted_thinking`` arrives whole in ``content_block_start`` and is kept,
+          never shown (SC-23). Thinking and redacted blocks, in order, go into one
+          ``ProviderStateChunk({"provider", "blocks": [...]})`` before ``Done``.
+        * ``tool_use`` → ``ToolCallStart``; ``input_json_delta`` → argument fragments (empty
+          ones skipped; a call with none has ``"{}"``: RC-10).
+        * Usage: ``input_tokens`` from ``message_start``, ``output_tokens`` from the last
+          ``message_delta`` (cumulative: replace, never add).
+        * Success needs ``message_stop``, or a ``message_delta`` stop reason with every block
+          closed; otherwise :class:`StreamTruncatedError` (SC-27). ``error`` events →
+          :class:`InBandError`. ``ping`` is ignored.
+    """
+
+    def __init__(
+        self, *, provider_name: str = "anthropic", think_tags: bool = True, implicit_think_start: bool = False
+    ) -> None:
+        self.provider_name = provider_name
+        self._splitter = ThinkTagSplitter(implicit_start=implicit_think_start) if think_tags else None
+        self.error: ProviderError | None = None
+        self.finished = False
+        self.finish_reason: str | None = None
+        self._input_tokens: int | None = None
+        self._output_tokens: int | None = None
+        self._blocks: dict[int, _Block] = {}
+        self._calls = 0
+        self._stopped = False
+
+    def feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
+        """Chunks for one event."""
+        data = event.data.strip()
+        if not data:
+            return []
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            if event.event == "error":
+                self._fail(data, None)
+            else:
+                logger.warning(
+                    "%s stream: skipped a non-JSON event (%d chars)", self.provider_name, len(data)
+                )
+            return []
+        if not isinstance(obj, dict):
+            return []
+        kind = obj.get("type") or event.event
+        out: list[ProviderChunk] = []
+        if kind == "message_start":
+            self._usage((obj.get("message") or {}).get("usage"), start=True)
+        elif kind == "content_block_start":
+            self._start(obj.get("index"), obj.get("content_block") or {}, out)
+        elif kind == "content_block_delta":
+            self._delta(obj.get("index"), obj.get("delta") or {}, out)
+        elif kind == "content_block_stop":
+            self._stop(obj.get("index"), out)
+        elif kind == "message_delta":
+            stop_reason = (obj.get("delta") or {}).get("stop_reason")
+            if isinstance(stop_reason, str) and stop_reason:
+                self.finish_reason = stop_reason
+            self._usage(obj.get("usage"), start=False)
+        elif kind == "message_stop":
+            self._stopped = True
+            self.finished = True
+        elif kind == "error":
+            self._fail(*error_info(obj))
+        return out
+
+    def end(self, failure: ProviderError | None = None) -> list[ProviderChunk]:
+        """Trailing chunks; ``Done`` only when the stream succeeded (else ``error`` is set)."""
+        out: list[ProviderChunk] = []
+        if self._splitter is not None:
+            self._split_out(self._splitter.flush(), out)
+        if self._input_tokens is not None or self._output_tokens is not None:
+            out.append(UsageChunk(Usage(self._input_tokens or 0, self._output_tokens or 0)))
+        complete = self._stopped or (
+            self.finish_reason is not None and not any(b.open for b in self._blocks.values())
+        )
+        if failure is not None:
+            failure.finish_reason = failure.finish_reason or self.finish_reason
+            self.error = failure
+        elif self.error is None and not complete:
+            self.error = StreamTruncatedError("stream ended without message_stop", http_status=200)
+        if self.error is None:
+            replay = [
+                self._replay_dict(b)
+                for _, b in sorted(self._blocks.items())
+                if b.kind in ("thinking", "redacted_thinking")
+            ]
+            if replay:
+                out.append(ProviderStateChunk({"provider": self.provider_name, "blocks": replay}))
+            out.append(Done(self.finish_reason))
+        return out
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _fail(self, message: str | None, code: Any) -> None:
+        message = message or "provider reported an error in the stream"
+        kwargs: dict[str, Any] = {
+            "http_status": 200,
+            "provider_code": code,
+            "finish_reason": self.finish_reason,
+        }
+        if is_context_overflow(message, code):
+            self.error = ContextOverflowError(message, **kwargs)
+        else:
+            self.error = InBandError(message, retryable=is_retryable_code(code), **kwargs)
+        self.finished = True
+
+    def _usage(self, usage: Any, *, start: bool) -> None:
+        if not isinstance(usage, dict):
+            return
+        inp, outp = usage.get("input_tokens"), usage.get("output_tokens")
+        if isinstance(inp, int) and (start or self._input_tokens is None):
+            self._input_tokens = inp
+        if isinstance(outp, int):
+            self._output_tokens = outp
+
+    def _block(self, index: Any, kind: str) -> _Block:
+        block = self._blocks.get(index)
+        if block is None:  # a delta without its start: tolerate, typed by the delta
+            block = self._blocks[index] = _Block(kind)
+        return block
+
+    def _start(self, index: Any, content: dict[str, Any], out: list[ProviderChunk]) -> None:
+        kind = content.get("type", "")
+        block = self._blocks[index] = _Block(kind)
+        if kind == "text":
+            self._text(content.get("text"), out)
+        elif kind == "thinking":
+            if isinstance(content.get("thinking"), str) and content["thinking"]:
+                block.parts.append(content["thinking"])
+                out.append(ReasoningDelta(content["thinking"]))
+            if isinstance(content.get("signature"), str):
+                block.signature.append(content["signature"])
+        elif kind == "redacted_thinking":
+            block.data = content.get("data") if isinstance(content.get("data"), str) else ""
+        elif kind == "tool_use":
+            block.call = self._calls
+            self._calls += 1
+            block.input = content.get("input")
+            out.append(
+                ToolCallStart(block.call, str(content.get("id") or ""), str(content.get("name") or ""))
+            )
+
+    def _delta(self, index: Any, delta: dict[str, Any], out: list[ProviderChunk]) -> None:
+        kind = delta.get("type")
+        if kind == "text_delta":
+            self._block(index, "text")
+            self._text(delta.get("text"), out)
+        elif kind == "thinking_delta":
+            text = delta.get("thinking")
+            if isinstance(text, str) and text:
+                self._block(index, "thinking").parts.append(text)
+                out.append(ReasoningDelta(text))
+        elif kind == "signature_delta":
+            if isinstance(delta.get("signature"), str):
+                self._block(index, "thinking").signature.append(delta["signature"])
+        elif kind == "input_json_delta":
+            block = self._blocks.get(index)
+            fragment = delta.get("partial_json")
+            if block is None or block.kind != "tool_use":
+                logger.warning("%s stream: input_json_delta for unknown block %r", self.provider_name, index)
+            elif isinstance(fragment, str) and fragment:
+                block.got_arguments = True
+                out.append(ToolCallArgumentsDelta(block.call, fragment))
+
+    def _stop(self, index: Any, out: list[ProviderChunk]) -> None:
+        block = self._blocks.get(index)
+        if block is None:
+            return
+        block.open = False
+        if block.kind == "tool_use" and not block.got_arguments:
+            # No input_json_delta: the input came whole in content_block_start (or is empty).
+            initial = block.input if isinstance(block.input, dict) else {}
+            out.append(ToolCallArgumentsDelta(block.call, json.dumps(initial, ensure_ascii=False)))
+
+    def _text(self, text: Any, out: list[ProviderChunk]) -> None:
+        if not isinstance(text, str) or not text:
+            return
+        if self._splitter is None:
+            out.append(TextDelta(text))
+        else:
+            self._split_out(self._splitter.feed(text), out)
+
+    @staticmethod
+    def _split_out(pieces: list[tuple[str, str]], out: list[ProviderChunk]) -> None:
+        for kind, piece in pieces:
+            out.append(TextDelta(piece) if kind == "text" else ReasoningDelta(piece))
+
+    @staticmethod
+    def _replay_dict(block: _Block) -> dict[str, Any]:
+        if block.kind == "redacted_thinking":
+            return {"type": "redacted_thinking", "data": block.data}
+        out: dict[str, Any] = {"type": "thinking", "text": "".join(block.parts)}
+        signature = "".join(block.signature)
+        if signature:
+            out["signature"] = signature
+        return out

@@ -1,0 +1,141 @@
+"""Classify vendor error bodies into typed errors (pure: shared by the vendor modules).
+
+Shapes understood (all seen in the wild):
+
+* OpenAI / OpenRouter: ``{"error": {"message", "type", "code", "param"}}`` (``code`` may be a
+  string, an int or null)
+* Anthropic: ``{"type": "error", "error": {"type": "rate_limit_error", "message"}}``
+* vLLM / SGLang: ``{"object": "error", "message", "type", "code"}``
+* plain: ``{"message": …}``, ``{"detail": …}``, a bare string, ``null``
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from providers.errors import (
+    AuthenticationError,
+    BadResponseError,
+    ContextOverflowError,
+    OverloadedError,
+    ProviderError,
+    RateLimitedError,
+    parse_retry_after,
+)
+
+_OVERFLOW_CODES = frozenset({"context_length_exceeded", "context_window_exceeded", "string_above_max_length"})
+_OVERFLOW_TEXT = re.compile(
+    r"context[ _-]?(length|window)|maximum context|prompt is too long|input is too long|"
+    r"reduce the length|too many (input )?tokens|exceeds? the (model'?s? )?(max|maximum|context)",
+    re.IGNORECASE,
+)
+_MAX_MESSAGE_CHARS = 500
+
+
+def error_info(obj: Any) -> tuple[str | None, Any]:
+    """``(message, provider_code)`` of an error body; code is ``code`` if set, else ``type``.
+
+    Returns:
+        ``(None, None)`` when ``obj`` has no recognisable error.
+    """
+    if isinstance(obj, str):
+        return obj[:_MAX_MESSAGE_CHARS] or None, None
+    if not isinstance(obj, Mapping):
+        return None, None
+    inner = obj.get("error")
+    if isinstance(inner, str):
+        return inner[:_MAX_MESSAGE_CHARS] or None, obj.get("code")
+    if isinstance(inner, Mapping):
+        source: Mapping[str, Any] = inner
+    elif obj.get("object") == "error" or "message" in obj or "detail" in obj:
+        source = obj
+    else:
+        return None, None
+    message = source.get("message", source.get("detail"))
+    if message is not None and not isinstance(message, str):
+        message = json.dumps(message, ensure_ascii=False)
+    code = source.get("code")
+    if code is None:
+        kind = source.get("type")
+        code = kind if kind != "error" else None
+    return (message or "")[:_MAX_MESSAGE_CHARS] or None, code
+
+
+def is_context_overflow(message: str | None, code: Any) -> bool:
+    """Whether an error says the prompt does not fit the context window."""
+    if isinstance(code, str) and code in _OVERFLOW_CODES:
+        return True
+    return bool(message and _OVERFLOW_TEXT.search(message))
+
+
+def parse_body(body: bytes) -> tuple[Any, bool]:
+    """``(value, ok)``: the JSON value of ``body``, or ``(text, False)`` when it is not JSON."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text), True
+    except ValueError:
+        return text.strip(), False
+
+
+def error_from_http(status: int, headers: Mapping[str, str], body: bytes, *, vendor: str) -> ProviderError:
+    """The typed error for a non-2xx response.
+
+    Args:
+        status: HTTP status (not 2xx).
+        headers: response headers (case-insensitive mapping; ``retry-after``/``retry-after-ms``).
+        body: the (bounded) response body.
+        vendor: provider name for messages (``"openai"``, ``"anthropic"``).
+    """
+    value, _ = parse_body(body)
+    message, code = error_info(value)
+    message = message or f"{vendor} returned HTTP {status}"
+    retry_after = parse_retry_after(headers)
+    common: dict[str, Any] = {"http_status": status, "provider_code": code, "retry_after_s": retry_after}
+    if status in (401, 403):
+        return AuthenticationError(message, **common)
+    if status == 429:
+        return RateLimitedError(message, **common)
+    if status == 413 or (status in (400, 422) and is_context_overflow(message, code)):
+        return ContextOverflowError(message, **common)
+    if status >= 500:
+        return OverloadedError(message, **common)
+    return BadResponseError(message, retryable=status in (408, 409), **common)
+
+
+def error_from_non_sse(status: int, content_type: str, body: bytes) -> BadResponseError:
+    """The error for a 2xx response that is not ``text/event-stream`` (SC-20).
+
+    ``{"error": {...}}`` gives its message and code; ``null`` or anything else gives a generic
+    message with ``provider_code`` None. Never an empty success.
+    """
+    value, is_json = parse_body(body)
+    message, code = error_info(value) if is_json else (None, None)
+    if message is None:
+        shown = "null" if is_json and value is None else (content_type or "no content-type")
+        message = f"expected an event stream, got a non-SSE body ({shown})"
+    return BadResponseError(message, http_status=status, provider_code=code)
+
+
+_RETRYABLE_CODES = frozenset(
+    {
+        "overloaded_error",
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        "api_error",
+        "server_error",
+        "timeout",
+        "overloaded",
+    }
+)
+
+
+def is_retryable_code(code: Any) -> bool:
+    """Whether an in-band error code looks transient (HTTP-like 408/429/5xx, overload, rate)."""
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code in (408, 429) or code >= 500
+    if isinstance(code, str):
+        return code.isdigit() and is_retryable_code(int(code)) or code in _RETRYABLE_CODES
+    return False

@@ -1,0 +1,296 @@
+"""The HTTP half of the streaming providers: client, timeouts, retries, error mapping.
+
+Vendor modules supply the wire format (URL, headers, request body, a stream parser); this
+module owns everything about the connection, so both vendors behave the same way:
+
+* the httpx2 client is built here, once per provider (connect/write/pool timeouts);
+* ``first_byte_timeout`` bounds the time from sending the request to the first body byte,
+  ``idle_timeout`` every later gap between reads (asyncio-level, like httpx's read timeout);
+* status and ``content-type`` are checked before any SSE parsing (SC-20, SC-21);
+* :meth:`HTTPStreamProvider._map_errors` is the one place httpx2 exceptions become
+  :class:`~providers.errors.ProviderError`;
+* retries are bounded, honour ``retry_after_s``, and happen only before the first output chunk
+  (anything but usage) was yielded: once the caller has seen output, a retry would duplicate it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from abc import abstractmethod
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Protocol
+
+import httpx2
+
+from providers._errorbody import error_from_http, error_from_non_sse
+from providers.base import LLMProvider, ProviderRequest
+from providers.chunks import ProviderChunk, UsageChunk
+from providers.errors import (
+    BadResponseError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeoutError,
+    StreamTruncatedError,
+)
+from providers.sse import ServerSentEvent, SSEEventReader
+
+logger = logging.getLogger("picobot.providers")
+
+MAX_ERROR_BODY_BYTES = 64 * 1024
+
+
+class StreamParser(Protocol):
+    """A vendor's pure event → chunk mapper for one response.
+
+    Attributes:
+        error: set when the stream failed (in-band error, truncation); raised by the caller
+            after the chunks returned by :meth:`end` were yielded.
+        finished: a terminal event arrived; the caller stops reading.
+    """
+
+    error: ProviderError | None
+    finished: bool
+
+    def feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
+        """Chunks for one SSE event."""
+
+    def end(self, failure: ProviderError | None = None) -> list[ProviderChunk]:
+        """Trailing chunks at the end of the body (``Done`` only on success); sets ``error``."""
+
+
+class HTTPStreamProvider(LLMProvider):
+    """Base of the HTTP/SSE providers (see the module docstring).
+
+    Args:
+        base_url: API root without a trailing slash.
+        model: model id.
+        connect_timeout: seconds to establish the connection (also write and pool waits).
+        first_byte_timeout: seconds from sending the request to the first body byte.
+        idle_timeout: seconds allowed between two body reads.
+        max_retries: extra attempts for retryable errors before any chunk was yielded.
+        retry_backoff: first backoff in seconds when the server gives no ``retry-after``;
+            doubles per attempt.
+        max_retry_delay: cap in seconds on any single wait between attempts.
+        transport: an httpx2 transport (tests: ``httpx2.MockTransport``), or None for the network.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        connect_timeout: float = 10.0,
+        first_byte_timeout: float = 60.0,
+        idle_timeout: float = 60.0,
+        max_retries: int = 2,
+        retry_backoff: float = 0.5,
+        max_retry_delay: float = 60.0,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.first_byte_timeout = first_byte_timeout
+        self.idle_timeout = idle_timeout
+        self.max_retries = max(0, max_retries)
+        self.retry_backoff = retry_backoff
+        self.max_retry_delay = max_retry_delay
+        timeout = httpx2.Timeout(
+            connect=connect_timeout, read=None, write=max(connect_timeout, idle_timeout), pool=connect_timeout
+        )
+        self._client = httpx2.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False)
+
+    # --- vendor hooks -------------------------------------------------------------------------
+
+    @abstractmethod
+    def _url(self) -> str:
+        """The streaming endpoint."""
+
+    @abstractmethod
+    def _headers(self) -> dict[str, str]:
+        """Request headers (authentication, API version)."""
+
+    @abstractmethod
+    def build_body(self, request: ProviderRequest) -> dict[str, Any]:
+        """The JSON request body for ``request`` (pure)."""
+
+    @abstractmethod
+    def _new_parser(self) -> StreamParser:
+        """A fresh parser for one response."""
+
+    def _error_from_response(self, status: int, headers: httpx2.Headers, body: bytes) -> ProviderError:
+        return error_from_http(status, headers, body, vendor=self.name)
+
+    # --- streaming ----------------------------------------------------------------------------
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
+        """See :meth:`LLMProvider.stream`; retries per the module docstring (network I/O)."""
+        body = self.build_body(request)
+        attempt = 0
+        while True:
+            yielded = False
+            try:
+                # aclosing: when our caller stops early, the response is closed now, not at GC.
+                async with contextlib.aclosing(self._stream_once(body)) as chunks:
+                    async for chunk in chunks:
+                        # Usage alone is not output: a retry supersedes it (the last one wins).
+                        yielded = yielded or not isinstance(chunk, UsageChunk)
+                        yield chunk
+                return
+            except ProviderError as exc:
+                if yielded or not exc.retryable or attempt >= self.max_retries:
+                    raise
+                delay = self._retry_delay(exc, attempt)
+                logger.warning(
+                    "provider %s: %s (%s, HTTP %s); retry %d/%d in %.2fs",
+                    self.name,
+                    exc.kind,
+                    type(exc).__name__,
+                    exc.http_status,
+                    attempt + 1,
+                    self.max_retries,
+                    delay,
+                )
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    def _retry_delay(self, exc: ProviderError, attempt: int) -> float:
+        if exc.retry_after_s is not None:
+            return min(exc.retry_after_s, self.max_retry_delay)
+        return min(self.retry_backoff * (2**attempt) * random.uniform(0.8, 1.2), self.max_retry_delay)
+
+    async def _stream_once(self, body: dict[str, Any]) -> AsyncIterator[ProviderChunk]:
+        loop = asyncio.get_running_loop()
+        first_byte_deadline = loop.time() + self.first_byte_timeout
+        try:
+            async with asyncio.timeout_at(first_byte_deadline):
+                with self._map_errors():
+                    http_request = self._client.build_request(
+                        "POST", self._url(), json=body, headers=self._headers()
+                    )
+                    response = await self._client.send(http_request, stream=True)
+        except TimeoutError as exc:
+            raise ProviderTimeoutError(
+                f"{self.name}: no response within {self.first_byte_timeout:g}s", phase="first_byte"
+            ) from exc
+        try:
+            status = response.status_code
+            if not 200 <= status < 300:
+                raise self._error_from_response(status, response.headers, await self._read_bounded(response))
+            content_type = response.headers.get("content-type", "")
+            if "text/event-stream" not in content_type.lower():
+                raise error_from_non_sse(status, content_type, await self._read_bounded(response))
+            parser = self._new_parser()
+            failure: ProviderError | None = None
+            try:
+                async with contextlib.aclosing(
+                    self._parse_body(response, parser, first_byte_deadline)
+                ) as chunks:
+                    async for chunk in chunks:
+                        yield chunk
+            except ProviderError as exc:
+                failure = exc
+            for chunk in parser.end(failure):
+                yield chunk
+            if parser.error is not None:
+                raise parser.error
+        finally:
+            await response.aclose()
+
+    async def _parse_body(
+        self, response: httpx2.Response, parser: StreamParser, first_byte_deadline: float
+    ) -> AsyncIterator[ProviderChunk]:
+        reader = SSEEventReader()
+        byte_iter = response.aiter_bytes()
+        deadline: float | None = first_byte_deadline
+        try:
+            while not parser.finished:
+                data = await self._next_read(byte_iter, deadline, response.status_code)
+                deadline = None
+                events = reader.close() if data is None else reader.feed(data)
+                for event in events:
+                    for chunk in parser.feed(event):
+                        yield chunk
+                    if parser.finished:
+                        break
+                if data is None:
+                    return
+            await self._drain(byte_iter)
+        finally:
+            await byte_iter.aclose()
+
+    async def _drain(self, byte_iter: AsyncIterator[bytes]) -> None:
+        """Read the little that follows a terminal event (``[DONE]``, the chunked-encoding end)
+        so the connection goes back to the pool instead of being closed; bounded and best-effort."""
+        size = 0
+        with contextlib.suppress(TimeoutError, httpx2.HTTPError):
+            async with asyncio.timeout(min(self.idle_timeout, 1.0)):
+                async for data in byte_iter:
+                    size += len(data)
+                    if size > MAX_ERROR_BODY_BYTES:
+                        return
+
+    async def _next_read(
+        self, byte_iter: AsyncIterator[bytes], deadline: float | None, status: int
+    ) -> bytes | None:
+        """The next body read, or None at EOF; raises ProviderTimeoutError/StreamTruncatedError."""
+        loop = asyncio.get_running_loop()
+        phase = "first_byte" if deadline is not None else "idle"
+        limit = self.first_byte_timeout if deadline is not None else self.idle_timeout
+        try:
+            async with asyncio.timeout_at(
+                deadline if deadline is not None else loop.time() + self.idle_timeout
+            ):
+                return await anext(byte_iter, None)
+        except TimeoutError as exc:
+            raise ProviderTimeoutError(
+                f"{self.name}: no data for {limit:g}s ({phase.replace('_', ' ')})",
+                phase=phase,
+                http_status=status,
+            ) from exc
+        except (httpx2.TransportError, httpx2.DecodingError) as exc:
+            raise StreamTruncatedError(
+                f"{self.name}: connection lost mid-stream ({type(exc).__name__})", http_status=status
+            ) from exc
+
+    async def _read_bounded(self, response: httpx2.Response) -> bytes:
+        """Up to MAX_ERROR_BODY_BYTES of a (non-SSE) body, within the idle timeout."""
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.idle_timeout):
+                with self._map_errors():
+                    async for data in response.aiter_bytes():
+                        parts.append(data)
+                        size += len(data)
+                        if size >= MAX_ERROR_BODY_BYTES:
+                            break
+        except TimeoutError:
+            pass  # classify what arrived; the status already tells the story
+        except ProviderError:
+            pass
+        return b"".join(parts)[:MAX_ERROR_BODY_BYTES]
+
+    @contextlib.contextmanager
+    def _map_errors(self) -> Iterator[None]:
+        """Translate httpx2 exceptions before a response exists (the one mapping boundary)."""
+        try:
+            yield
+        except (httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
+            raise ProviderTimeoutError(f"{self.name}: could not connect in time", phase="connect") from exc
+        except httpx2.WriteTimeout as exc:
+            raise ProviderTimeoutError(f"{self.name}: sending the request timed out", phase="write") from exc
+        except httpx2.ReadTimeout as exc:
+            raise ProviderTimeoutError(f"{self.name}: no response in time", phase="first_byte") from exc
+        except (httpx2.UnsupportedProtocol, httpx2.InvalidURL) as exc:
+            raise ProviderConnectionError(f"{self.name}: invalid base URL ({exc})", retryable=False) from exc
+        except httpx2.TransportError as exc:
+            raise ProviderConnectionError(f"{self.name}: connection failed ({type(exc).__name__})") from exc
+        except httpx2.HTTPError as exc:
+            raise BadResponseError(f"{self.name}: bad response ({type(exc).__name__})") from exc
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (idempotent)."""
+        await self._client.aclose()

@@ -1,0 +1,348 @@
+"""OpenAI Chat Completions wire format: request mapping and stream parsing (pure).
+
+Request (``POST {base_url}/chat/completions``)::
+
+    {"model", "stream": true, "stream_options": {"include_usage": true},
+     "messages": [{"role": "system", "content": str},            # exactly one, first, if any
+                  {"role": "user", "content": str | [{"type": "text"|"image_url", …}]},
+                  {"role": "assistant", "content": str | null, "tool_calls": [{"id", "type": "function",
+                                         "function": {"name", "arguments": str}}], "reasoning_content"?},
+                  {"role": "tool", "tool_call_id": str, "content": str}],
+     "tools": [{"type": "function", "function": {"name", "description", "parameters"}}],
+     "max_tokens"?, "temperature"?}
+
+Stream: ``chat.completion.chunk`` events; see :class:`OpenAIStreamParser` for the rules (cases
+SC-01…SC-19, RC-01…RC-07).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from providers._errorbody import error_info, is_context_overflow, is_retryable_code
+from providers.base import ProviderRequest
+from providers.chunks import (
+    Done,
+    ProviderChunk,
+    ProviderStateChunk,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
+    UsageChunk,
+)
+from providers.errors import (
+    BadResponseError,
+    ContextOverflowError,
+    InBandError,
+    ProviderError,
+    StreamTruncatedError,
+)
+from providers.messages import ImageBlock, Message, TextBlock, ToolResultBlock, Usage
+from providers.sse import ServerSentEvent
+from providers.think import ThinkTagSplitter
+
+logger = logging.getLogger("picobot.providers")
+
+
+# --- request ----------------------------------------------------------------------------------
+
+
+def build_chat_request(
+    request: ProviderRequest, *, model: str, max_tokens: int | None = None, provider_name: str = "openai"
+) -> dict[str, Any]:
+    """The JSON body for ``request`` (see the module docstring).
+
+    System messages are merged (blank line between) into one system message sent first.
+    ``reasoning_content`` is replayed only for assistant messages with tool calls whose
+    ``provider_state`` comes from this provider and says it streamed ``reasoning_content``
+    (DeepSeek thinking mode wants it back within a tool loop).
+    """
+    system = "\n\n".join(m.text for m in request.messages if m.role == "system" and m.text)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for message in request.messages:
+        if message.role == "system":
+            continue
+        results = [b for b in message.content if isinstance(b, ToolResultBlock)]
+        messages.extend(
+            {"role": "tool", "tool_call_id": r.tool_call_id, "content": r.content} for r in results
+        )
+        if message.role == "user":
+            content = _user_content(message)
+            if content or not results:
+                messages.append({"role": "user", "content": content})
+        elif message.role == "assistant":
+            messages.append(_assistant(message, provider_name))
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+            }
+            for t in request.tools
+        ]
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    return body
+
+
+def _user_content(message: Message) -> str | list[dict[str, Any]]:
+    if not any(isinstance(b, ImageBlock) for b in message.content):
+        return message.text
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, TextBlock) and block.text:
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageBlock):
+            url = f"data:{block.mime_type};base64,{block.data}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+def _assistant(message: Message, provider_name: str) -> dict[str, Any]:
+    calls = message.tool_calls
+    out: dict[str, Any] = {"role": "assistant", "content": message.text or (None if calls else "")}
+    if calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+            }
+            for c in calls
+        ]
+        state = message.provider_state
+        if (
+            isinstance(state, dict)
+            and state.get("provider") == provider_name
+            and state.get("reasoning_field") == "reasoning_content"
+            and message.reasoning
+        ):
+            out["reasoning_content"] = message.reasoning
+    return out
+
+
+# --- stream -----------------------------------------------------------------------------------
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    def count(*keys: str) -> int:
+        for key in keys:
+            value = raw.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+        return 0
+
+    return Usage(count("prompt_tokens", "input_tokens"), count("completion_tokens", "output_tokens"))
+
+
+class OpenAIStreamParser:
+    """``chat.completion.chunk`` events → provider chunks (one response; pure).
+
+    Rules:
+        * ``choices`` may be empty or absent on any chunk (SC-10); only choice 0 is used.
+        * Per delta, in order: ``reasoning_content``, else a string ``reasoning`` (SC-03; never
+          ``reasoning_details``); ``content`` through the think-tag splitter (SC-01/02);
+          ``refusal`` as text (RC-04); ``tool_calls`` fragments by ``index`` (SC-06/07).
+          The payload is applied before ``finish_reason`` is recorded (SC-11), and a later
+          null never resets it (SC-03).
+        * ``usage`` from any chunk, last non-null wins (SC-10, RC-07).
+        * A top-level ``error``, ``{"object": "error"}`` or an ``event: error`` ends the stream
+          with :class:`InBandError` (or :class:`ContextOverflowError`) after its payload (SC-18);
+          a later ``[DONE]`` does not make it a success.
+        * End of body without ``finish_reason``, ``[DONE]`` or error → :class:`StreamTruncatedError`
+          (SC-19); ``[DONE]`` after nothing at all → :class:`BadResponseError` (empty stream).
+
+    Args:
+        provider_name: the ``provider`` key of the replay state it emits.
+        think_tags: extract ``<think>`` spans from content.
+        implicit_think_start: content starts inside a think span (SC-02).
+    """
+
+    def __init__(
+        self, *, provider_name: str = "openai", think_tags: bool = True, implicit_think_start: bool = False
+    ) -> None:
+        self.provider_name = provider_name
+        self._splitter = ThinkTagSplitter(implicit_start=implicit_think_start) if think_tags else None
+        self.error: ProviderError | None = None
+        self.finished = False
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self._done_marker = False
+        self._saw_payload = False
+        self._reasoning_field: str | None = None
+        self._by_wire_index: dict[int, int] = {}
+        self._ids: list[str] = []
+        self._names: list[str] = []
+        self._last_call: int | None = None
+
+    def feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
+        """Chunks for one event (``[]`` for keep-alives, empty data, ``[DONE]``)."""
+        data = event.data.strip()
+        if not data:
+            return []  # SC-17: bare data:, retry:, id:, event: ping
+        if data == "[DONE]":
+            self._done_marker = True
+            self.finished = True
+            return []
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            if event.event == "error":
+                self._fail(data, None)
+            else:
+                logger.warning(
+                    "%s stream: skipped a non-JSON event (%d chars)", self.provider_name, len(data)
+                )
+            return []
+        if not isinstance(obj, dict):
+            return []
+        out: list[ProviderChunk] = []
+        choices = obj.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict) and choice.get("index", 0) in (0, None):
+                    self._apply_choice(choice, out)
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage = _usage(usage)
+        if obj.get("error") or obj.get("object") == "error" or event.event == "error":
+            self._fail(*error_info(obj))
+        return out
+
+    def end(self, failure: ProviderError | None = None) -> list[ProviderChunk]:
+        """Trailing chunks; ``Done`` only when the stream succeeded (else ``error`` is set)."""
+        out: list[ProviderChunk] = []
+        if self._splitter is not None:
+            self._split_out(self._splitter.flush(), out)
+        if self.usage is not None:
+            out.append(UsageChunk(self.usage))
+        if failure is not None:
+            failure.finish_reason = failure.finish_reason or self.finish_reason
+            self.error = failure
+        elif self.error is None and not (self._done_marker or self.finish_reason):
+            self.error = StreamTruncatedError(
+                "stream ended without finish_reason or [DONE]",
+                http_status=200,
+                finish_reason=self.finish_reason,
+            )
+        elif self.error is None and not self._saw_payload:
+            self.error = BadResponseError(
+                "provider returned an empty stream", http_status=200, retryable=True
+            )
+        if self.error is None:
+            if self._reasoning_field == "reasoning_content":
+                out.append(
+                    ProviderStateChunk(
+                        {"provider": self.provider_name, "reasoning_field": "reasoning_content"}
+                    )
+                )
+            out.append(Done(self.finish_reason))
+        return out
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _fail(self, message: str | None, code: Any) -> None:
+        message = message or "provider reported an error in the stream"
+        kwargs: dict[str, Any] = {
+            "http_status": 200,
+            "provider_code": code,
+            "finish_reason": self.finish_reason,
+        }
+        if is_context_overflow(message, code):
+            self.error = ContextOverflowError(message, **kwargs)
+        else:
+            self.error = InBandError(message, retryable=is_retryable_code(code), **kwargs)
+        self.finished = True
+
+    def _apply_choice(self, choice: dict[str, Any], out: list[ProviderChunk]) -> None:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            self._apply_delta(delta, out)
+        finish = choice.get("finish_reason")
+        if isinstance(finish, str) and finish:
+            self.finish_reason = finish
+            self._saw_payload = True
+
+    def _apply_delta(self, delta: dict[str, Any], out: list[ProviderChunk]) -> None:
+        field = "reasoning_content"
+        reasoning = delta.get(field)
+        if not (isinstance(reasoning, str) and reasoning):
+            field, reasoning = "reasoning", delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self._reasoning_field = self._reasoning_field or field
+            self._saw_payload = True
+            out.append(ReasoningDelta(reasoning))
+        content = delta.get("content")
+        if isinstance(content, str):
+            self._text(content, out)
+        elif isinstance(content, list):  # content parts (Mistral): text and thinking
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "text":
+                    self._text(part.get("text"), out)
+                elif isinstance(part, dict) and part.get("type") == "thinking":
+                    for inner in part.get("thinking") or ():
+                        if isinstance(inner, dict) and isinstance(inner.get("text"), str) and inner["text"]:
+                            out.append(ReasoningDelta(inner["text"]))
+        self._text(delta.get("refusal"), out)
+        tool_calls = delta.get("tool_calls")
+        if isinstance(tool_calls, list):
+            for fragment in tool_calls:
+                if isinstance(fragment, dict):
+                    self._tool_fragment(fragment, out)
+
+    def _text(self, text: Any, out: list[ProviderChunk]) -> None:
+        if not isinstance(text, str) or not text:
+            return
+        self._saw_payload = True
+        if self._splitter is None:
+            out.append(TextDelta(text))
+        else:
+            self._split_out(self._splitter.feed(text), out)
+
+    @staticmethod
+    def _split_out(pieces: list[tuple[str, str]], out: list[ProviderChunk]) -> None:
+        for kind, piece in pieces:
+            out.append(TextDelta(piece) if kind == "text" else ReasoningDelta(piece))
+
+    def _tool_fragment(self, fragment: dict[str, Any], out: list[ProviderChunk]) -> None:
+        function = fragment.get("function") if isinstance(fragment.get("function"), dict) else {}
+        call_id = fragment.get("id") if isinstance(fragment.get("id"), str) else ""
+        name = function.get("name") if isinstance(function.get("name"), str) else ""
+        wire_index = fragment.get("index")
+        if isinstance(wire_index, int) and not isinstance(wire_index, bool):
+            ours = self._by_wire_index.get(wire_index)
+            if ours is not None and call_id and self._ids[ours] and call_id != self._ids[ours]:
+                ours = None  # a new call reusing the index (some servers send every call as index 0)
+        else:  # no index: a new id starts a new call; anything else continues the last one
+            ours = self._last_call
+            if ours is not None and call_id and self._ids[ours] and call_id != self._ids[ours]:
+                ours = None
+        self._saw_payload = True
+        if ours is None:
+            ours = len(self._ids)
+            self._ids.append(call_id)
+            self._names.append(name)
+            if isinstance(wire_index, int):
+                self._by_wire_index[wire_index] = ours
+            out.append(ToolCallStart(ours, call_id, name))
+        elif (call_id and not self._ids[ours]) or (name and not self._names[ours]):
+            self._ids[ours] = self._ids[ours] or call_id
+            self._names[ours] = self._names[ours] or name
+            out.append(ToolCallStart(ours, self._ids[ours], self._names[ours]))
+        self._last_call = ours
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):  # a few servers send parsed arguments
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        if isinstance(arguments, str) and arguments:
+            out.append(ToolCallArgumentsDelta(ours, arguments))

@@ -1,0 +1,277 @@
+"""The provider interface and the pure stream assembly (seed 003 §7.1).
+
+``LLMProvider.stream()`` is the one path to a model; ``collect()`` builds a whole
+:class:`AssistantResponse` from the same stream with a :class:`StreamAccumulator` (titles,
+compaction), so there is no second, non-streaming HTTP path.
+
+Tool calls from unfinished streams: chunks are yielded as they arrive (so the UI can show a call
+being prepared), but a call is final only once ``Done`` arrives. The accumulator therefore
+reports tool calls only for a stream that ended with ``Done``; after a failure
+(:meth:`StreamAccumulator.fail`) ``result().tool_calls`` is ``[]`` and the abandoned calls are
+available for diagnostics only (cases SC-19, SC-27: never run a half-streamed call).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from providers.chunks import (
+    Done,
+    ProviderChunk,
+    ProviderStateChunk,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
+    UsageChunk,
+)
+from providers.errors import ProviderError
+from providers.messages import Message, ToolDefinition, ToolUseBlock, Usage
+
+
+@dataclass(slots=True)
+class ProviderRequest:
+    """What to send to the model.
+
+    Attributes:
+        messages: the conversation; system messages are merged into one, sent first.
+        tools: tools the model may call.
+        max_tokens: output token cap, or None for the provider's configured default.
+        temperature: sampling temperature, or None for the model default.
+    """
+
+    messages: list[Message]
+    tools: list[ToolDefinition] = field(default_factory=list)
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+class ToolArgumentsError(ValueError):
+    """A tool call's argument text is not a JSON object."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A complete tool call from one response; ``arguments_json`` is the raw argument text."""
+
+    id: str
+    name: str
+    arguments_json: str
+
+    def arguments(self) -> dict[str, Any]:
+        """The arguments as a dict; an empty or blank text counts as ``{}``.
+
+        Raises:
+            ToolArgumentsError: the text is not strict JSON (NaN/Infinity rejected) or not an
+                object.
+        """
+        text = self.arguments_json.strip()
+        if not text:
+            return {}
+        try:
+            value = json.loads(text, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise ToolArgumentsError(f"arguments of {self.name!r} are not valid JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise ToolArgumentsError(
+                f"arguments of {self.name!r} must be a JSON object, got {type(value).__name__}"
+            )
+        return value
+
+
+@dataclass(slots=True)
+class AssistantResponse:
+    """The assembled result of one provider call.
+
+    Attributes:
+        text: visible answer text (``""`` when none).
+        reasoning: readable reasoning, or None when none arrived.
+        tool_calls: complete calls in creation order (``[]`` for a failed stream).
+        usage: token usage, or None when the provider sent none.
+        finish_reason: provider-native finish reason, or None.
+        provider_state: replay state for the next request, or None.
+        error: the failure that ended the stream, or None on success.
+    """
+
+    text: str
+    reasoning: str | None
+    tool_calls: list[ToolCall]
+    usage: Usage | None
+    finish_reason: str | None
+    provider_state: dict[str, Any] | None
+    error: ProviderError | None = None
+
+    def to_message(self) -> Message:
+        """The assistant :class:`Message` for history.
+
+        Empty text blocks are dropped (seed SC-25); calls whose arguments are not a JSON object
+        are kept with ``{}`` arguments (the agent loop answers them with an error result).
+        """
+        calls = []
+        for call in self.tool_calls:
+            try:
+                arguments = call.arguments()
+            except ToolArgumentsError:
+                arguments = {}
+            calls.append(ToolUseBlock(call.id, call.name, arguments))
+        return Message.assistant(self.text, self.reasoning, calls, self.provider_state)
+
+
+class _CallParts:
+    __slots__ = ("id", "name", "parts")
+
+    def __init__(self, id_: str, name: str) -> None:
+        self.id = id_
+        self.name = name
+        self.parts: list[str] = []
+
+
+class StreamAccumulator:
+    """Assembles a chunk stream into an :class:`AssistantResponse` (a pure "parts manager").
+
+    O(1) amortised per chunk: deltas go to lists that are joined in :meth:`result`.
+
+    Raises (from :meth:`feed`):
+        ValueError: impossible input: arguments for a call index never started, a conflicting
+            id/name for a started index, or any chunk after ``Done``.
+    """
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, _CallParts] = {}
+        self._usage: Usage | None = None
+        self._state: dict[str, Any] | None = None
+        self._done: Done | None = None
+        self._error: ProviderError | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether ``Done`` was fed (the stream succeeded)."""
+        return self._done is not None
+
+    def feed(self, chunk: ProviderChunk) -> None:
+        """Add one chunk."""
+        if self._done is not None:
+            raise ValueError(f"chunk after Done: {chunk!r}")
+        if isinstance(chunk, TextDelta):
+            self._text.append(chunk.text)
+        elif isinstance(chunk, ReasoningDelta):
+            self._reasoning.append(chunk.text)
+        elif isinstance(chunk, ToolCallArgumentsDelta):
+            call = self._calls.get(chunk.index)
+            if call is None:
+                raise ValueError(f"arguments for tool call index {chunk.index}, which never started")
+            call.parts.append(chunk.delta)
+        elif isinstance(chunk, ToolCallStart):
+            self._start_call(chunk)
+        elif isinstance(chunk, UsageChunk):
+            self._usage = chunk.usage
+        elif isinstance(chunk, ProviderStateChunk):
+            self._state = chunk.state
+        elif isinstance(chunk, Done):
+            self._done = chunk
+        else:
+            raise ValueError(f"not a provider chunk: {chunk!r}")
+
+    def _start_call(self, chunk: ToolCallStart) -> None:
+        call = self._calls.get(chunk.index)
+        if call is None:
+            self._calls[chunk.index] = _CallParts(chunk.id, chunk.name)
+            return
+        for attr in ("id", "name"):
+            new, old = getattr(chunk, attr), getattr(call, attr)
+            if new and old and new != old:
+                raise ValueError(f"tool call index {chunk.index} changed {attr} from {old!r} to {new!r}")
+            if new and not old:
+                setattr(call, attr, new)
+
+    def fail(self, error: ProviderError) -> None:
+        """Record the failure that ended the stream (tool calls are then not reported)."""
+        self._error = error
+
+    def _assembled_calls(self) -> list[ToolCall]:
+        return [
+            ToolCall(call.id or f"call_{uuid.uuid4().hex[:24]}", call.name, "".join(call.parts))
+            for call in self._calls.values()
+        ]
+
+    def unfinished_tool_calls(self) -> list[ToolCall]:
+        """Calls of a stream that did not finish (diagnostics only; never run them)."""
+        return [] if self._done is not None else self._assembled_calls()
+
+    def result(self) -> AssistantResponse:
+        """The response so far: complete on success, partial after :meth:`fail`."""
+        reasoning = "".join(self._reasoning)
+        if self._done is not None:
+            finish_reason = self._done.finish_reason
+        else:
+            finish_reason = self._error.finish_reason if self._error is not None else None
+        return AssistantResponse(
+            text="".join(self._text),
+            reasoning=reasoning or None,
+            tool_calls=self._assembled_calls() if self._done is not None else [],
+            usage=self._usage,
+            finish_reason=finish_reason,
+            provider_state=self._state,
+            error=self._error,
+        )
+
+
+class LLMProvider(ABC):
+    """A streaming chat model.
+
+    Attributes:
+        name: ``"openai"``, ``"anthropic"``, ``"replay"`` (also the ``provider`` key of the
+            replay state it produces).
+        model: the model id sent to the vendor.
+        offline: True for providers that never reach a real model (the UI labels them).
+    """
+
+    name: str
+    model: str
+    offline: bool = False
+
+    @abstractmethod
+    def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
+        """Stream one model response (an async generator; network I/O).
+
+        Yields chunks as they arrive and ends with ``Done`` on success. On failure it raises a
+        :class:`~providers.errors.ProviderError` *after* yielding the partial chunks. Closing
+        the generator early (``aclose()``, cancellation) closes the HTTP response.
+        """
+
+    async def collect(self, request: ProviderRequest) -> AssistantResponse:
+        """The whole response of :meth:`stream`.
+
+        Raises:
+            ProviderError: the stream failed (the partial response is discarded).
+        """
+        acc = StreamAccumulator()
+        chunks = self.stream(request)
+        try:
+            async for chunk in chunks:
+                acc.feed(chunk)
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return acc.result()
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, not abstract
+        """Release network resources (idempotent)."""
+
+    async def __aenter__(self) -> LLMProvider:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

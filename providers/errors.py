@@ -1,0 +1,178 @@
+"""Typed provider failures.
+
+::
+
+    ProviderError                    message, kind, http_status, provider_code, retry_after_s, retryable
+    ├── AuthenticationError          kind "authentication"    401/403: bad or missing key
+    ├── RateLimitedError             kind "rate_limited"      429 (retry_after_s from the headers)
+    ├── OverloadedError              kind "overloaded"        5xx, 503, 529
+    ├── ContextOverflowError         kind "context_overflow"  the prompt does not fit the model
+    ├── ProviderTimeoutError         kind "timeout"           connect / first byte / idle between chunks
+    ├── ProviderConnectionError      kind "connection"        connection refused/reset before a response
+    ├── BadResponseError             kind "http_error"        other non-2xx; 200 with a JSON error
+    │                                                         body, ``null`` or any non-SSE body
+    ├── InBandError                  kind "provider_error"    an error object inside a 200 stream
+    └── StreamTruncatedError         kind "truncated"         EOF without finish/[DONE]/message_stop,
+                                                              or the connection dropped mid-body
+
+Vendor modules translate httpx2 and HTTP-level failures into these at one boundary
+(``raise … from exc``). A stream raises one of them *after* yielding the chunks that arrived, so
+callers keep the partial text; ``finish_reason`` carries a finish reason seen before the failure
+(e.g. OpenRouter's ``"error"``). ``provider_code`` is the vendor's raw error code or type (any
+JSON value). Messages are short and never contain request payloads or keys.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+from typing import Any
+
+
+class ProviderError(Exception):
+    """Base of every provider failure.
+
+    Attributes:
+        message: human-readable cause (no secrets, no payloads).
+        kind: machine-readable category (see the module docstring).
+        http_status: HTTP status of the response, or None when there was none (connect failure).
+        provider_code: the vendor's error code or type, any JSON value, or None.
+        retry_after_s: seconds the server asked us to wait, or None.
+        retryable: whether trying the same request again may succeed.
+        finish_reason: a finish reason that arrived before the failure, or None.
+    """
+
+    kind = "provider_error"
+    default_retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        http_status: int | None = None,
+        provider_code: Any = None,
+        retry_after_s: float | None = None,
+        retryable: bool | None = None,
+        finish_reason: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.http_status = http_status
+        self.provider_code = provider_code
+        self.retry_after_s = retry_after_s
+        self.retryable = self.default_retryable if retryable is None else retryable
+        self.finish_reason = finish_reason
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{kind, http_status, provider_code, message, retry_after_s}`` (the cases' shape)."""
+        return {
+            "kind": self.kind,
+            "http_status": self.http_status,
+            "provider_code": self.provider_code,
+            "message": self.message,
+            "retry_after_s": self.retry_after_s,
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, http_status={self.http_status!r}, code={self.provider_code!r})"
+
+
+class AuthenticationError(ProviderError):
+    """The API key is missing, wrong or not allowed to use the model (401/403)."""
+
+    kind = "authentication"
+
+
+class RateLimitedError(ProviderError):
+    """429: slow down; ``retry_after_s`` says for how long when the server said so."""
+
+    kind = "rate_limited"
+    default_retryable = True
+
+
+class OverloadedError(ProviderError):
+    """The provider failed or is overloaded (5xx, 503, 529)."""
+
+    kind = "overloaded"
+    default_retryable = True
+
+
+class ContextOverflowError(ProviderError):
+    """The request does not fit the model's context window: compact and retry once."""
+
+    kind = "context_overflow"
+
+
+class ProviderTimeoutError(ProviderError):
+    """No connection, no first byte, or too long a gap between chunks.
+
+    Attributes:
+        phase: ``"connect"``, ``"first_byte"``, ``"idle"`` or ``"write"``.
+    """
+
+    kind = "timeout"
+    default_retryable = True
+
+    def __init__(self, message: str, *, phase: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.phase = phase
+
+
+class ProviderConnectionError(ProviderError):
+    """No HTTP response: connection refused or reset, DNS failure, TLS error, bad URL."""
+
+    kind = "connection"
+    default_retryable = True
+
+
+class BadResponseError(ProviderError):
+    """A response we cannot use: other non-2xx, or a 200 whose body is not an event stream."""
+
+    kind = "http_error"
+
+
+class InBandError(ProviderError):
+    """An error object inside a 200 event stream (after the headers said success)."""
+
+    kind = "provider_error"
+
+
+class StreamTruncatedError(ProviderError):
+    """The stream ended (or the connection dropped) before its terminal event."""
+
+    kind = "truncated"
+    default_retryable = True
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds to wait according to ``retry-after-ms`` or ``Retry-After``.
+
+    ``retry-after-ms`` (OpenAI) wins; ``Retry-After`` is delta-seconds or an HTTP-date. A date in
+    the past gives 0.0. ``headers`` lookups must be case-insensitive (httpx2 headers are).
+
+    Returns:
+        Seconds (float, ≥ 0), or None when neither header is present or parseable.
+    """
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return max(0.0, float(raw_ms) / 1000.0)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    raw = raw.strip()
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)

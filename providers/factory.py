@@ -1,0 +1,75 @@
+"""Build the configured provider from the ``PICOBOT`` settings dict (DESIGN §8).
+
+Pure: takes a plain dict (``settings.PICOBOT`` in the app), imports no Django.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from providers.base import LLMProvider
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+
+def build_provider(config: dict[str, Any]) -> LLMProvider:
+    """The provider ``config`` describes.
+
+    Args:
+        config: keys ``LLM_PROVIDER`` (``"openai"``, ``"anthropic"``, ``"replay"`` or ``""`` for
+            replay), ``LLM_BASE_URL``, ``LLM_API_KEY``, ``LLM_MODEL``, ``LLM_MAX_TOKENS``,
+            ``LLM_THINK_TAGS``, ``LLM_IMPLICIT_THINK_START``, ``LLM_CONNECT_TIMEOUT``,
+            ``LLM_FIRST_BYTE_TIMEOUT``, ``LLM_IDLE_TIMEOUT``, ``LLM_MAX_RETRIES``, ``REPLAY_DIR``;
+            optional ``REPLAY_EVENT_DELAY`` (seconds) and ``LLM_THINKING_BUDGET`` (Anthropic
+            thinking tokens). Missing keys take the settings' defaults.
+
+    Returns:
+        An unopened provider (no network I/O happens here).
+
+    Raises:
+        ValueError: an unknown provider or a missing required setting; the message names the
+            ``PICOBOT_*`` variable to set.
+    """
+    kind = str(config.get("LLM_PROVIDER") or "").strip().lower()
+    if kind in ("", "replay"):
+        from providers.replay import ReplayProvider
+
+        return ReplayProvider(
+            config.get("REPLAY_DIR") or None, event_delay=float(config.get("REPLAY_EVENT_DELAY") or 0.0)
+        )
+    if kind not in ("openai", "anthropic"):
+        raise ValueError(f"PICOBOT_LLM_PROVIDER must be openai, anthropic or replay, got {kind!r}")
+    model = str(config.get("LLM_MODEL") or "").strip()
+    if not model:
+        raise ValueError(f"PICOBOT_LLM_PROVIDER={kind} needs a model: set PICOBOT_LLM_MODEL")
+    api_key = str(config.get("LLM_API_KEY") or "").strip()
+    default_url = OPENAI_DEFAULT_BASE_URL if kind == "openai" else ANTHROPIC_DEFAULT_BASE_URL
+    base_url = str(config.get("LLM_BASE_URL") or "").strip() or default_url
+    if not api_key and base_url in (OPENAI_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_BASE_URL):
+        raise ValueError(f"PICOBOT_LLM_PROVIDER={kind} at {base_url} needs a key: set PICOBOT_LLM_API_KEY")
+    max_tokens = config.get("LLM_MAX_TOKENS")
+    common: dict[str, Any] = {
+        "think_tags": bool(config.get("LLM_THINK_TAGS", True)),
+        "connect_timeout": float(config.get("LLM_CONNECT_TIMEOUT", 10.0)),
+        "first_byte_timeout": float(config.get("LLM_FIRST_BYTE_TIMEOUT", 60.0)),
+        "idle_timeout": float(config.get("LLM_IDLE_TIMEOUT", 60.0)),
+        "max_retries": int(config.get("LLM_MAX_RETRIES", 2)),
+        "max_tokens": int(max_tokens) if max_tokens else None,
+    }
+    if kind == "openai":
+        from providers.openai_compat import OpenAICompatProvider
+
+        return OpenAICompatProvider(
+            base_url,
+            api_key,
+            model,
+            implicit_think_start=bool(config.get("LLM_IMPLICIT_THINK_START", False)),
+            **common,
+        )
+    from providers.anthropic import AnthropicProvider
+
+    budget = config.get("LLM_THINKING_BUDGET")
+    return AnthropicProvider(
+        base_url, api_key, model, thinking_budget=int(budget) if budget else None, **common
+    )

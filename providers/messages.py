@@ -1,0 +1,359 @@
+"""Provider-neutral conversation messages (seed 002, FIX-B/FIX-C).
+
+A :class:`Message` is a role plus an ordered list of content blocks. Vendor modules map it to
+their wire format; storage keeps it through a lossless JSON form::
+
+    {"role": "assistant",
+     "content": [{"type": "thinking", "text": "…", "signature": "…"},
+                 {"type": "text", "text": "It is 10:42."},
+                 {"type": "tool_use", "id": "call_1", "name": "current_time", "arguments": {}}],
+     "provider_state": {"provider": "anthropic", "blocks": […]}}      # key omitted when None
+
+Block ``type`` values: ``text``, ``thinking``, ``redacted_thinking``, ``tool_use``,
+``tool_result``, ``image``. ``provider_state`` is opaque replay data for the provider that
+produced the message (seed 003 §6.2); it never leaves the server.
+
+Pure module: no Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
+
+
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    """Visible text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingBlock:
+    """Readable reasoning; ``signature`` is the vendor's integrity token (Anthropic), if any."""
+
+    text: str
+    signature: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RedactedThinkingBlock:
+    """Encrypted reasoning (Anthropic ``redacted_thinking``): replayed verbatim, never shown."""
+
+    data: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseBlock:
+    """A tool call made by the model; ``id`` is the model's call id, echoed by the result."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultBlock:
+    """The outcome of one tool call; ``tool_call_id`` is the id of the :class:`ToolUseBlock`."""
+
+    tool_call_id: str
+    content: str
+    is_error: bool = False
+    tool_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImageBlock:
+    """An inline image: ``data`` is base64 (no ``data:`` prefix), ``mime_type`` e.g. image/png."""
+
+    mime_type: str
+    data: str
+
+
+ContentBlock = TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock | ImageBlock
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One conversation message.
+
+    Attributes:
+        role: ``system``, ``user``, ``assistant`` or ``tool``.
+        content: ordered content blocks.
+        provider_state: opaque replay state of the provider that produced an assistant message
+            (``{"provider": name, ...}``), or None.
+    """
+
+    role: Role
+    content: list[ContentBlock]
+    provider_state: dict[str, Any] | None = None
+
+    # --- constructors -------------------------------------------------------------------------
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        """A system prompt message."""
+        return cls("system", [TextBlock(text)])
+
+    @classmethod
+    def user(cls, text: str, images: Iterable[ImageBlock] = ()) -> Message:
+        """A user message: the text (omitted when empty) followed by the images."""
+        blocks: list[ContentBlock] = [TextBlock(text)] if text else []
+        blocks.extend(images)
+        return cls("user", blocks)
+
+    @classmethod
+    def assistant(
+        cls,
+        text: str = "",
+        reasoning: str | None = None,
+        tool_calls: Iterable[ToolUseBlock] = (),
+        provider_state: dict[str, Any] | None = None,
+    ) -> Message:
+        """An assistant message: reasoning, text, then tool calls.
+
+        When ``provider_state`` holds replayable thinking blocks (``{"blocks": [...]}`` in the
+        block dict form, e.g. Anthropic thinking with its signature), they become the leading
+        blocks instead of a plain :class:`ThinkingBlock` of ``reasoning``. A corrupt state is
+        ignored: it means "no replay", never an unreadable message (DESIGN §6).
+
+        Empty or whitespace-only text is dropped (seed SC-25: vendors reject empty text blocks).
+        """
+        blocks: list[ContentBlock] = _replay_blocks(provider_state)
+        if not blocks and reasoning:
+            blocks.append(ThinkingBlock(reasoning))
+        if text and text.strip():
+            blocks.append(TextBlock(text))
+        blocks.extend(tool_calls)
+        return cls("assistant", blocks, provider_state)
+
+    @classmethod
+    def tool_result(
+        cls, tool_call_id: str, content: str, is_error: bool = False, tool_name: str | None = None
+    ) -> Message:
+        """A ``tool`` message answering the call ``tool_call_id``."""
+        return cls("tool", [ToolResultBlock(tool_call_id, content, is_error, tool_name)])
+
+    # --- views --------------------------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined (``""`` when there are none)."""
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def reasoning(self) -> str | None:
+        """The thinking blocks' text joined, or None when there is no thinking block."""
+        parts = [b.text for b in self.content if isinstance(b, ThinkingBlock)]
+        return "".join(parts) if parts else None
+
+    @property
+    def tool_calls(self) -> list[ToolUseBlock]:
+        """The tool calls, in order."""
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    # --- JSON ---------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict form (see the module docstring)."""
+        out: dict[str, Any] = {"role": self.role, "content": [block_to_dict(b) for b in self.content]}
+        if self.provider_state is not None:
+            out["provider_state"] = self.provider_state
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Message:
+        """Rebuild a message from :meth:`to_dict` output.
+
+        Raises:
+            ValueError: ``data`` is not a message dict (unknown role, missing or mistyped field,
+                unknown block type); the message says which field.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"message must be an object, got {type(data).__name__}")
+        role = data.get("role")
+        if role not in ROLES:
+            raise ValueError(f"message.role must be one of {sorted(ROLES)}, got {role!r}")
+        content = data.get("content")
+        if not isinstance(content, list):
+            raise ValueError("message.content must be a list of blocks")
+        blocks = [block_from_dict(item, where=f"message.content[{i}]") for i, item in enumerate(content)]
+        state = data.get("provider_state")
+        if state is not None and not isinstance(state, dict):
+            raise ValueError("message.provider_state must be an object or null")
+        return cls(role, blocks, state)
+
+
+def _replay_blocks(provider_state: Any) -> list[ContentBlock]:
+    """Thinking/redacted blocks stored in ``provider_state["blocks"]``; [] when absent/corrupt."""
+    if not isinstance(provider_state, dict):
+        return []
+    raw = provider_state.get("blocks")
+    if not isinstance(raw, list):
+        return []
+    try:
+        blocks = [block_from_dict(item) for item in raw]
+    except ValueError:
+        return []
+    if not all(isinstance(b, ThinkingBlock | RedactedThinkingBlock) for b in blocks):
+        return []
+    return blocks
+
+
+# --- block (de)serialisation ------------------------------------------------------------------
+
+
+def block_to_dict(block: ContentBlock) -> dict[str, Any]:
+    """The dict form of one block, with its ``type`` discriminator."""
+    match block:
+        case TextBlock(text):
+            return {"type": "text", "text": text}
+        case ThinkingBlock(text, signature):
+            out: dict[str, Any] = {"type": "thinking", "text": text}
+            if signature is not None:
+                out["signature"] = signature
+            return out
+        case RedactedThinkingBlock(data):
+            return {"type": "redacted_thinking", "data": data}
+        case ToolUseBlock(id_, name, arguments):
+            return {"type": "tool_use", "id": id_, "name": name, "arguments": arguments}
+        case ToolResultBlock(tool_call_id, content, is_error, tool_name):
+            out = {
+                "type": "tool_result",
+                "tool_call_id": tool_call_id,
+                "content": content,
+                "is_error": is_error,
+            }
+            if tool_name is not None:
+                out["tool_name"] = tool_name
+            return out
+        case ImageBlock(mime_type, data):
+            return {"type": "image", "mime_type": mime_type, "data": data}
+    raise TypeError(f"not a content block: {block!r}")
+
+
+def _field(
+    d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, *, optional: bool = False
+) -> Any:
+    value = d.get(key)
+    if value is None and optional:
+        return None
+    # bool is an int subclass: never accept it where a str/dict is expected, and vice versa.
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ValueError(f"{where}.{key} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def block_from_dict(data: Any, where: str = "block") -> ContentBlock:
+    """Rebuild one block from its dict form.
+
+    Raises:
+        ValueError: not a block dict; names ``where`` and the bad field.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where} must be an object, got {type(data).__name__}")
+    kind = data.get("type")
+    if kind == "text":
+        return TextBlock(_field(data, "text", str, where))
+    if kind == "thinking":
+        return ThinkingBlock(
+            _field(data, "text", str, where), _field(data, "signature", str, where, optional=True)
+        )
+    if kind == "redacted_thinking":
+        return RedactedThinkingBlock(_field(data, "data", str, where))
+    if kind == "tool_use":
+        return ToolUseBlock(
+            _field(data, "id", str, where),
+            _field(data, "name", str, where),
+            _field(data, "arguments", dict, where),
+        )
+    if kind == "tool_result":
+        return ToolResultBlock(
+            _field(data, "tool_call_id", str, where),
+            _field(data, "content", str, where),
+            bool(_field(data, "is_error", bool, where, optional=True)),
+            _field(data, "tool_name", str, where, optional=True),
+        )
+    if kind == "image":
+        return ImageBlock(_field(data, "mime_type", str, where), _field(data, "data", str, where))
+    raise ValueError(f"{where}.type {kind!r} is not a known content block type")
+
+
+def messages_to_json(messages: Sequence[Message]) -> str:
+    """Serialise messages to a JSON array (UTF-8 text, no NaN/Infinity).
+
+    Raises:
+        ValueError: a tool call's arguments hold a value JSON cannot represent.
+    """
+    return json.dumps([m.to_dict() for m in messages], ensure_ascii=False, allow_nan=False)
+
+
+def messages_from_json(text: str) -> list[Message]:
+    """Parse :func:`messages_to_json` output.
+
+    Raises:
+        ValueError: invalid JSON, not an array, or an invalid message (the message says where).
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"messages JSON is not valid JSON: {exc}") from exc
+    if not isinstance(data, list):
+        raise ValueError("messages JSON must be an array")
+    out = []
+    for i, item in enumerate(data):
+        try:
+            out.append(Message.from_dict(item))
+        except ValueError as exc:
+            raise ValueError(f"messages[{i}]: {exc}") from exc
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """A tool offered to the model: ``parameters`` is a JSON schema object."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one provider call (``prompt``→``input``, ``completion``→``output``)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+
+    def to_dict(self) -> dict[str, int]:
+        """``{"input_tokens": int, "output_tokens": int}``."""
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Usage:
+        """Rebuild from :meth:`to_dict` output; missing counts are 0.
+
+        Raises:
+            ValueError: not an object, or a count that is not a non-negative integer.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"usage must be an object, got {type(data).__name__}")
+        counts = []
+        for key in ("input_tokens", "output_tokens"):
+            value = data.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"usage.{key} must be a non-negative integer, got {value!r}")
+            counts.append(value)
+        return cls(*counts)

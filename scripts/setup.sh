@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Create .venv (if needed) and install the pinned requirements. Usage: scripts/setup.sh [--test]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+req=requirements.txt
+[ "${1:-}" = "--test" ] && req=requirements-test.txt
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (venv, requirements + test requirements) and run the whole test suite and ruff.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --test
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,33 @@
+"""Shared test fixtures: no outside network, a fresh channel layer per test, fast worker loops."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+_real_connect = socket.socket.connect
+_LOOPBACK_PREFIXES = ("127.", "::1", "localhost", "0.0.0.0")
+
+
+def _guarded_connect(self: socket.socket, address: object) -> object:
+    host = address[0] if isinstance(address, tuple) else address
+    outside = isinstance(host, str) and not host.startswith(_LOOPBACK_PREFIXES)
+    if outside and self.family in (socket.AF_INET, socket.AF_INET6):
+        raise RuntimeError(f"tests must not touch the outside network (tried {address!r})")
+    return _real_connect(self, address)
+
+
+@pytest.fixture(autouse=True)
+def _no_outside_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_channel_layer() -> object:
+    """Each test gets its own in-memory layer (its queues belong to that test's event loop)."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends = {}
+    yield
+    channel_layers.backends = {}

@@ -1,0 +1,109 @@
+"""Fixtures for gateway tests: fast worker loops, users with tokens, an agent worker, WS clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from conversations.auth import create_token, get_or_create_user
+from conversations.runtime import set_provider
+from conversations.worker import AgentWorker
+
+
+@pytest.fixture(autouse=True)
+def fast_picobot(settings: object) -> None:
+    """Short scan/renew intervals and retry delays so tests never wait on production timers."""
+    settings.PICOBOT = {
+        **settings.PICOBOT,
+        "INBOX_SCAN_SECONDS": 0.2,
+        "LEASE_RENEW_SECONDS": 0.5,
+        "WS_SNAPSHOT_INTERVAL_MS": 1,
+        "STORAGE_RETRY_DELAYS_MS": [10, 20, 30],
+    }
+
+
+@database_sync_to_async
+def make_token(username: str = "alice") -> str:
+    """Create ``username`` (if needed) and return a fresh API token."""
+    user, _ = get_or_create_user(username)
+    return create_token(user)
+
+
+class ChatClient:
+    """A WebsocketCommunicator speaking PROTOCOL §1 frames, recording everything received."""
+
+    def __init__(self, communicator: WebsocketCommunicator) -> None:
+        self.communicator = communicator
+        self.frames: list[dict] = []
+
+    async def send(self, frame: dict | str) -> None:
+        text = frame if isinstance(frame, str) else json.dumps(frame)
+        await self.communicator.send_to(text_data=text)
+
+    async def recv(self, timeout: float = 10) -> dict:
+        frame = json.loads(await self.communicator.receive_from(timeout=timeout))
+        self.frames.append(frame)
+        return frame
+
+    async def until(self, kind: str, predicate: Callable[[dict], bool] | None = None, timeout: float = 10) -> dict:
+        """Receive until a frame of type ``kind`` (matching ``predicate``) arrives; return it."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise AssertionError(f"no {kind!r} frame within {timeout} s; got {[f['type'] for f in self.frames]}")
+            frame = await self.recv(timeout=remaining)
+            if frame["type"] == kind and (predicate is None or predicate(frame)):
+                return frame
+
+    def of_type(self, kind: str) -> list[dict]:
+        return [f for f in self.frames if f["type"] == kind]
+
+    async def close(self) -> None:
+        await self.communicator.disconnect()
+
+
+@pytest.fixture
+async def connect() -> AsyncIterator[Callable]:
+    """``await connect(token)`` → a connected ChatClient that already received ``ready``."""
+    from picobot_site.asgi import application
+
+    clients: list[ChatClient] = []
+
+    async def _connect(token: str | None, *, headers: list | None = None, path: str = "/ws/chat/") -> ChatClient:
+        hdrs = list(headers or [])
+        if token:
+            hdrs.append((b"authorization", f"Bearer {token}".encode()))
+        communicator = WebsocketCommunicator(application, path, headers=hdrs)
+        connected, _ = await communicator.connect(timeout=10)
+        assert connected
+        client = ChatClient(communicator)
+        clients.append(client)
+        return client
+
+    yield _connect
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+async def start_worker() -> AsyncIterator[Callable]:
+    """``await start_worker(provider)`` → a running AgentWorker, stopped at teardown."""
+    workers: list[AgentWorker] = []
+
+    async def _start(provider: object, worker_id: str = "test-host:serve") -> AgentWorker:
+        set_provider(provider)  # what `ready` reports, as configured for the whole process
+        worker = AgentWorker(worker_id, provider=provider)
+        await worker.start()
+        workers.append(worker)
+        return worker
+
+    yield _start
+    for worker in workers:
+        await worker.stop(timeout=5)
+    set_provider(None)
