@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conversations.tools.registry import ToolRegistry
+from conversations.tools.registry import ToolFatalError, ToolRegistry
 from delivery.events import (
     ReasoningDelta,
     TextDelta,
@@ -104,7 +104,8 @@ class AgentLoop:
         for iteration in range(self.max_iterations):
             result.iterations = iteration + 1
             last = iteration == self.max_iterations - 1
-            request = ProviderRequest(messages=conversation, tools=[] if last else self.tools.definitions())
+            # A copy: the request must not change when this turn appends to its conversation.
+            request = ProviderRequest(messages=list(conversation), tools=[] if last else self.tools.definitions())
             accumulator = StreamAccumulator()
             try:
                 await self._stream(request, iteration, accumulator)
@@ -163,7 +164,13 @@ class AgentLoop:
             )
             return Message.tool_result(call.id, outcome.content, is_error=outcome.is_error, tool_name=call.name)
 
-        return list(await asyncio.gather(*(one(call) for call in calls)))
+        # A TaskGroup cancels the sibling calls when one raises (ToolFatalError, cancellation).
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(call)) for call in calls]
+        except* ToolFatalError as failures:
+            raise failures.exceptions[0] from None
+        return [task.result() for task in tasks]
 
 
 def _display_args(call: ToolCall) -> dict | str:

@@ -218,6 +218,9 @@ PICOBOT = {
     "LLM_IDLE_TIMEOUT": env_float("PICOBOT_LLM_IDLE_TIMEOUT", 60.0),
     "LLM_MAX_RETRIES": env_int("PICOBOT_LLM_MAX_RETRIES", 2),
     "REPLAY_DIR": env_str("PICOBOT_REPLAY_DIR", str(BASE_DIR / "providers" / "transcripts")),
+    # Seconds between replayed SSE events, so the offline provider streams visibly.
+    "REPLAY_EVENT_DELAY": env_float("PICOBOT_REPLAY_EVENT_DELAY", 0.03),
+    "LLM_THINKING_BUDGET": env_int("PICOBOT_LLM_THINKING_BUDGET", 0),
     "SYSTEM_PROMPT": env_str(
         "PICOBOT_SYSTEM_PROMPT",
         "You are PicoBot, a helpful assistant. Use tools when they help; answer concisely.",

@@ -1,0 +1,144 @@
+"""Turn paths beyond the happy one: stop, failures, tool errors, late joiners, slow clients."""
+
+from __future__ import annotations
+
+import pytest
+from channels.db import database_sync_to_async
+
+from conversations.models import InboxMessage, Message
+from providers.chunks import Done, TextDelta
+from providers.errors import OverloadedError
+from providers.testing import ScriptedProvider, script_text, script_tool_call
+from tests.conversations.conftest import make_token
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def long_text(words: int) -> str:
+    return " ".join(f"w{i}" for i in range(words))
+
+
+async def test_stop_cancels_the_running_turn_and_keeps_the_partial_answer(connect, start_worker):
+    full = long_text(400)
+    provider = ScriptedProvider([script_text(full)], delay=0.01)
+    await start_worker(provider)
+    client = await connect(await make_token())
+    ready = await client.until("ready")
+    await client.send({"type": "message", "content": "talk", "client_msg_id": "s-1"})
+    await client.until("turn_updated", lambda f: any(b["type"] == "assistant" for b in f["turn"]["blocks"]))
+    await client.send({"type": "stop", "session_id": ready["active_session_id"]})
+    final = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running")
+    assert final["turn"]["status"] == "cancelled"
+    committed = await client.until("turn_committed")
+    assistant = committed["messages"][-1]
+    assert assistant["role"] == "assistant" and assistant["completion_status"] == "cancelled"
+    assert assistant["content"] and full.startswith(assistant["content"]) and assistant["content"] != full
+
+
+async def test_stop_when_nothing_runs_answers_with_a_notification(connect):
+    client = await connect(await make_token())
+    ready = await client.until("ready")
+    await client.send({"type": "stop", "session_id": ready["active_session_id"]})
+    notice = await client.until("notification")
+    assert notice["content"] == "Nothing is running."
+
+
+async def test_provider_failure_before_text_fails_the_turn_without_an_assistant_row(connect, start_worker):
+    await start_worker(ScriptedProvider([OverloadedError("upstream overloaded", http_status=503)]))
+    client = await connect(await make_token())
+    await client.until("ready")
+    await client.send({"type": "message", "content": "hi", "client_msg_id": "f-1"})
+    final = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running")
+    assert final["turn"]["status"] == "failed" and "overloaded" in final["turn"]["error"]
+    committed = await client.until("turn_committed")
+    assert [m["role"] for m in committed["messages"]] == ["user"]
+
+
+async def test_provider_failure_after_text_keeps_the_partial_answer_interrupted(connect, start_worker):
+    chunks = [TextDelta("Half an"), TextDelta(" answer"), OverloadedError("connection reset", http_status=None)]
+    await start_worker(ScriptedProvider([chunks]))
+    client = await connect(await make_token())
+    await client.until("ready")
+    await client.send({"type": "message", "content": "hi", "client_msg_id": "f-2"})
+    final = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running")
+    assert final["turn"]["status"] == "failed"
+    committed = await client.until("turn_committed")
+    assistant = committed["messages"][-1]
+    assert (assistant["content"], assistant["completion_status"]) == ("Half an answer", "interrupted")
+
+
+async def test_unknown_tool_becomes_an_error_result_and_the_turn_goes_on(connect, start_worker):
+    provider = ScriptedProvider([script_tool_call("call_x1", "teleport", {"to": "mars"}), script_text("Cannot do that.")])
+    await start_worker(provider)
+    client = await connect(await make_token())
+    await client.until("ready")
+    await client.send({"type": "message", "content": "go", "client_msg_id": "t-1"})
+    committed = await client.until("turn_committed")
+    tool_row = committed["messages"][2]
+    assert tool_row["tool_call_id"] == "call_x1" and tool_row["is_error"] is True
+    final = [f for f in client.of_type("turn_updated") if f["turn"]["status"] == "completed"][-1]["turn"]
+    assert [b["status"] for b in final["blocks"] if b["type"] == "tool"] == ["failed"]
+    second_request = provider.requests[1].messages
+    assert second_request[-1].content[0].tool_call_id == "call_x1"
+
+
+async def test_a_client_that_connects_mid_turn_gets_the_running_turn(connect, start_worker):
+    provider = ScriptedProvider([script_text(long_text(300))], delay=0.01)
+    await start_worker(provider)
+    token = await make_token()
+    first = await connect(token)
+    await first.until("ready")
+    await first.send({"type": "message", "content": "talk", "client_msg_id": "r-1"})
+    running = await first.until("turn_updated", lambda f: len(f["turn"]["blocks"]) > 0)
+    late = await connect(token)
+    ready = await late.until("ready")
+    assert [t["id"] for t in ready["running"]] == [running["turn"]["id"]]
+    replayed = await late.until("turn_updated")
+    assert replayed["turn"]["id"] == running["turn"]["id"] and replayed["turn"]["revision"] > 0
+    await late.until("turn_updated", lambda f: f["turn"]["status"] == "completed", timeout=20)
+
+
+async def test_a_client_that_never_acknowledges_gets_a_bounded_number_of_running_snapshots(connect, start_worker):
+    await start_worker(ScriptedProvider([script_text(long_text(200))], delay=0.005))
+    client = await connect(await make_token())
+    await client.until("ready")
+    await client.send({"type": "message", "content": "talk", "client_msg_id": "w-1"})
+    await client.until("turn_committed", timeout=20)
+    updates = [f["turn"] for f in client.of_type("turn_updated")]
+    running = [u for u in updates if u["status"] == "running"]
+    assert len(running) <= 4, "the seen credit window allows 4 unacknowledged running snapshots"
+    assert updates[-1]["status"] == "completed"
+    assert updates[-1]["blocks"][-1]["text"].endswith("w199")
+
+
+async def test_messages_sent_during_a_turn_run_in_order_after_it(connect, start_worker):
+    provider = ScriptedProvider([script_text("first answer"), script_text("second answer")], delay=0.02)
+    await start_worker(provider)
+    client = await connect(await make_token())
+    await client.until("ready")
+    await client.send({"type": "message", "content": "one", "client_msg_id": "q-1"})
+    await client.send({"type": "message", "content": "two", "client_msg_id": "q-2"})
+    acks = [await client.until("ack"), await client.until("ack")]
+    assert [a["queued"] for a in acks] == [0, 1]
+    first = await client.until("turn_committed")
+    second = await client.until("turn_committed")
+    assert [m["content"] for m in first["messages"]] == ["one", "first answer"]
+    assert [m["content"] for m in second["messages"]] == ["two", "second answer"]
+    assert [m["seq"] for m in first["messages"] + second["messages"]] == [1, 2, 3, 4]
+    statuses = await database_sync_to_async(lambda: sorted(InboxMessage.objects.values_list("status", flat=True)))()
+    assert statuses == ["done", "done"]
+
+
+async def test_reasoning_only_answer_completes_without_inventing_text(connect, start_worker):
+    await start_worker(ScriptedProvider([[*script_text("", reasoning="thinking only")[:-1], Done("length")]]))
+    client = await connect(await make_token())
+    await client.until("ready")
+    await client.send({"type": "message", "content": "hm", "client_msg_id": "ro-1"})
+    committed = await client.until("turn_committed")
+    final = [f for f in client.of_type("turn_updated") if f["turn"]["status"] == "completed"][-1]["turn"]
+    assert final.get("empty_answer") is True
+    assert not [b for b in final["blocks"] if b["type"] == "assistant"]
+    assistant = committed["messages"][-1]
+    assert assistant["content"] == "" and assistant["reasoning"] == "thinking only"
+    count = await database_sync_to_async(lambda: Message.objects.filter(role="assistant").count())()
+    assert count == 1
