@@ -145,7 +145,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": SQLITE_BUSY_TIMEOUT,
     }
-    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test_picobot.sqlite3")}
+    # A file (not :memory:) so the agent's storage threads share it; per process so that two
+    # test runs on one checkout do not collide.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test_picobot_{os.getpid()}.sqlite3")}
 else:
     DATABASES["default"].setdefault("OPTIONS", {})
     if env_bool("PICOBOT_DATABASE_POOL", False):

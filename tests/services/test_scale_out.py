@@ -18,7 +18,7 @@ from urllib.parse import urlparse, urlunparse
 import pytest
 import websockets
 
-from providers.testing import LocalSSEServer, SSEResponse
+from providers.testing import LocalSSEServer
 from tests.conversations.streams import CALL_ID, answer_pieces, tool_call_pieces
 from tests.e2e.serve_process import REPO, manage, server_env
 from tests.services.conftest import require_service
