@@ -21,6 +21,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from conversations import storage
 from conversations.commands import handle_command
+from conversations.media import MediaError, validate_media
 from conversations.notify import dumps
 from conversations.runtime import provider_info
 from conversations.storage_runner import run_storage
@@ -156,9 +157,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if len(content) > MAX_CONTENT_CHARS:
             raise FrameError("content_too_long", f"content exceeds {MAX_CONTENT_CHARS} characters", client_msg_id)
         session_id = _optional_str(frame, "session_id", 255)
-        media = frame.get("media")
-        if media is not None and not isinstance(media, list):
-            raise FrameError("invalid_frame", "media must be a list", client_msg_id)
+        media = None
+        if frame.get("media") is not None:
+            try:
+                media = validate_media(frame["media"])
+            except MediaError as exc:
+                raise FrameError("invalid_media", str(exc), client_msg_id) from None
         if content.startswith("/"):
             await handle_command(self, content, session_id)
             return

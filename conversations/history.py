@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from providers.messages import Message, ThinkingBlock, ToolUseBlock
+from providers.messages import ImageBlock, Message, ThinkingBlock, ToolUseBlock
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ def row_to_message(row: dict) -> Message | None:
     """One history row as a provider Message (None for a row that carries nothing)."""
     role = row["role"]
     if role == "user":
-        return Message.user(row.get("content") or "")
+        return Message.user(row.get("content") or "", images=_images(row))
     if role == "tool":
         return Message.tool_result(
             row.get("tool_call_id") or "",
@@ -43,6 +43,14 @@ def row_to_message(row: dict) -> Message | None:
     if not message.content:
         return None
     return message
+
+
+def _images(row: dict) -> list[ImageBlock]:
+    return [
+        ImageBlock(mime_type=m["mime_type"], data=m["data"])
+        for m in row.get("media_refs") or []
+        if isinstance(m, dict) and m.get("mime_type") and m.get("data")
+    ]
 
 
 def repair_tool_pairs(messages: list[Message]) -> list[Message]:
@@ -91,7 +99,8 @@ def build_turn_input(
         for index in range(len(messages) - 1, -1, -1):
             if messages[index].role == "user":
                 user = messages[index]
-                messages[index] = Message.user(f"{user.text}\n\n[Runtime context: {runtime_context}]")
+                images = [b for b in user.content if isinstance(b, ImageBlock)]
+                messages[index] = Message.user(f"{user.text}\n\n[Runtime context: {runtime_context}]", images=images)
                 break
     return [Message.system(system), *messages]
 

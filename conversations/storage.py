@@ -67,6 +67,7 @@ def message_to_history_row(row: Message) -> dict:
     """A history row for building provider input (includes ``provider_state``; server only)."""
     data = message_to_protocol(row)
     data["provider_state"] = row.provider_state
+    data["media_refs"] = row.media_refs or []
     return data
 
 

@@ -127,6 +127,16 @@ async def test_bad_frames_get_errors_and_the_connection_keeps_working(connect, s
     assert error["code"] == "invalid_frame" and error["client_msg_id"] == "bad-1"
     await client.send({"type": "history", "session_id": "cli_chat:999:nope"})
     assert (await client.until("error"))["code"] == "not_found"
+    await client.send({"type": "message", "content": "x" * 70_000})
+    assert (await client.until("error"))["code"] == "frame_too_large"
+    await client.send({"type": "message", "content": "x" * 32_001})
+    assert (await client.until("error"))["code"] == "content_too_long"
+    await client.send({"type": "message", "content": "pic", "media": [{"mime_type": "text/html", "data": "PGI+"}]})
+    assert (await client.until("error"))["code"] == "invalid_media"
+    await client.send({"type": "message", "content": "pic", "media": [{"mime_type": "image/png", "data": "%%%"}]})
+    assert (await client.until("error"))["code"] == "invalid_media"
+    await client.send({"type": "history", "session_id": "x", "limit": 500})
+    assert (await client.until("error"))["code"] == "invalid_frame"
     await client.send({"type": "ping", "nonce": "n1"})
     assert (await client.until("pong"))["nonce"] == "n1"
 

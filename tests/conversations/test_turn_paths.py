@@ -142,3 +142,21 @@ async def test_reasoning_only_answer_completes_without_inventing_text(connect, s
     assert assistant["content"] == "" and assistant["reasoning"] == "thinking only"
     count = await database_sync_to_async(lambda: Message.objects.filter(role="assistant").count())()
     assert count == 1
+
+
+async def test_an_image_reaches_the_provider_with_the_runtime_context_in_the_same_message(connect, start_worker):
+    from providers.messages import ImageBlock, TextBlock
+
+    provider = ScriptedProvider([script_text("A red pixel.")])
+    await start_worker(provider)
+    client = await connect(await make_token())
+    await client.until("ready")
+    pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    await client.send({"type": "message", "content": "what is this?", "client_msg_id": "img-1",
+                       "media": [{"mime_type": "image/png", "data": pixel}]})
+    await client.until("turn_committed")
+    request = provider.requests[0].messages
+    assert [m.role for m in request] == ["system", "user"]
+    blocks = request[-1].content
+    assert isinstance(blocks[0], TextBlock) and blocks[0].text.startswith("what is this?\n\n[Runtime context: time=")
+    assert blocks[1:] == [ImageBlock(mime_type="image/png", data=pixel)]
