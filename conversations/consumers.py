@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
+import socket
 from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -40,6 +42,19 @@ MAX_CONTENT_CHARS = 32_000
 MAX_CLIENT_MSG_ID = 64
 MAX_HISTORY_LIMIT = 200
 CLOSE_UNAUTHORIZED = 4401
+# DESIGN §2 asks for 1001, but Daphne's WebSocket stack (autobahn) refuses to send any server close
+# code other than 1000 and 3000–4999, so a shutdown closes normally with a reason; clients reconnect.
+CLOSE_SERVER_SHUTDOWN = 1000
+
+
+def process_connections_group() -> str:
+    """This process's group of WebSocket connections (``serve`` closes them cleanly at exit).
+
+    Per process, so that a shutdown never closes the connections of another server sharing the
+    Redis layer.
+    """
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())[:40]
+    return f"picobot.connections.{host}.{os.getpid()}"
 
 
 class FrameError(Exception):
@@ -86,6 +101,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.group = chat_group(CHANNEL, self.chat_id)
         self.window = SnapshotCreditWindow()
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.channel_layer.group_add(process_connections_group(), self.channel_name)
         await self.accept()
         active = await run_storage(storage.active_dialog, user, CHANNEL, self.chat_id)
         running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
@@ -110,6 +126,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.channel_layer.group_discard(process_connections_group(), self.channel_name)
 
     # --- client → server ----------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -231,6 +248,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
             message["turn_id"], message["revision"], bool(message.get("terminal")), message["json"]
         ):
             await self.send(text_data=turn_updated_frame(payload))
+
+    async def server_shutdown(self, message: dict) -> None:
+        """The server is stopping: close the socket cleanly so clients reconnect elsewhere/later."""
+        await self.close(code=CLOSE_SERVER_SHUTDOWN, reason="server shutting down")
 
     async def chat_frame(self, message: dict) -> None:
         """A pre-serialised frame for every connection of the chat."""

@@ -103,7 +103,7 @@ class DialogExecutor:
         interrupted = await run_storage(storage.interrupt_started, self.dialog_id, self.worker.worker_id, self.epoch)
         for turn in interrupted:
             await notify.publish_interrupted(turn)
-        while not self.lease_lost:
+        while not self.lease_lost and not self.worker.stopping:
             self.poked.clear()
             start = await run_storage(storage.start_next_turn, self.dialog_id, self.worker.worker_id, self.epoch)
             if start is None:

@@ -94,6 +94,11 @@ class AgentWorker:
         self._stopping = False
 
     # --- lifecycle ----------------------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop()`` began: executors start no new turns."""
+        return self._stopping
+
     async def start(self) -> None:
         """Start the layer consumer, the lease renewal and the inbox scan; scan once now."""
         layer = get_channel_layer()
@@ -231,7 +236,10 @@ class AgentWorker:
                 except Exception:
                     log.exception("lease renewal of %s failed", dialog_id)
                     continue
-                if not held:
+                if not held and self.executors.get(dialog_id) is executor and executor.epoch:
+                    # Checked again after the await: the executor may have finished and a new one
+                    # (with a new epoch) taken its place, which must not be stopped.
                     log.warning("lease of %s lost to another worker; stopping its turn", dialog_id)
                     executor.lease_lost = True
-                    self.stop_turn(dialog_id)
+                    if executor.running and executor.running.task:
+                        executor.running.task.cancel()

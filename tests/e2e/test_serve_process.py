@@ -116,6 +116,12 @@ async def test_serve_streams_a_tool_turn_commits_it_and_keeps_it_across_a_restar
             assert [m["role"] for m in history["messages"]].count("user") == 1
             assert len(llm.requests) == 2, "the repeated client_msg_id started no turn"
 
+            # SIGTERM: the server closes its sockets with a close frame and exits cleanly.
+            assert await server.stop() == 0
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await ws.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000  # Daphne drops reasons
+
 
 async def test_serve_refuses_connections_without_valid_credentials(tmp_path: Path):
     async with ServeProcess(tmp_path) as server:

@@ -33,8 +33,10 @@ class Command(BaseCommand):
         first_user = ensure_first_user()
 
         # Daphne installs Twisted's asyncio reactor on import: import it only here.
+        from channels.layers import get_channel_layer
         from daphne.server import Server
 
+        from conversations.consumers import process_connections_group
         from conversations.runtime import get_provider
         from conversations.worker import AgentWorker, default_worker_id
         from picobot_site.asgi import application
@@ -78,11 +80,20 @@ class Command(BaseCommand):
             announce()
 
         async def shutdown() -> None:
+            # Stop accepting new turns and end running ones per the cancel rules, then close
+            # every socket with a close frame (Daphne alone would drop them: clients would see 1006).
             await worker.stop(timeout=10)
-            server.stop()
+            try:
+                await get_channel_layer().group_send(process_connections_group(), {"type": "server.shutdown"})
+                await asyncio.sleep(0.3)  # let the close frames flush
+            finally:
+                server.stop()
+
+        stopping: list[asyncio.Future] = []
 
         def on_signal() -> None:
-            asyncio.ensure_future(shutdown())
+            if not stopping:  # a second Ctrl+C does not start a second shutdown
+                stopping.append(asyncio.ensure_future(shutdown()))
 
         def ready() -> None:
             loop = asyncio.get_event_loop()
