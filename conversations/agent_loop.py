@@ -91,6 +91,24 @@ class AgentLoop:
         self.emit = emit
         self.max_iterations = max(1, max_iterations)
         self.tool_timeout = tool_timeout
+        self.result = AgentResult()
+        """The turn so far; still readable after ``run`` was cancelled (``/stop``, a deadline)."""
+        self._streaming: StreamAccumulator | None = None
+        self._streaming_iteration = 0
+
+    def partial_message(self) -> TurnMessage | None:
+        """The assistant text/reasoning of the response being streamed now, or None.
+
+        After a cancel or a provider failure this is what the user saw of the unfinished
+        response; complete responses are already in ``result.messages``.
+        """
+        if self._streaming is None:
+            return None
+        partial = self._streaming.result()
+        if not (partial.text or partial.reasoning):
+            return None
+        message = Message.assistant(text=partial.text, reasoning=partial.reasoning or None)
+        return TurnMessage(self._streaming_iteration, message)
 
     async def run(self, messages: list[Message]) -> AgentResult:
         """Run the turn on ``messages`` (system first). Never raises ``ProviderError``.
@@ -99,29 +117,29 @@ class AgentLoop:
             ToolFatalError: a tool said the turn cannot go on.
             asyncio.CancelledError: the turn was cancelled (``/stop``).
         """
-        result = AgentResult()
+        result = self.result = AgentResult()
         conversation = list(messages)
         for iteration in range(self.max_iterations):
             result.iterations = iteration + 1
             last = iteration == self.max_iterations - 1
             # A copy: the request must not change when this turn appends to its conversation.
             request = ProviderRequest(messages=list(conversation), tools=[] if last else self.tools.definitions())
-            accumulator = StreamAccumulator()
+            accumulator = self._streaming = StreamAccumulator()
+            self._streaming_iteration = iteration
             try:
                 await self._stream(request, iteration, accumulator)
             except ProviderError as exc:
                 result.error = exc
-                partial = accumulator.result()
-                if partial.text or partial.reasoning:
-                    result.partial = TurnMessage(
-                        iteration, Message.assistant(text=partial.text, reasoning=partial.reasoning or None)
-                    )
+                result.partial = self.partial_message()
                 return result
+            self._streaming = None
             response = accumulator.result()
             if response.usage is not None:
                 result.usage = result.usage + response.usage
             result.finish_reason = response.finish_reason
-            calls = [self._with_id(call) for call in response.tool_calls]
+            # The last request offered no tools; calls the model makes anyway are not run, so the
+            # turn ends on its answer instead of on tool results nobody reads.
+            calls = [] if last else [self._with_id(call) for call in response.tool_calls]
             response.tool_calls = calls
             assistant = response.to_message()
             result.messages.append(TurnMessage(iteration, assistant))

@@ -47,6 +47,9 @@ class RunningTurn:
     task: asyncio.Task | None = None
 
 
+CANCELLED_TOOL_RESULT = "Error: the turn was stopped before this tool call returned a result."
+
+
 def _error_ref() -> str:
     return secrets.token_hex(4)
 
@@ -153,6 +156,9 @@ class DialogExecutor:
             ref = _error_ref()
             log.exception("turn %s crashed (ref %s)", start.turn_id, ref)
             failure = f"Internal error (ref {ref})."
+        if result is None:  # cancelled or timed out: keep what the loop finished, plus the partial
+            result = loop.result
+            result.partial = loop.partial_message()
         commit = await self._finish(start, controller, result, cancelled, failure)
         # The terminal snapshot goes out after the commit, and turn_committed after it (PROTOCOL §1).
         delivery = await handle.wait(timeout=30)
@@ -166,29 +172,24 @@ class DialogExecutor:
         self,
         start: storage.TurnStart,
         controller: TurnController,
-        result: AgentResult | None,
+        result: AgentResult,
         cancelled: bool,
         failure: str | None,
     ) -> storage.CommitResult | None:
         """Commit what the turn produced, then end the controller; None when nothing committed."""
-        messages = list(result.messages) if result else []
+        messages = complete_tool_chains(result.messages)
         status = Message.CompletionStatus.COMPLETED
-        if result and result.error is not None:
+        if result.error is not None:
             ref = _error_ref()
             log.warning("turn %s provider error %s (ref %s)", start.turn_id, result.error.kind, ref)
             failure = f"The model provider failed ({result.error.kind}): {result.error.message} (ref {ref})"
-            if result.partial is not None:
-                messages.append(result.partial)
-                status = Message.CompletionStatus.INTERRUPTED
-        if cancelled:
-            partial_text = controller_text(controller)
-            if partial_text:
-                iteration = messages[-1].iteration + 1 if messages else 0
-                messages.append(TurnMessage(iteration, ProviderMessage.assistant(text=partial_text)))
-                status = Message.CompletionStatus.CANCELLED
+        if result.partial is not None:
+            # Shown text of an unfinished response is kept, marked (seed 003 §14.1, §14.2).
+            messages.append(result.partial)
+            status = Message.CompletionStatus.CANCELLED if cancelled else Message.CompletionStatus.INTERRUPTED
         controller.begin_finalizing()
         rows = turn_rows(messages, start.turn_id, start.reply_message_id, status)
-        usage = result.usage.to_dict() if result else None
+        usage = result.usage.to_dict()
         try:
             commit = await run_storage(
                 storage.commit_turn,
@@ -228,7 +229,22 @@ class DialogExecutor:
         return f"time={now}; channel={start.channel}; dialog_title={start.title!r}"
 
 
-def controller_text(controller: TurnController) -> str:
-    """Assistant text shown so far in the controller's snapshot."""
-    snap = controller.snapshot()
-    return "".join(b.get("text", "") for b in snap.blocks if b.get("type") == "assistant")
+def complete_tool_chains(messages: list[TurnMessage]) -> list[TurnMessage]:
+    """``messages`` with every tool call followed by its result, an error result where none came.
+
+    A turn cancelled while its tools ran must still commit a valid chain: providers reject a
+    history where an assistant tool call has no result (seed 003 §14.1).
+    """
+    results = {m.message.content[0].tool_call_id: m for m in messages if m.message.role == "tool"}
+    out: list[TurnMessage] = []
+    for item in messages:
+        if item.message.role == "tool":
+            continue
+        out.append(item)
+        for call in item.message.tool_calls if item.message.role == "assistant" else []:
+            missing = TurnMessage(
+                item.iteration,
+                ProviderMessage.tool_result(call.id, CANCELLED_TOOL_RESULT, is_error=True, tool_name=call.name),
+            )
+            out.append(results.get(call.id) or missing)
+    return out

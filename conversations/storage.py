@@ -237,10 +237,13 @@ def accept_message(
     capacity = int(settings.PICOBOT["INBOX_CAPACITY"])
     try:
         with transaction.atomic():
+            # Bump the position first: the UPDATE locks the dialog row, so concurrent sends count
+            # the queue one after the other (on PostgreSQL both could otherwise see 31 and both
+            # insert). Raising rolls the bump back.
+            Dialog.objects.filter(pk=dialog.pk).update(inbox_position=F("inbox_position") + 1)
             queued = InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.QUEUED).count()
             if queued >= capacity:
                 raise InboxFullError(f"the dialog already has {queued} queued messages")
-            Dialog.objects.filter(pk=dialog.pk).update(inbox_position=F("inbox_position") + 1)
             position = Dialog.objects.values_list("inbox_position", flat=True).get(pk=dialog.pk)
             row = InboxMessage.objects.create(
                 user=owner,

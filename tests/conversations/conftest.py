@@ -96,9 +96,9 @@ async def start_worker() -> AsyncIterator[Callable]:
     """``await start_worker(provider)`` → a running AgentWorker, stopped at teardown."""
     workers: list[AgentWorker] = []
 
-    async def _start(provider: object, worker_id: str = "test-host:serve") -> AgentWorker:
+    async def _start(provider: object, worker_id: str = "test-host:serve", tools: object = None) -> AgentWorker:
         set_provider(provider)  # what `ready` reports, as configured for the whole process
-        worker = AgentWorker(worker_id, provider=provider)
+        worker = AgentWorker(worker_id, provider=provider, tools=tools)
         await worker.start()
         workers.append(worker)
         return worker

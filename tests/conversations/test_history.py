@@ -57,7 +57,12 @@ def test_runtime_context_is_appended_only_to_the_last_user_message():
     messages = build_turn_input("S", rows, runtime_context="time=10:42")
 
     assert [m.text for m in messages] == [
-        "S", "first", "a1", "second", "a2", "third\n\n[Runtime context: time=10:42]",
+        "S",
+        "first",
+        "a1",
+        "second",
+        "a2",
+        "third\n\n[Runtime context: time=10:42]",
     ]
 
 
@@ -93,7 +98,9 @@ def test_an_assistant_row_becomes_reasoning_text_and_tool_calls_in_order():
     message = row_to_message(row)
 
     assert message.content == [
-        ThinkingBlock("thinking"), TextBlock("Let me look."), ToolUseBlock("c1", "current_time", {}),
+        ThinkingBlock("thinking"),
+        TextBlock("Let me look."),
+        ToolUseBlock("c1", "current_time", {}),
     ]
 
 
@@ -168,7 +175,10 @@ def test_only_the_missing_result_of_several_calls_is_filled_in_call_order():
     repaired = repair_tool_pairs([calls, r3, r1])
 
     assert repaired == [
-        calls, r1, Message.tool_result("c2", INTERRUPTED_RESULT, is_error=True, tool_name="b"), r3,
+        calls,
+        r1,
+        Message.tool_result("c2", INTERRUPTED_RESULT, is_error=True, tool_name="b"),
+        r3,
     ]
 
 
@@ -177,14 +187,18 @@ def test_orphaned_tool_results_are_dropped_and_order_is_kept():
     call = Message.assistant("", tool_calls=[ToolUseBlock("c1", "t", {})])
     good = Message.tool_result("c1", "ok", tool_name="t")
 
-    repaired = repair_tool_pairs([
-        Message.tool_result("x0", "orphan at the start"),
-        u1, a1,
-        Message.tool_result("x1", "orphan after a plain answer"),
-        u2, call,
-        Message.tool_result("x2", "result of an unknown call"),
-        good,
-    ])
+    repaired = repair_tool_pairs(
+        [
+            Message.tool_result("x0", "orphan at the start"),
+            u1,
+            a1,
+            Message.tool_result("x1", "orphan after a plain answer"),
+            u2,
+            call,
+            Message.tool_result("x2", "result of an unknown call"),
+            good,
+        ]
+    )
 
     assert repaired == [u1, a1, u2, call, good]
 

@@ -43,7 +43,9 @@ def fresh(dialog: Dialog) -> Dialog:
     return Dialog.objects.get(pk=dialog.pk)
 
 
-def started_turn(owner, dialog: Dialog, text: str = "hello", worker: str = "w1") -> tuple[int, storage.TurnStart]:
+def started_turn(
+    owner, dialog: Dialog, text: str = "hello", worker: str = "w1"
+) -> tuple[int, storage.TurnStart]:
     accept(owner, text, session_id=dialog.id)
     epoch = storage.claim_lease(dialog.id, worker, LEASE_MS)
     assert epoch is not None
@@ -144,6 +146,10 @@ def test_the_33rd_queued_message_is_refused(alice, settings):
 
     assert InboxMessage.objects.count() == 32
     assert not InboxMessage.objects.filter(client_msg_id="c-33").exists()
+    # The refused send leaves no gap in the arrival positions.
+    assert Dialog.objects.get().inbox_position == 32
+    InboxMessage.objects.filter(position=1).update(status="done")
+    assert InboxMessage.objects.get(pk=accept(alice, "fits now").inbox_id).position == 33
 
 
 def test_a_full_inbox_accepts_again_once_a_queued_message_has_started(alice, dialog, settings):
@@ -175,7 +181,10 @@ def test_active_dialog_creates_one_dialog_and_returns_the_same_one_later(alice):
 
 
 def test_active_dialog_of_another_chat_is_a_different_dialog(alice):
-    assert storage.active_dialog(alice, CHANNEL, "chat-x").id != storage.active_dialog(alice, CHANNEL, "chat-y").id
+    assert (
+        storage.active_dialog(alice, CHANNEL, "chat-x").id
+        != storage.active_dialog(alice, CHANNEL, "chat-y").id
+    )
     assert Dialog.objects.count() == 2
 
 
@@ -227,7 +236,11 @@ def test_the_old_owner_cannot_commit_a_turn_after_losing_the_lease(alice, dialog
 
     with pytest.raises(storage.LeaseLostError):
         storage.commit_turn(
-            dialog.id, "w1", old_epoch, turn.inbox_id, [{"role": "assistant", "content": "late"}],
+            dialog.id,
+            "w1",
+            old_epoch,
+            turn.inbox_id,
+            [{"role": "assistant", "content": "late"}],
             usage={"input_tokens": 10, "output_tokens": 5},
         )
 
@@ -295,14 +308,20 @@ def test_starting_a_turn_moves_the_oldest_queued_message_into_history(alice, dia
 
     assert turn.inbox_id == first.inbox_id
     assert turn.user_message["id"] == first.inbox_id
-    assert (turn.user_message["seq"], turn.user_message["role"], turn.user_message["content"]) == (1, "user", "one")
+    assert (turn.user_message["seq"], turn.user_message["role"], turn.user_message["content"]) == (
+        1,
+        "user",
+        "one",
+    )
     assert turn.user_message["created_at"] == 1234
     user_row = Message.objects.get()
     assert str(user_row.id) == first.inbox_id and str(user_row.turn_id) == turn.turn_id
     assert user_row.source == {"kind": "user_input"}
     inbox = InboxMessage.objects.get(pk=first.inbox_id)
     assert (inbox.status, str(inbox.turn_id), str(inbox.reply_message_id)) == (
-        "started", turn.turn_id, turn.reply_message_id,
+        "started",
+        turn.turn_id,
+        turn.reply_message_id,
     )
     assert InboxMessage.objects.filter(status="queued").get().content == "two"
     assert [row["content"] for row in turn.history] == ["one"]
@@ -347,10 +366,21 @@ def test_committing_a_turn_stores_its_rows_with_gap_free_seqs_in_one_go(alice, d
     call = {"id": "call_1", "name": "current_time", "arguments": {}}
     rows = [
         {"role": "assistant", "content": "", "tool_calls": [call], "turn_id": turn.turn_id, "iteration": 0},
-        {"role": "tool", "content": "10:42", "tool_call_id": "call_1", "tool_name": "current_time",
-         "turn_id": turn.turn_id, "iteration": 0},
-        {"id": turn.reply_message_id, "role": "assistant", "content": "It is 10:42.", "turn_id": turn.turn_id,
-         "iteration": 1},
+        {
+            "role": "tool",
+            "content": "10:42",
+            "tool_call_id": "call_1",
+            "tool_name": "current_time",
+            "turn_id": turn.turn_id,
+            "iteration": 0,
+        },
+        {
+            "id": turn.reply_message_id,
+            "role": "assistant",
+            "content": "It is 10:42.",
+            "turn_id": turn.turn_id,
+            "iteration": 1,
+        },
     ]
 
     result = storage.commit_turn(
@@ -359,13 +389,21 @@ def test_committing_a_turn_stores_its_rows_with_gap_free_seqs_in_one_go(alice, d
 
     assert result.history_revision == 4
     assert [(m["seq"], m["role"]) for m in result.messages] == [
-        (1, "user"), (2, "assistant"), (3, "tool"), (4, "assistant"),
+        (1, "user"),
+        (2, "assistant"),
+        (3, "tool"),
+        (4, "assistant"),
     ]
     assert result.messages[0]["id"] == turn.inbox_id
     assert result.messages[1]["tool_calls"] == [call]
     assert result.messages[2]["tool_call_id"] == "call_1"
     assert result.messages[3]["id"] == turn.reply_message_id
-    assert list(Message.objects.filter(dialog=dialog).order_by("seq").values_list("seq", flat=True)) == [1, 2, 3, 4]
+    assert list(Message.objects.filter(dialog=dialog).order_by("seq").values_list("seq", flat=True)) == [
+        1,
+        2,
+        3,
+        4,
+    ]
     inbox = InboxMessage.objects.get(pk=turn.inbox_id)
     assert inbox.status == "done" and inbox.finished_at is not None
     row = fresh(dialog)
@@ -375,10 +413,14 @@ def test_committing_a_turn_stores_its_rows_with_gap_free_seqs_in_one_go(alice, d
 
 def test_usage_of_successive_turns_is_summed(alice, dialog):
     epoch, turn = started_turn(alice, dialog, "one")
-    storage.commit_turn(dialog.id, "w1", epoch, turn.inbox_id, [], usage={"input_tokens": 10, "output_tokens": 5})
+    storage.commit_turn(
+        dialog.id, "w1", epoch, turn.inbox_id, [], usage={"input_tokens": 10, "output_tokens": 5}
+    )
     accept(alice, "two", session_id=dialog.id)
     turn = storage.start_next_turn(dialog.id, "w1", epoch)
-    storage.commit_turn(dialog.id, "w1", epoch, turn.inbox_id, [], usage={"input_tokens": 20, "output_tokens": 7})
+    storage.commit_turn(
+        dialog.id, "w1", epoch, turn.inbox_id, [], usage={"input_tokens": 20, "output_tokens": 7}
+    )
 
     row = fresh(dialog)
     assert (row.usage_input_tokens, row.usage_output_tokens) == (30, 12)
@@ -493,7 +535,9 @@ def test_provider_state_never_reaches_the_protocol_form(alice, dialog):
     assert "provider_state" not in row
     assert "sig-secret" not in json.dumps(row)
     assert "sig-secret" not in json.dumps(page)
-    assert storage.message_to_history_row(Message.objects.get())["provider_state"] == {"signature": "sig-secret"}
+    assert storage.message_to_history_row(Message.objects.get())["provider_state"] == {
+        "signature": "sig-secret"
+    }
 
 
 # --- scanning for work ----------------------------------------------------------------------------
@@ -525,4 +569,3 @@ def test_dialogs_needing_work_lists_a_dialog_once_however_many_rows_it_has(alice
         accept(alice, f"m{i}", session_id=dialog.id)
 
     assert storage.dialogs_needing_work("me") == [dialog.id]
-

@@ -26,7 +26,9 @@ def call(name: str, arguments: dict | str = "{}", call_id: str = "call_1") -> To
     return ToolCall(id=call_id, name=name, arguments_json=raw)
 
 
-def make_tool(handler, *, name: str = "probe", parameters: dict | None = None, timeout: float | None = None) -> Tool:
+def make_tool(
+    handler, *, name: str = "probe", parameters: dict | None = None, timeout: float | None = None
+) -> Tool:
     return Tool(
         name=name,
         description="test tool",
@@ -57,7 +59,11 @@ STRICT = {
 
 @pytest.mark.parametrize(
     ("zone", "offset"),
-    [("Asia/Shanghai", timedelta(hours=8)), ("Asia/Kolkata", timedelta(hours=5, minutes=30)), ("UTC", timedelta(0))],
+    [
+        ("Asia/Shanghai", timedelta(hours=8)),
+        ("Asia/Kolkata", timedelta(hours=5, minutes=30)),
+        ("UTC", timedelta(0)),
+    ],
 )
 async def test_current_time_is_iso_8601_in_the_requested_zone(zone, offset):
     outcome = await default_registry().run(call("current_time", {"timezone": zone}))
@@ -166,7 +172,9 @@ async def test_schema_valid_arguments_reach_the_tool():
 
     outcome = await registry.run(call("weather", {"city": "Paris", "days": 3, "unit": "c"}))
 
-    assert outcome == ToolOutcome('{"city": "Paris", "days": 3, "unit": "c"}', False, '{"city": "Paris", "days": 3, "unit": "c"}')
+    assert outcome == ToolOutcome(
+        '{"city": "Paris", "days": 3, "unit": "c"}', False, '{"city": "Paris", "days": 3, "unit": "c"}'
+    )
 
 
 async def test_extra_arguments_are_allowed_when_the_schema_does_not_forbid_them():
@@ -276,6 +284,8 @@ def test_definitions_are_listed_in_registration_order_and_register_replaces_by_n
     registry.register(Tool("b", "replaced", {"type": "object"}, echo))
 
     assert [(d.name, d.description) for d in registry.definitions()] == [
-        ("b", "replaced"), ("a", "test tool"), ("c", "test tool"),
+        ("b", "replaced"),
+        ("a", "test tool"),
+        ("c", "test tool"),
     ]
     assert "a" in registry and "zz" not in registry

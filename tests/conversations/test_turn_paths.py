@@ -160,3 +160,32 @@ async def test_an_image_reaches_the_provider_with_the_runtime_context_in_the_sam
     blocks = request[-1].content
     assert isinstance(blocks[0], TextBlock) and blocks[0].text.startswith("what is this?\n\n[Runtime context: time=")
     assert blocks[1:] == [ImageBlock(mime_type="image/png", data=pixel)]
+
+
+async def test_stop_during_a_slow_tool_ends_the_turn_and_keeps_the_tool_chain_valid(connect, start_worker):
+    import asyncio
+
+    from conversations.tools import Tool, ToolRegistry
+
+    started = asyncio.Event()
+
+    async def sleepy(arguments: dict) -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    tools = ToolRegistry([Tool("sleepy", "sleeps", {"type": "object", "properties": {}}, sleepy, timeout=120)])
+    provider = ScriptedProvider([script_tool_call("call_slow", "sleepy", {}, text="Let me wait.")])
+    await start_worker(provider, tools=tools)
+    client = await connect(await make_token())
+    ready = await client.until("ready")
+    await client.send({"type": "message", "content": "wait", "client_msg_id": "slow-1"})
+    await asyncio.wait_for(started.wait(), 10)
+    await client.send({"type": "stop", "session_id": ready["active_session_id"]})
+    final = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running", timeout=5)
+    assert final["turn"]["status"] == "cancelled"
+    committed = await client.until("turn_committed")
+    rows = committed["messages"]
+    assert [r["role"] for r in rows] == ["user", "assistant", "tool"]
+    assert rows[1]["content"] == "Let me wait." and rows[1]["tool_calls"][0]["id"] == "call_slow"
+    assert rows[2]["tool_call_id"] == "call_slow" and rows[2]["is_error"] is True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
@@ -20,6 +20,12 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default="", help="stable worker id (default host:pid)")
 
     def handle(self, *args: object, worker_id: str, **options: object) -> None:
+        from conversations.runtime import get_provider
+
+        try:
+            get_provider()
+        except ValueError as exc:  # a configuration mistake: say what to set, no traceback
+            raise CommandError(f"LLM configuration: {exc}") from exc
         asyncio.run(self._run(worker_id))
 
     async def _run(self, worker_id: str) -> None:

@@ -12,7 +12,7 @@ import signal
 import sys
 
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from conversations.bootstrap import ensure_first_user
 
@@ -41,7 +41,10 @@ class Command(BaseCommand):
         from conversations.worker import AgentWorker, default_worker_id
         from picobot_site.asgi import application
 
-        provider = get_provider()
+        try:
+            provider = get_provider()
+        except ValueError as exc:  # a configuration mistake: say what to set, no traceback
+            raise CommandError(f"LLM configuration: {exc}") from exc
         worker = AgentWorker(default_worker_id("serve"), provider=provider)
         interface = host.strip("[]")
         endpoint = f"tcp:port={port}:interface={interface.replace(':', chr(92) + ':')}"
