@@ -28,6 +28,7 @@ from delivery.coordinator import DeliveryCoordinator
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy
 from delivery.turn import TurnController
+from providers.errors import RequestBlockedError
 from providers.messages import Message as ProviderMessage
 
 if TYPE_CHECKING:
@@ -182,7 +183,10 @@ class DialogExecutor:
         if result.error is not None:
             ref = _error_ref()
             log.warning("turn %s provider error %s (ref %s)", start.turn_id, result.error.kind, ref)
-            failure = f"The model provider failed ({result.error.kind}): {result.error.message} (ref {ref})"
+            if isinstance(result.error, RequestBlockedError):
+                failure = f"The request was blocked before reaching the model: {result.error.message} (ref {ref})"
+            else:
+                failure = f"The model provider failed ({result.error.kind}): {result.error.message} (ref {ref})"
         if result.partial is not None:
             # Shown text of an unfinished response is kept, marked (seed 003 §14.1, §14.2).
             messages.append(result.partial)

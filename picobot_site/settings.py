@@ -223,6 +223,11 @@ PICOBOT = {
     # Seconds between replayed SSE events, so the offline provider streams visibly.
     "REPLAY_EVENT_DELAY": env_float("PICOBOT_REPLAY_EVENT_DELAY", 0.03),
     "LLM_THINKING_BUDGET": env_int("PICOBOT_LLM_THINKING_BUDGET", 0),
+    # OpenAI-compatible: send streamed reasoning_content back on tool-call turns (DeepSeek thinking
+    # mode requires it); off for servers that reject the field.
+    "LLM_REPLAY_REASONING": env_bool("PICOBOT_LLM_REPLAY_REASONING", True),
+    # Dotted paths of functions called with the provider's ProviderHooks (providers/hooks.py).
+    "LLM_HOOKS": env_list("PICOBOT_LLM_HOOKS", []),
     "SYSTEM_PROMPT": env_str(
         "PICOBOT_SYSTEM_PROMPT",
         "You are PicoBot, a helpful assistant. Use tools when they help; answer concisely.",

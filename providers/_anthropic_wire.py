@@ -43,7 +43,7 @@ from providers.messages import (
     ToolUseBlock,
     Usage,
 )
-from providers.sse import ServerSentEvent
+from providers.sse import ServerSentEvent, event_json
 from providers.think import ThinkTagSplitter
 
 logger = logging.getLogger("picobot.providers")
@@ -174,7 +174,7 @@ class AnthropicStreamParser:
         if not data:
             return []
         try:
-            obj = json.loads(data)
+            obj = event_json(data)
         except ValueError:
             if event.event == "error":
                 self._fail(data, None)

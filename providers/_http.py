@@ -61,6 +61,76 @@ class StreamParser(Protocol):
         """Trailing chunks at the end of the body (``Done`` only on success); sets ``error``."""
 
 
+class _ReadDeadline:
+    """A deadline for body reads that is cheap to move: one timer per idle period, not per read.
+
+    ``asyncio.timeout_at`` around every read pushes and cancels a timer-heap entry per SSE event;
+    with one event per read (how servers flush tokens) that was about a third of our parse time
+    (bench/bench_stream_parse.py). Here a read only records its deadline. The single pending
+    timer, when it fires, re-arms itself for a later deadline, or — if the task is still inside
+    that read — cancels the task, and :meth:`expired` turns the ``CancelledError`` into a timeout
+    with ``asyncio.timeout``'s own rule (``uncancel()`` count), so a real cancellation still wins.
+    The task is cancelled only while it awaits a read, never while the caller holds a chunk.
+    """
+
+    __slots__ = ("_loop", "_task", "_deadline", "_reading", "_fired", "_cancelling", "_handle", "_when")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[Any] | None = None
+        self._deadline = 0.0
+        self._reading = False
+        self._fired = False
+        self._cancelling = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self._when = 0.0
+
+    def start(self, deadline: float) -> None:
+        """A read begins and must end by loop time ``deadline``."""
+        # The current task each time: a caller may drive the stream from several tasks.
+        task = self._task = asyncio.current_task()
+        assert task is not None, "body reads run in a task"
+        self._cancelling = task.cancelling()
+        self._deadline = deadline
+        self._reading = True
+        self._fired = False
+        if self._handle is None or self._when > deadline:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._arm(deadline)
+
+    def stop(self) -> None:
+        """The read ended (data, EOF or error)."""
+        self._reading = False
+
+    def expired(self) -> bool:
+        """After a ``CancelledError`` in a read: whether it was this deadline, alone."""
+        if not self._fired or self._task is None:
+            return False
+        self._fired = False
+        return self._task.uncancel() <= self._cancelling
+
+    def close(self) -> None:
+        """Drop the pending timer (idempotent)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _arm(self, when: float) -> None:
+        self._when = when
+        self._handle = self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._handle = None
+        if not self._reading or self._task is None:
+            return  # re-armed by the next read
+        if self._deadline > self._when:
+            self._arm(self._deadline)
+            return
+        self._fired = True
+        self._task.cancel()
+
+
 class HTTPStreamProvider(LLMProvider):
     """Base of the HTTP/SSE providers (see the module docstring).
 
@@ -125,7 +195,7 @@ class HTTPStreamProvider(LLMProvider):
 
     # --- streaming ----------------------------------------------------------------------------
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
+    async def _stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
         """See :meth:`LLMProvider.stream`; retries per the module docstring (network I/O)."""
         body = self.build_body(request)
         attempt = 0
@@ -133,11 +203,12 @@ class HTTPStreamProvider(LLMProvider):
             yielded = False
             try:
                 # aclosing: when our caller stops early, the response is closed now, not at GC.
-                async with contextlib.aclosing(self._stream_once(body)) as chunks:
-                    async for chunk in chunks:
-                        # Usage alone is not output: a retry supersedes it (the last one wins).
-                        yielded = yielded or not isinstance(chunk, UsageChunk)
-                        yield chunk
+                async with contextlib.aclosing(self._stream_once(body)) as batches:
+                    async for batch in batches:
+                        for chunk in batch:
+                            # Usage alone is not output: a retry supersedes it (the last one wins).
+                            yielded = yielded or not isinstance(chunk, UsageChunk)
+                            yield chunk
                 return
             except ProviderError as exc:
                 if yielded or not exc.retryable or attempt >= self.max_retries:
@@ -161,7 +232,9 @@ class HTTPStreamProvider(LLMProvider):
             return min(exc.retry_after_s, self.max_retry_delay)
         return min(self.retry_backoff * (2**attempt) * random.uniform(0.8, 1.2), self.max_retry_delay)
 
-    async def _stream_once(self, body: dict[str, Any]) -> AsyncIterator[ProviderChunk]:
+    async def _stream_once(self, body: dict[str, Any]) -> AsyncIterator[list[ProviderChunk]]:
+        """One attempt; yields the chunks of each body read as one list (one async-generator
+        hop per read instead of per chunk: bench/bench_stream_parse.py)."""
         loop = asyncio.get_running_loop()
         first_byte_deadline = loop.time() + self.first_byte_timeout
         try:
@@ -187,13 +260,14 @@ class HTTPStreamProvider(LLMProvider):
             try:
                 async with contextlib.aclosing(
                     self._parse_body(response, parser, first_byte_deadline)
-                ) as chunks:
-                    async for chunk in chunks:
-                        yield chunk
+                ) as batches:
+                    async for batch in batches:
+                        yield batch
             except ProviderError as exc:
                 failure = exc
-            for chunk in parser.end(failure):
-                yield chunk
+            tail = parser.end(failure)
+            if tail:
+                yield tail
             if parser.error is not None:
                 raise parser.error
         finally:
@@ -201,24 +275,36 @@ class HTTPStreamProvider(LLMProvider):
 
     async def _parse_body(
         self, response: httpx2.Response, parser: StreamParser, first_byte_deadline: float
-    ) -> AsyncIterator[ProviderChunk]:
+    ) -> AsyncIterator[list[ProviderChunk]]:
+        """The chunks of each body read, as one (non-empty) list per read."""
         reader = SSEEventReader()
         byte_iter = response.aiter_bytes()
+        timer = _ReadDeadline()
+        loop = asyncio.get_running_loop()
         deadline: float | None = first_byte_deadline
         try:
             while not parser.finished:
-                data = await self._next_read(byte_iter, deadline, response.status_code)
+                data = await self._next_read(
+                    byte_iter,
+                    timer,
+                    deadline if deadline is not None else loop.time() + self.idle_timeout,
+                    first_byte=deadline is not None,
+                    status=response.status_code,
+                )
                 deadline = None
                 events = reader.close() if data is None else reader.feed(data)
+                batch: list[ProviderChunk] = []
                 for event in events:
-                    for chunk in parser.feed(event):
-                        yield chunk
+                    batch += parser.feed(event)
                     if parser.finished:
                         break
+                if batch:
+                    yield batch
                 if data is None:
                     return
             await self._drain(byte_iter)
         finally:
+            timer.close()
             await byte_iter.aclose()
 
     async def _drain(self, byte_iter: AsyncIterator[bytes]) -> None:
@@ -233,18 +319,27 @@ class HTTPStreamProvider(LLMProvider):
                         return
 
     async def _next_read(
-        self, byte_iter: AsyncIterator[bytes], deadline: float | None, status: int
+        self,
+        byte_iter: AsyncIterator[bytes],
+        timer: _ReadDeadline,
+        deadline: float,
+        *,
+        first_byte: bool,
+        status: int,
     ) -> bytes | None:
-        """The next body read, or None at EOF; raises ProviderTimeoutError/StreamTruncatedError."""
-        loop = asyncio.get_running_loop()
-        phase = "first_byte" if deadline is not None else "idle"
-        limit = self.first_byte_timeout if deadline is not None else self.idle_timeout
+        """The next body read by loop time ``deadline``, or None at EOF.
+
+        Raises:
+            ProviderTimeoutError: no data in time (``phase`` first_byte or idle).
+            StreamTruncatedError: the connection failed mid-body.
+        """
+        timer.start(deadline)
         try:
-            async with asyncio.timeout_at(
-                deadline if deadline is not None else loop.time() + self.idle_timeout
-            ):
-                return await anext(byte_iter, None)
-        except TimeoutError as exc:
+            return await anext(byte_iter, None)
+        except asyncio.CancelledError as exc:
+            if not timer.expired():
+                raise
+            phase, limit = ("first_byte", self.first_byte_timeout) if first_byte else ("idle", self.idle_timeout)
             raise ProviderTimeoutError(
                 f"{self.name}: no data for {limit:g}s ({phase.replace('_', ' ')})",
                 phase=phase,
@@ -254,6 +349,8 @@ class HTTPStreamProvider(LLMProvider):
             raise StreamTruncatedError(
                 f"{self.name}: connection lost mid-stream ({type(exc).__name__})", http_status=status
             ) from exc
+        finally:
+            timer.stop()
 
     async def _read_bounded(self, response: httpx2.Response) -> bytes:
         """Up to MAX_ERROR_BODY_BYTES of a (non-SSE) body, within the idle timeout."""

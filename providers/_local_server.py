@@ -29,6 +29,8 @@ class SSEResponse:
         chunked: use ``Transfer-Encoding: chunked`` (else ``Content-Length``).
         abort: close the connection after the pieces without ending the body (a dropped
             upstream).
+        stall_after: send only this many pieces, then go silent with the body unfinished and
+            the connection open until the client closes it (a hung upstream), or None.
     """
 
     status: int = 200
@@ -38,6 +40,7 @@ class SSEResponse:
     chunked: bool = True
     abort: bool = False
     headers_delay: float = 0.0
+    stall_after: int | None = None
 
     @classmethod
     def coerce(cls, value: SSEResponse | tuple[Any, ...]) -> SSEResponse:
@@ -166,8 +169,15 @@ class LocalSSEServer:
                     response = SSEResponse(500, {"content-type": "application/json"}, [body], chunked=False)
                     await self._send(writer, response, keep_alive=False)
                     return
-                keep_alive = request.headers.get("connection", "").lower() != "close" and not response.abort
+                keep_alive = (
+                    request.headers.get("connection", "").lower() != "close"
+                    and not response.abort
+                    and response.stall_after is None
+                )
                 await self._send(writer, response, keep_alive)
+                if response.stall_after is not None:
+                    await reader.read()  # silent until the client gives up and closes
+                    return
                 if not keep_alive:
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -223,6 +233,8 @@ class LocalSSEServer:
             await asyncio.sleep(response.headers_delay)
         writer.write(head.encode("latin-1") + b"\r\n")
         await writer.drain()
+        if response.stall_after is not None:
+            pieces = pieces[: response.stall_after]
         for piece in pieces:
             if response.delay:
                 await asyncio.sleep(response.delay)
@@ -230,6 +242,8 @@ class LocalSSEServer:
             await writer.drain()
         if response.abort:
             writer.transport.abort()
+            return
+        if response.stall_after is not None:
             return
         if response.chunked:
             writer.write(b"0\r\n\r\n")

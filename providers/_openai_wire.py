@@ -41,7 +41,7 @@ from providers.errors import (
     StreamTruncatedError,
 )
 from providers.messages import ImageBlock, Message, TextBlock, ToolResultBlock, Usage
-from providers.sse import ServerSentEvent
+from providers.sse import ServerSentEvent, event_json
 from providers.think import ThinkTagSplitter
 
 logger = logging.getLogger("picobot.providers")
@@ -196,7 +196,7 @@ class OpenAIStreamParser:
             self.finished = True
             return []
         try:
-            obj = json.loads(data)
+            obj = event_json(data)
         except ValueError:
             if event.event == "error":
                 self._fail(data, None)

@@ -31,6 +31,7 @@ from providers.chunks import (
     UsageChunk,
 )
 from providers.errors import ProviderError
+from providers.hooks import HookContext, ProviderHooks
 from providers.messages import Message, ToolDefinition, ToolUseBlock, Usage
 
 
@@ -230,6 +231,9 @@ class StreamAccumulator:
 class LLMProvider(ABC):
     """A streaming chat model.
 
+    Subclasses implement :meth:`_stream`; callers use :meth:`stream` (or :meth:`collect`),
+    which runs the provider's :attr:`hooks` around it (:mod:`providers.hooks`).
+
     Attributes:
         name: ``"openai"``, ``"anthropic"``, ``"replay"`` (also the ``provider`` key of the
             replay state it produces).
@@ -241,14 +245,54 @@ class LLMProvider(ABC):
     model: str
     offline: bool = False
 
-    @abstractmethod
+    @property
+    def hooks(self) -> ProviderHooks:
+        """This provider's pre-request / post-request / on-error hooks (created on first use)."""
+        hooks = self.__dict__.get("_hooks")
+        if hooks is None:
+            hooks = self.__dict__["_hooks"] = ProviderHooks()
+        return hooks
+
     def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
         """Stream one model response (an async generator; network I/O).
 
         Yields chunks as they arrive and ends with ``Done`` on success. On failure it raises a
-        :class:`~providers.errors.ProviderError` *after* yielding the partial chunks. Closing
-        the generator early (``aclose()``, cancellation) closes the HTTP response.
+        :class:`~providers.errors.ProviderError` *after* yielding the partial chunks;
+        :class:`~providers.errors.RequestBlockedError` (before any chunk) when a pre-request
+        hook refused the call. Closing the generator early (``aclose()``, cancellation) closes
+        the HTTP response.
         """
+        hooks = self.__dict__.get("_hooks")
+        if not hooks:  # the common case costs nothing
+            return self._stream(request)
+        return self._hooked_stream(hooks, request)
+
+    @abstractmethod
+    def _stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
+        """The provider's own stream (the contract of :meth:`stream`, without hooks)."""
+
+    async def _hooked_stream(self, hooks: ProviderHooks, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
+        ctx = HookContext(provider=self.name, model=self.model, request=request)
+        acc = StreamAccumulator() if hooks.wants_response else None
+        try:
+            await hooks.run_pre_request(ctx)
+            chunks = self._stream(request)
+            try:
+                async for chunk in chunks:
+                    if acc is not None:
+                        acc.feed(chunk)
+                        if isinstance(chunk, Done):
+                            # Before the caller sees Done, so a caller that stops there still
+                            # has its response observed.
+                            await hooks.run_post_request(ctx, acc.result())
+                    yield chunk
+            finally:
+                aclose = getattr(chunks, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+        except ProviderError as exc:
+            await hooks.run_on_error(ctx, exc)
+            raise
 
     async def collect(self, request: ProviderRequest) -> AssistantResponse:
         """The whole response of :meth:`stream`.

@@ -12,8 +12,10 @@
     ├── BadResponseError             kind "http_error"        other non-2xx; 200 with a JSON error
     │                                                         body, ``null`` or any non-SSE body
     ├── InBandError                  kind "provider_error"    an error object inside a 200 stream
-    └── StreamTruncatedError         kind "truncated"         EOF without finish/[DONE]/message_stop,
-                                                              or the connection dropped mid-body
+    ├── StreamTruncatedError         kind "truncated"         EOF without finish/[DONE]/message_stop,
+    │                                                         or the connection dropped mid-body
+    └── RequestBlockedError          kind "blocked"           a pre-request hook refused the call
+                                                              (nothing was sent; never retried)
 
 Vendor modules translate httpx2 and HTTP-level failures into these at one boundary
 (``raise … from exc``). A stream raises one of them *after* yielding the chunks that arrived, so
@@ -143,6 +145,20 @@ class StreamTruncatedError(ProviderError):
 
     kind = "truncated"
     default_retryable = True
+
+
+class RequestBlockedError(ProviderError):
+    """A pre-request hook refused the call (:mod:`providers.hooks`); no request was sent.
+
+    Attributes:
+        hook: the name of the hook that blocked (its qualified name unless registered with one).
+    """
+
+    kind = "blocked"
+
+    def __init__(self, message: str, *, hook: str, **kwargs: Any) -> None:
+        super().__init__(message, retryable=False, **kwargs)
+        self.hook = hook
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

@@ -5,9 +5,12 @@ Pure: takes a plain dict (``settings.PICOBOT`` in the app), imports no Django.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from typing import Any
 
 from providers.base import LLMProvider
+from providers.hooks import ProviderHooks
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -21,16 +24,38 @@ def build_provider(config: dict[str, Any]) -> LLMProvider:
             replay), ``LLM_BASE_URL``, ``LLM_API_KEY``, ``LLM_MODEL``, ``LLM_MAX_TOKENS``,
             ``LLM_THINK_TAGS``, ``LLM_IMPLICIT_THINK_START``, ``LLM_CONNECT_TIMEOUT``,
             ``LLM_FIRST_BYTE_TIMEOUT``, ``LLM_IDLE_TIMEOUT``, ``LLM_MAX_RETRIES``, ``REPLAY_DIR``;
-            optional ``REPLAY_EVENT_DELAY`` (seconds) and ``LLM_THINKING_BUDGET`` (Anthropic
-            thinking tokens). Missing keys take the settings' defaults.
+            optional ``REPLAY_EVENT_DELAY`` (seconds), ``LLM_THINKING_BUDGET`` (Anthropic
+            thinking tokens), ``LLM_REPLAY_REASONING`` (OpenAI-compatible: send streamed
+            ``reasoning_content`` back on tool-call turns, default on) and ``LLM_HOOKS`` (dotted
+            paths ``"pkg.module.install"`` of functions called with the provider's
+            :class:`~providers.hooks.ProviderHooks` to register hooks). Missing keys take the
+            settings' defaults.
 
     Returns:
         An unopened provider (no network I/O happens here).
 
     Raises:
-        ValueError: an unknown provider or a missing required setting; the message names the
-            ``PICOBOT_*`` variable to set.
+        ValueError: an unknown provider, a missing required setting or a hook installer that
+            cannot be imported; the message names the ``PICOBOT_*`` variable to set.
     """
+    provider = _build(config)
+    for path in config.get("LLM_HOOKS") or ():
+        _hook_installer(str(path))(provider.hooks)
+    return provider
+
+
+def _hook_installer(path: str) -> Callable[[ProviderHooks], object]:
+    module_name, _, attr = path.strip().replace(":", ".").rpartition(".")
+    try:
+        installer = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"PICOBOT_LLM_HOOKS: cannot import {path!r} ({exc})") from exc
+    if not callable(installer):
+        raise ValueError(f"PICOBOT_LLM_HOOKS: {path!r} is not callable")
+    return installer
+
+
+def _build(config: dict[str, Any]) -> LLMProvider:
     kind = str(config.get("LLM_PROVIDER") or "").strip().lower()
     if kind in ("", "replay"):
         from providers.replay import ReplayProvider
@@ -65,6 +90,7 @@ def build_provider(config: dict[str, Any]) -> LLMProvider:
             api_key,
             model,
             implicit_think_start=bool(config.get("LLM_IMPLICIT_THINK_START", False)),
+            replay_reasoning=bool(config.get("LLM_REPLAY_REASONING", True)),
             **common,
         )
     from providers.anthropic import AnthropicProvider

@@ -36,6 +36,9 @@ class OpenAICompatProvider(HTTPStreamProvider):
         max_retry_delay: cap (s) on one wait between attempts.
         name: provider name, also the ``provider`` key of replay state (``"openai"``).
         extra_headers: sent with every request (e.g. OpenRouter's ``HTTP-Referer``).
+        replay_reasoning: send the ``reasoning_content`` a response streamed back on its
+            assistant tool-call message in later requests (DeepSeek thinking mode and Kimi
+            answer 400 without it); turn off for servers that reject the field.
     """
 
     name = "openai"
@@ -58,6 +61,7 @@ class OpenAICompatProvider(HTTPStreamProvider):
         max_retry_delay: float = 60.0,
         name: str = "openai",
         extra_headers: dict[str, str] | None = None,
+        replay_reasoning: bool = True,
     ) -> None:
         super().__init__(
             base_url=base_url,
@@ -74,6 +78,7 @@ class OpenAICompatProvider(HTTPStreamProvider):
         self.think_tags = think_tags
         self.implicit_think_start = implicit_think_start
         self.max_tokens = max_tokens
+        self.replay_reasoning = replay_reasoning
         self._api_key = api_key
         self._extra_headers = dict(extra_headers or {})
 
@@ -90,9 +95,18 @@ class OpenAICompatProvider(HTTPStreamProvider):
         return headers
 
     def build_body(self, request: ProviderRequest) -> dict[str, Any]:
-        """The Chat Completions JSON body for ``request`` (pure; see :mod:`providers._openai_wire`)."""
+        """The Chat Completions JSON body for ``request`` (pure; see :mod:`providers._openai_wire`).
+
+        ``reasoning_content`` goes back only on assistant tool-call messages whose
+        ``provider_state`` this provider (same ``name``) produced after streaming that field,
+        and only while :attr:`replay_reasoning` is on (seed 003 §6.2: never to another provider).
+        """
         max_tokens = request.max_tokens if request.max_tokens is not None else self.max_tokens
-        return build_chat_request(request, model=self.model, max_tokens=max_tokens, provider_name=self.name)
+        body = build_chat_request(request, model=self.model, max_tokens=max_tokens, provider_name=self.name)
+        if not self.replay_reasoning:
+            for message in body["messages"]:
+                message.pop("reasoning_content", None)
+        return body
 
     def _new_parser(self) -> StreamParser:
         return OpenAIStreamParser(

@@ -109,7 +109,7 @@ class ReplayProvider(LLMProvider):
             name=self.name,
         )
 
-    def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
+    def _stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
         """Stream the chosen transcript (see the module docstring); no network I/O."""
         return self._inner.stream(request)
 

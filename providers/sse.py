@@ -18,11 +18,30 @@ from __future__ import annotations
 import codecs
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from typing import Any
 
 from httpx_sse import ServerSentEvent
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
-__all__ = ["ServerSentEvent", "SSEEventReader", "aiter_sse_events"]
+__all__ = ["ServerSentEvent", "SSEEventReader", "aiter_sse_events", "event_json"]
+
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def event_json(data: str) -> Any:
+    """The JSON value of an event's ``data`` that has no surrounding whitespace.
+
+    Same result and errors as ``json.loads`` (the hot path, once per event: skipping
+    ``json.loads``' argument checks and whitespace regexes saves about a quarter of the JSON
+    time on small chunks, bench/bench_stream_parse.py).
+
+    Raises:
+        ValueError: ``data`` is not exactly one JSON value.
+    """
+    value, end = _raw_decode(data)
+    if end != len(data):
+        raise ValueError(f"extra data after the JSON value at {end}")
+    return value
 
 
 def _is_complete(data: str) -> bool:
@@ -45,7 +64,16 @@ class SSEEventReader:
 
     def feed(self, data: bytes) -> list[ServerSentEvent]:
         """Consume one read; returns the events it completed (possibly none)."""
-        return list(self._decode(self._text.decode(data)))
+        text = self._text.decode(data)
+        if not text:
+            return []
+        decode = self._events.decode
+        events = []
+        for line in self._lines.decode(text):
+            event = decode(line)
+            if event is not None:
+                events.append(event)
+        return events
 
     def close(self) -> list[ServerSentEvent]:
         """End of body: returns the last pending event if it is complete (see module doc)."""

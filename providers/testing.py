@@ -83,7 +83,7 @@ class ScriptedProvider(LLMProvider):
         """Append a response to the script."""
         self._responses.append(response)
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
+    async def _stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
         """Yield the next scripted response."""
         self.requests.append(request)
         call = len(self.requests)

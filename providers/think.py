@@ -41,6 +41,7 @@ class ThinkTagSplitter:
         if not tags:
             raise ValueError("ThinkTagSplitter needs at least one tag name")
         self._opens = {f"<{t}>": f"</{t}>" for t in tags}
+        self._open_tags = tuple(self._opens)
         self._all_closes = tuple(f"</{t}>" for t in tags)
         self._implicit_start = implicit_start
         self._reset()
@@ -63,9 +64,12 @@ class ThinkTagSplitter:
         out: list[tuple[Kind, str]] = []
         s = self._buf + text
         self._buf = ""
+        if "<" not in s:  # the common delta: no tag can start in it
+            self._emit(out, s)
+            return out
         pos = 0
         while True:
-            tags = self._closes if self._in_span else tuple(self._opens)
+            tags = self._closes if self._in_span else self._open_tags
             found = self._find_tag(s, pos, tags)
             if found is None:
                 self._emit(out, s[pos:])
