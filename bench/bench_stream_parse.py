@@ -42,7 +42,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -168,47 +168,57 @@ def build_stream(n_chunks: int, seed: int = 3) -> tuple[bytes, dict[str, Any]]:
 
 
 # --- the three consumers ------------------------------------------------------------------------
+#
+# Each consumer is set up (clients built, which for httpx2 means loading the CA bundle: ~25 ms)
+# before the clock starts; only reading the stream is timed.
 
 REQUEST = ProviderRequest([Message.system("You are terse."), Message.user("Weather, please.")])
-Transport = httpx2.AsyncBaseTransport | None
+Transport = httpx2.AsyncBaseTransport
 
 
-async def run_ours(base_url: str, transport: Transport) -> dict[str, Any]:
-    """Our provider, consumed fully; returns the accumulated result."""
-    provider = OpenAICompatProvider(base_url, "sk-bench", MODEL, max_retries=0, transport=transport)
-    acc = StreamAccumulator()
-    try:
-        async for chunk in provider.stream(REQUEST):
+class Ours:
+    """Our provider, consumed fully into a StreamAccumulator."""
+
+    def __init__(self, base_url: str, transport: Transport) -> None:
+        self.provider = OpenAICompatProvider(base_url, "sk-bench", MODEL, max_retries=0, transport=transport)
+
+    async def run(self) -> dict[str, Any]:
+        acc = StreamAccumulator()
+        async for chunk in self.provider.stream(REQUEST):
             acc.feed(chunk)
-    finally:
-        await provider.aclose()
-    result = acc.result()
-    usage = result.usage
-    return {
-        "text": result.text,
-        "reasoning": result.reasoning or "",
-        "tool_calls": [(c.id, c.name, c.arguments_json) for c in result.tool_calls],
-        "usage": (usage.input_tokens, usage.output_tokens) if usage else None,
-    }
+        result = acc.result()
+        usage = result.usage
+        return {
+            "text": result.text,
+            "reasoning": result.reasoning or "",
+            "tool_calls": [(c.id, c.name, c.arguments_json) for c in result.tool_calls],
+            "usage": (usage.input_tokens, usage.output_tokens) if usage else None,
+        }
+
+    async def aclose(self) -> None:
+        await self.provider.aclose()
 
 
-async def run_sdk(base_url: str, transport: Transport) -> dict[str, Any]:
-    """The official SDK's async streaming iterator over the same bytes (a light accumulation
-    on its parsed chunk objects, only to check that it read everything)."""
-    from openai import AsyncOpenAI
+class SDK:
+    """The official SDK's async streaming iterator (a light accumulation on its parsed chunk
+    objects, only to check that it read everything)."""
 
-    client = AsyncOpenAI(
-        base_url=base_url,
-        api_key="sk-bench",
-        max_retries=0,
-        http_client=httpx2.AsyncClient(transport=transport, timeout=60.0),
-    )
-    text: list[str] = []
-    reasoning: list[str] = []
-    calls: dict[int, list[str]] = {}
-    usage = None
-    try:
-        stream = await client.chat.completions.create(
+    def __init__(self, base_url: str, transport: Transport) -> None:
+        from openai import AsyncOpenAI
+
+        self.client = AsyncOpenAI(
+            base_url=base_url,
+            api_key="sk-bench",
+            max_retries=0,
+            http_client=httpx2.AsyncClient(transport=transport, timeout=60.0),
+        )
+
+    async def run(self) -> dict[str, Any]:
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, list[str]] = {}
+        usage = None
+        stream = await self.client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "Weather, please."}], stream=True
         )
         async for chunk in stream:
@@ -228,37 +238,40 @@ async def run_sdk(base_url: str, transport: Transport) -> dict[str, Any]:
                 if fragment.function is not None:
                     call[1] = call[1] or fragment.function.name or ""
                     call[2] += fragment.function.arguments or ""
-    finally:
-        await client.close()
-    return {
-        "text": "".join(text),
-        "reasoning": "".join(reasoning),
-        "tool_calls": [tuple(calls[i]) for i in sorted(calls)],
-        "usage": usage,
-    }
+        return {
+            "text": "".join(text),
+            "reasoning": "".join(reasoning),
+            "tool_calls": [tuple(calls[i]) for i in sorted(calls)],
+            "usage": usage,
+        }
+
+    async def aclose(self) -> None:
+        await self.client.close()
 
 
-async def run_floor(base_url: str, transport: Transport) -> dict[str, Any]:
-    """httpx-sse framing + ``json.loads`` per event, no normalisation; returns the number of
-    JSON events (all the floor can be checked on)."""
-    count = 0
-    async with (
-        httpx2.AsyncClient(transport=transport, timeout=60.0) as client,
-        aconnect_sse(client, "POST", base_url + "/chat/completions", json={"stream": True}) as source,
-    ):
-        async for event in source.aiter_sse():
-            if event.data == "[DONE]":
-                break
-            json.loads(event.data)
-            count += 1
-    return {"chunks": count}
+class Floor:
+    """httpx-sse framing + ``json.loads`` per event, no normalisation; the result is the number
+    of JSON events (all the floor can be checked on)."""
+
+    def __init__(self, base_url: str, transport: Transport) -> None:
+        self.url = base_url + "/chat/completions"
+        self.client = httpx2.AsyncClient(transport=transport, timeout=60.0)
+
+    async def run(self) -> dict[str, Any]:
+        count = 0
+        async with aconnect_sse(self.client, "POST", self.url, json={"stream": True}) as source:
+            async for event in source.aiter_sse():
+                if event.data == "[DONE]":
+                    break
+                json.loads(event.data)
+                count += 1
+        return {"chunks": count}
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
 
-CONSUMERS: dict[str, Callable[[str, Transport], Awaitable[dict[str, Any]]]] = {
-    "ours": run_ours,
-    "sdk": run_sdk,
-    "floor": run_floor,
-}
+CONSUMERS: dict[str, type[Ours | SDK | Floor]] = {"ours": Ours, "sdk": SDK, "floor": Floor}
 
 
 # --- transports ---------------------------------------------------------------------------------
@@ -277,14 +290,15 @@ def _serve(pieces: list[bytes], conn: Any) -> None:
 
 @asynccontextmanager
 async def http_source(pieces: list[bytes]) -> AsyncIterator[tuple[str, Callable[[], Transport]]]:
-    """A LocalSSEServer in a child process; yields ``(base_url, no-transport factory)``."""
+    """A LocalSSEServer in a child process; yields ``(base_url, transport factory)`` (the
+    transport httpx2 builds by default)."""
     context = multiprocessing.get_context("fork")
     parent, child = context.Pipe()
     process = context.Process(target=_serve, args=(pieces, child), daemon=True)
     process.start()
     try:
         base_url = await asyncio.get_running_loop().run_in_executor(None, parent.recv)
-        yield base_url, lambda: None
+        yield base_url, httpx2.AsyncHTTPTransport
     finally:
         parent.send("stop")
         process.join(5)
@@ -327,14 +341,19 @@ async def measure(
     """Seconds per full read of the stream, per consumer, ``repeat`` interleaved rounds."""
     seconds: dict[str, list[float]] = {name: [] for name in CONSUMERS}
     async with SOURCES[transport](pieces) as (base_url, make_transport):
-        for name, fn in CONSUMERS.items():  # warm-up, and every result checked once
-            check(name, await fn(base_url, make_transport()), expected)
-        for _ in range(repeat):
-            for name, fn in CONSUMERS.items():
-                gc.collect()
-                started = time.perf_counter()
-                await fn(base_url, make_transport())
-                seconds[name].append(time.perf_counter() - started)
+        consumers = {name: cls(base_url, make_transport()) for name, cls in CONSUMERS.items()}
+        try:
+            for name, consumer in consumers.items():  # warm-up, and every result checked once
+                check(name, await consumer.run(), expected)
+            for _ in range(repeat):
+                for name, consumer in consumers.items():
+                    gc.collect()
+                    started = time.perf_counter()
+                    await consumer.run()
+                    seconds[name].append(time.perf_counter() - started)
+        finally:
+            for consumer in consumers.values():
+                await consumer.aclose()
     return seconds
 
 

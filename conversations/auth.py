@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
-from django.http.request import validate_host
+from django.http.request import split_domain_port, validate_host
 
 from conversations.models import ApiToken, now_ms
 
@@ -78,16 +78,25 @@ def token_from_scope(scope: dict) -> str | None:
 
 
 def origin_allowed(scope: dict) -> bool:
-    """True when the Origin header's host is in ALLOWED_HOSTS (a missing Origin is refused)."""
+    """True when a cookie-authenticated WebSocket comes from our own pages.
+
+    The Origin must be the same origin as the request (its ``host:port`` equals the Host header,
+    which must itself be an allowed host) or be listed in ``PICOBOT_CSRF_TRUSTED_ORIGINS``. A
+    missing Origin is refused. Host names alone are not enough: browsers send the session cookie
+    to every port of a host, so another app on ``localhost:3000`` must not reach the chat.
+    """
     origin = _header(scope, b"origin")
     if not origin:
         return False
-    host = urlparse(origin).hostname
-    if not host:
+    parsed = urlparse(origin.strip().lower())
+    if parsed.scheme not in {"http", "https"} or not parsed.netloc:
         return False
-    if ":" in host:  # IPv6 literal: ALLOWED_HOSTS spells it in brackets
-        host = f"[{host}]"
-    return validate_host(host, settings.ALLOWED_HOSTS)
+    if f"{parsed.scheme}://{parsed.netloc}" in {o.lower().rstrip("/") for o in settings.CSRF_TRUSTED_ORIGINS}:
+        return True
+    host = (_header(scope, b"host") or "").strip().lower()
+    if not host or parsed.netloc != host:
+        return False
+    return validate_host(split_domain_port(host)[0] or host, settings.ALLOWED_HOSTS)
 
 
 class ChatAuthMiddleware:

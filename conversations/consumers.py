@@ -181,7 +181,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             except MediaError as exc:
                 raise FrameError("invalid_media", str(exc), client_msg_id) from None
         if content.startswith("/"):
-            await handle_command(self, content, session_id)
+            await handle_command(self, CHANNEL, content, session_id)
             return
         accepted = await run_storage(
             storage.accept_message,
@@ -222,6 +222,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
         session_id = _optional_str(frame, "session_id", 255)
         if session_id is None:
             raise FrameError("invalid_frame", "stop needs a session_id")
+        await self.stop_turn(session_id)
+
+    async def stop_turn(self, session_id: str) -> None:
+        """Ask the workers to cancel the dialog's running turn (its terminal snapshot answers).
+
+        Raises storage.NotFoundError for a foreign dialog; a notification when nothing runs.
+        """
         await run_storage(storage.dialog_for_user, self.user, session_id)
         running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
         if not any(item["session_id"] == session_id for item in running):
@@ -254,8 +261,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.close(code=CLOSE_SERVER_SHUTDOWN, reason="server shutting down")
 
     async def chat_frame(self, message: dict) -> None:
-        """A pre-serialised frame for every connection of the chat."""
-        await self.send(text_data=message["json"])
+        """A pre-serialised frame for every connection of the chat (except the one it skips)."""
+        if message.get("skip") != self.channel_name:
+            await self.send(text_data=message["json"])
 
     # --- helpers ------------------------------------------------------------------------------
     async def send_frame(self, frame: dict[str, Any]) -> None:
@@ -284,3 +292,10 @@ def _placeholder_snapshot(item: dict) -> dict:
         "usage": None,
         "error": None,
     }
+
+
+class UnknownPathConsumer(AsyncWebsocketConsumer):
+    """Any other WebSocket path: refused at the handshake (HTTP 403), never a server error."""
+
+    async def connect(self) -> None:
+        await self.close()

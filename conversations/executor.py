@@ -97,6 +97,16 @@ class DialogExecutor:
         self.poked = asyncio.Event()
         self.running: RunningTurn | None = None
         self.lease_lost = False
+        self.cancel_reason = "stopped"
+
+    def cancel_turn(self, reason: str) -> bool:
+        """Cancel the running turn (if any) with ``reason`` as its error; False when none runs."""
+        running = self.running
+        if running is None or running.task is None or running.task.done():
+            return False
+        self.cancel_reason = reason
+        running.task.cancel()
+        return True
 
     def poke(self) -> None:
         """New input may be queued: look again before going idle."""
@@ -119,6 +129,7 @@ class DialogExecutor:
     async def run_turn(self, start: storage.TurnStart) -> None:
         """One turn end to end; every failure is typed, shown and never reported completed."""
         config = settings.PICOBOT
+        self.cancel_reason = "stopped"
         controller = TurnController(start.turn_id, start.dialog_id, start.reply_message_id)
         sink = CliChatSink(
             get_channel_layer(),
@@ -214,13 +225,20 @@ class DialogExecutor:
             ref = _error_ref()
             log.exception("turn %s commit failed (ref %s)", start.turn_id, ref)
             controller.fail(f"The answer could not be saved (ref {ref}).")
+            try:
+                await run_storage(
+                    storage.abandon_turn, self.dialog_id, self.worker.worker_id, self.epoch, start.inbox_id,
+                    f"commit failed (ref {ref})",
+                )
+            except Exception:
+                log.exception("turn %s: could not mark its inbox row done either (ref %s)", start.turn_id, ref)
             await notify.publish_notification(
                 start.channel, start.chat_id, "error", f"Storage failed; this turn was not saved (ref {ref}).",
                 session_id=start.dialog_id,
             )
             return None
         if cancelled:
-            controller.cancel("stopped")
+            controller.cancel(self.cancel_reason)
         elif failure:
             controller.fail(failure)
         else:

@@ -33,9 +33,16 @@ def dumps(frame: dict) -> str:
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
 
 
-async def publish_frame(channel: str, chat_id: str, frame: dict) -> None:
-    """Send one server frame to every connection of the chat (best effort)."""
-    await get_channel_layer().group_send(group_for(channel, chat_id), {"type": "chat.frame", "json": dumps(frame)})
+async def publish_frame(channel: str, chat_id: str, frame: dict, *, skip_channel: str | None = None) -> None:
+    """Send one server frame to every connection of the chat (best effort).
+
+    ``skip_channel``: a connection that already sent the frame to its client itself (so that it
+    arrives in order with that connection's direct answers) and must not get it twice.
+    """
+    message = {"type": "chat.frame", "json": dumps(frame)}
+    if skip_channel:
+        message["skip"] = skip_channel
+    await get_channel_layer().group_send(group_for(channel, chat_id), message)
 
 
 async def publish_notification(

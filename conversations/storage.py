@@ -44,6 +44,22 @@ class LeaseLostError(StorageError):
 # --- shapes ---------------------------------------------------------------------------------------
 
 
+def scrub_nul(value: Any) -> Any:
+    """``value`` with NUL characters replaced by U+FFFD, in strings nested in dicts and lists.
+
+    PostgreSQL text and jsonb cannot store ``\x00``; a model or a user that sends one must not
+    make a write fail (and lose the turn). SQLite would take it, but both databases store the same.
+    """
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {scrub_nul(k): scrub_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_nul(v) for v in value]
+    return value
+
+
+
 def message_to_protocol(row: Message) -> dict:
     """A history row as PROTOCOL §1 "History message" (``provider_state`` never leaves)."""
     return {
@@ -159,6 +175,36 @@ def active_dialog(owner: Any, channel: str, chat_id: str) -> Dialog:
         return dialog
 
 
+def _set_active(channel: str, chat_id: str, owner: Any, dialog: Dialog) -> None:
+    ChatState.objects.update_or_create(
+        channel=channel, chat_id=chat_id, defaults={"owner": owner, "active_dialog": dialog, "updated_at": now_ms()}
+    )
+
+
+def create_dialog(owner: Any, channel: str, chat_id: str, title: str | None = None) -> Dialog:
+    """A new dialog for the chat, made its active dialog (``/new [title]``, seed 004 §7)."""
+    with transaction.atomic():
+        dialog = _new_dialog(owner, channel, chat_id, scrub_nul(title.strip()) if title else None)
+        _set_active(channel, chat_id, owner, dialog)
+    return dialog
+
+
+def switch_dialog(owner: Any, channel: str, chat_id: str, dialog_ref: str) -> Dialog:
+    """Make one of the chat's dialogs active (``/switch <dialog_id>``); the unified id works too.
+
+    Raises NotFoundError for an unknown, deleted or foreign dialog.
+    """
+    dialog_id = dialog_ref.rsplit(":", 1)[-1] if dialog_ref.startswith(f"{channel}:") else dialog_ref
+    with transaction.atomic():
+        dialog = Dialog.objects.filter(
+            channel=channel, chat_id=chat_id, dialog_id=dialog_id, owner=owner, deleted_at__isnull=True
+        ).first()
+        if dialog is None:
+            raise NotFoundError(f"no dialog {dialog_ref!r} in this chat")
+        _set_active(channel, chat_id, owner, dialog)
+    return dialog
+
+
 def dialog_for_user(owner: Any, session_id: str) -> Dialog:
     """The live dialog ``session_id`` if ``owner`` owns it; raises NotFoundError otherwise."""
     dialog = Dialog.objects.filter(pk=session_id, owner=owner, deleted_at__isnull=True).first()
@@ -227,6 +273,7 @@ def accept_message(
         NotFoundError: ``session_id`` is unknown, deleted or foreign.
         InboxFullError: the dialog already has ``INBOX_CAPACITY`` queued messages.
     """
+    client_msg_id, content, source = scrub_nul(client_msg_id), scrub_nul(content), scrub_nul(source)
     if client_msg_id:
         existing = InboxMessage.objects.filter(user=owner, client_msg_id=client_msg_id).first()
         if existing is not None:
@@ -450,7 +497,7 @@ def commit_turn(
         created = []
         for data in rows:
             seq += 1
-            created.append(Message(dialog=dialog, seq=seq, **data))
+            created.append(Message(dialog=dialog, seq=seq, **scrub_nul(data)))
         Message.objects.bulk_create(created)
         usage = usage or {}
         Dialog.objects.filter(pk=dialog.pk).update(
@@ -461,7 +508,26 @@ def commit_turn(
             usage_input_tokens=F("usage_input_tokens") + int(usage.get("input_tokens") or 0),
             usage_output_tokens=F("usage_output_tokens") + int(usage.get("output_tokens") or 0),
         )
-        InboxMessage.objects.filter(pk=inbox_id).update(status=inbox_status, finished_at=now_ms(), error=error)
+        InboxMessage.objects.filter(pk=inbox_id).update(
+            status=inbox_status, finished_at=now_ms(), error=scrub_nul(error)
+        )
         user_row = Message.objects.filter(pk=inbox_id).first()
     committed = ([message_to_protocol(user_row)] if user_row else []) + [message_to_protocol(m) for m in created]
     return CommitResult(messages=committed, history_revision=seq)
+
+
+def abandon_turn(dialog_id: str, worker_id: str, epoch: int, inbox_id: str, error: str) -> bool:
+    """End a turn whose commit failed: its inbox row is ``done`` with the error, nothing else.
+
+    Without this the row would stay ``started`` and every new connection would see a phantom
+    running turn until a restart. Returns False when the lease was lost (nothing written).
+    """
+    with transaction.atomic():
+        try:
+            _check_lease(dialog_id, worker_id, epoch)
+        except LeaseLostError:
+            return False
+        InboxMessage.objects.filter(pk=inbox_id, status=InboxMessage.Status.STARTED).update(
+            status=InboxMessage.Status.DONE, finished_at=now_ms(), error=scrub_nul(error)[:2000]
+        )
+    return True

@@ -35,6 +35,10 @@ from providers.base import LLMProvider
 log = logging.getLogger(__name__)
 
 AGENT_CHANNEL = "picobot.agent"
+# Why a turn was cancelled, shown as the cancelled snapshot's error.
+STOP_REASON = "stopped"
+SHUTDOWN_REASON = "the server is shutting down"
+LEASE_LOST_REASON = "another worker took over this dialog"
 WORKERS_GROUP = "picobot.workers"
 
 
@@ -101,31 +105,48 @@ class AgentWorker:
 
     async def start(self) -> None:
         """Start the layer consumer, the lease renewal and the inbox scan; scan once now."""
-        layer = get_channel_layer()
-        first = True
+        self._loops.append(asyncio.ensure_future(self._consumer_loop()))
+        self._loops.append(asyncio.ensure_future(self._renew_loop()))
+        self._loops.append(asyncio.ensure_future(self._scan_loop()))
+        await asyncio.wait_for(self.consumer_ready.wait(), timeout=10)
 
-        async def receive() -> dict:
-            nonlocal first
-            if first:
-                first = False
-                return {"type": "worker.start"}
-            return await layer.receive(AGENT_CHANNEL)
+    async def _consumer_loop(self) -> None:
+        """Run the layer consumer; if the layer fails (Redis restarts), log and start it again.
+
+        The inbox scan keeps turns running meanwhile, but stop requests and replays travel only
+        through the layer, so the consumer must not stay dead.
+        """
+        layer = get_channel_layer()
+        app = AgentWorkerConsumer.as_asgi(worker=self)
 
         async def send(_message: dict) -> None:  # pragma: no cover - channel apps never send
             return None
 
-        app = AgentWorkerConsumer.as_asgi(worker=self)
-        self._loops.append(asyncio.ensure_future(app({"type": "channel", "channel": AGENT_CHANNEL}, receive, send)))
-        self._loops.append(asyncio.ensure_future(self._renew_loop()))
-        self._loops.append(asyncio.ensure_future(self._scan_loop()))
-        await asyncio.wait_for(self.consumer_ready.wait(), timeout=10)
+        delay = 0.5
+        while True:
+            first = True
+
+            async def receive() -> dict:
+                nonlocal first
+                if first:
+                    first = False
+                    return {"type": "worker.start"}  # joins the workers group (again)
+                return await layer.receive(AGENT_CHANNEL)
+
+            try:
+                await app({"type": "channel", "channel": AGENT_CHANNEL}, receive, send)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("agent channel consumer failed; restarting in %.1f s", delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Cancel running turns and loops and wait for them (bounded by ``timeout`` s)."""
         self._stopping = True
         for executor in list(self.executors.values()):
-            if executor.running and executor.running.task:
-                executor.running.task.cancel()
+            executor.cancel_turn(SHUTDOWN_REASON)
         tasks = [*self._loops, *self._tasks]
         for task in self._loops:
             task.cancel()
@@ -177,10 +198,7 @@ class AgentWorker:
     def stop_turn(self, dialog_id: str) -> bool:
         """Cancel the dialog's running turn here; False when this worker runs none."""
         executor = self.executors.get(dialog_id)
-        if executor is None or executor.running is None or executor.running.task is None:
-            return False
-        executor.running.task.cancel()
-        return True
+        return executor is not None and executor.cancel_turn(STOP_REASON)
 
     async def replay_running(self, message: dict) -> None:
         """Send the latest snapshots of a chat's running turns to one new connection."""
@@ -241,5 +259,4 @@ class AgentWorker:
                     # (with a new epoch) taken its place, which must not be stopped.
                     log.warning("lease of %s lost to another worker; stopping its turn", dialog_id)
                     executor.lease_lost = True
-                    if executor.running and executor.running.task:
-                        executor.running.task.cancel()
+                    executor.cancel_turn(LEASE_LOST_REASON)

@@ -15,12 +15,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "picobot_site.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.urls import path  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
 
 from conversations.auth import ChatAuthMiddleware  # noqa: E402
-from conversations.consumers import ChatConsumer  # noqa: E402
+from conversations.consumers import ChatConsumer, UnknownPathConsumer  # noqa: E402
 
-websocket_urlpatterns = [path("ws/chat/", ChatConsumer.as_asgi())]
+websocket_urlpatterns = [
+    path("ws/chat/", ChatConsumer.as_asgi()),
+    re_path(r"", UnknownPathConsumer.as_asgi()),
+]
 
 application = ProtocolTypeRouter(
     {

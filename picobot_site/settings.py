@@ -167,7 +167,17 @@ if REDIS_URL:
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
                 # redis-py caps a pool at 100 and errors instead of waiting (DESIGN §2).
-                "hosts": [{"address": REDIS_URL, "max_connections": env_int("PICOBOT_REDIS_MAX_CONNECTIONS", 500)}],
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "max_connections": env_int("PICOBOT_REDIS_MAX_CONNECTIONS", 500),
+                        # redis-py 8 gives every connection a 5 s read timeout by default, and the
+                        # layer's blocking receive waits up to 5 s: idle sockets would die with
+                        # "Timeout reading". Reads block; connecting stays bounded.
+                        "socket_timeout": None,
+                        "socket_connect_timeout": 5,
+                    }
+                ],
                 "capacity": CHANNEL_LAYER_CAPACITY,
                 "expiry": 60,
             },
@@ -261,5 +271,6 @@ LOGGING = {
         "daphne": {"level": "WARNING"},
         "django.channels.server": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
     },
 }

@@ -5,6 +5,12 @@ from __future__ import annotations
 import socket
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+
+# CI machines have 2 busy cores: never fail a property test for being slow (DESIGN §10).
+hypothesis_settings.register_profile("picobot", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("picobot")
 
 _real_connect = socket.socket.connect
 _LOOPBACK_PREFIXES = ("127.", "::1", "localhost", "0.0.0.0")

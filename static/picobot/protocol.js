@@ -282,7 +282,8 @@
       const d = this.dialogs.find((x) => x.session_id === sessionId);
       if (!d || !rows.length) return;
       d.last_active_at = Math.max(d.last_active_at || 0, ...rows.map((r) => r.created_at || 0));
-      d.message_count = (d.message_count || 0) + rows.filter((r) => r.role !== 'user').length;
+      // message_count counts user messages (DESIGN §3), as the server's `sessions` does.
+      d.message_count = (d.message_count || 0) + rows.filter((r) => r.role === 'user').length;
       this.dialogs = [d, ...this.dialogs.filter((x) => x !== d)];
     }
 

@@ -57,7 +57,12 @@ class ChatClient:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 raise AssertionError(f"no {kind!r} frame within {timeout} s; got {[f['type'] for f in self.frames]}")
-            frame = await self.recv(timeout=remaining)
+            try:
+                frame = await self.recv(timeout=remaining)
+            except TimeoutError:
+                raise AssertionError(
+                    f"no {kind!r} frame within {timeout} s; got {[f['type'] for f in self.frames]}"
+                ) from None
             if frame["type"] == kind and (predicate is None or predicate(frame)):
                 return frame
 

@@ -32,20 +32,34 @@ async def first_frame(headers: list, path: str = "/ws/chat/") -> tuple[dict, Web
 
 async def test_session_cookie_from_an_allowed_origin_is_accepted():
     cookie = await session_cookie()
-    frame, comm = await first_frame([(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://localhost:8000")])
+    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://localhost:8000"),
+               (b"host", b"localhost:8000")]
+    frame, comm = await first_frame(headers)
     assert frame["type"] == "ready" and frame["user"] == "carol"
     await comm.disconnect()
 
 
-@pytest.mark.parametrize("origin", [b"http://evil.example", None])
+@pytest.mark.parametrize(
+    "origin", [b"http://evil.example", None, b"http://localhost:3000", b"https://127.0.0.1:9999", b"null"]
+)
 async def test_session_cookie_from_another_origin_is_refused(origin):
     cookie = await session_cookie()
-    headers = [(b"cookie", f"sessionid={cookie}".encode())]
+    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"host", b"localhost:8000")]
     if origin:
         headers.append((b"origin", origin))
     frame, comm = await first_frame(headers)
     assert frame["code"] == "unauthorized"
     assert await comm.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+
+
+async def test_a_trusted_origin_from_settings_is_accepted(settings):
+    settings.CSRF_TRUSTED_ORIGINS = ["https://chat.example.com"]
+    cookie = await session_cookie()
+    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"https://chat.example.com"),
+               (b"host", b"127.0.0.1:8000")]
+    frame, comm = await first_frame(headers)
+    assert frame["type"] == "ready"
+    await comm.disconnect()
 
 
 async def test_token_in_the_query_string_is_accepted_without_an_origin():
@@ -67,3 +81,9 @@ async def test_tokens_are_stored_hashed():
     stored = await database_sync_to_async(lambda: list(ApiToken.objects.values_list("token_hash", "prefix")))()
     assert stored == [(ApiToken.hash_token(token), token[:8])]
     assert token not in stored[0][0]
+
+
+async def test_an_unknown_websocket_path_is_refused_not_an_error():
+    communicator = WebsocketCommunicator(application, "/ws/nowhere/")
+    connected, code = await communicator.connect(timeout=5)
+    assert connected is False

@@ -189,3 +189,39 @@ async def test_stop_during_a_slow_tool_ends_the_turn_and_keeps_the_tool_chain_va
     assert [r["role"] for r in rows] == ["user", "assistant", "tool"]
     assert rows[1]["content"] == "Let me wait." and rows[1]["tool_calls"][0]["id"] == "call_slow"
     assert rows[2]["tool_call_id"] == "call_slow" and rows[2]["is_error"] is True
+
+
+async def test_nul_characters_from_user_and_model_are_stored_as_replacement_characters(connect, start_worker):
+    await start_worker(ScriptedProvider([script_text("bad\x00byte")]))
+    client = await connect(await make_token())
+    await client.until("ready")
+    await client.send({"type": "message", "content": "nul\x00here", "client_msg_id": "nul-1"})
+    committed = await client.until("turn_committed")
+    assert [m["content"] for m in committed["messages"]] == ["nul\ufffdhere", "bad\ufffdbyte"]
+
+
+async def test_a_commit_that_keeps_failing_fails_the_turn_and_leaves_no_phantom_running_turn(
+    connect, start_worker, monkeypatch
+):
+    from django.db import OperationalError
+
+    from conversations import storage
+
+    def broken_commit(*args, **kwargs):
+        raise OperationalError("disk I/O error")
+
+    monkeypatch.setattr(storage, "commit_turn", broken_commit)
+    await start_worker(ScriptedProvider([script_text("lost answer")]))
+    token = await make_token()
+    client = await connect(token)
+    await client.until("ready")
+    await client.send({"type": "message", "content": "save me", "client_msg_id": "c-1"})
+    final = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running")
+    assert final["turn"]["status"] == "failed" and "could not be saved" in final["turn"]["error"]
+    notice = await client.until("notification")
+    assert notice["level"] == "error"
+    assert not client.of_type("turn_committed")
+    status = await database_sync_to_async(lambda: InboxMessage.objects.get(client_msg_id="c-1").status)()
+    assert status == "done"
+    again = await connect(token)
+    assert (await again.until("ready"))["running"] == []
