@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from providers.messages import ImageBlock, Message, ThinkingBlock, ToolUseBlock
+from providers.messages import RUNTIME_CONTEXT_MARKER, ImageBlock, Message, ThinkingBlock, ToolUseBlock
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,8 @@ def build_turn_input(
             if messages[index].role == "user":
                 user = messages[index]
                 images = [b for b in user.content if isinstance(b, ImageBlock)]
-                messages[index] = Message.user(f"{user.text}\n\n[Runtime context: {runtime_context}]", images=images)
+                text = f"{user.text}{RUNTIME_CONTEXT_MARKER}{runtime_context}]"
+                messages[index] = Message.user(text, images=images)
                 break
     return [Message.system(system), *messages]
 

@@ -256,9 +256,8 @@ PICOBOT = {
     "WS_SNAPSHOT_INTERVAL_MS": env_int("PICOBOT_WS_SNAPSHOT_INTERVAL_MS", 33),
     # Storage write retry delays, ms (seed 004 §4.4).
     "STORAGE_RETRY_DELAYS_MS": [int(x) for x in env_list("PICOBOT_STORAGE_RETRY_DELAYS_MS", ["100", "200", "300"])],
-    "SESSION_TTL_SECONDS": env_int("PICOBOT_SESSION_TTL_SECONDS", 24 * 3600),
-    "CLEANUP_INTERVAL_SECONDS": env_int("PICOBOT_CLEANUP_INTERVAL_SECONDS", 3600),
-    "AUTO_TITLE_AFTER": env_int("PICOBOT_AUTO_TITLE_AFTER", 10),
+    # Threads for the agent's own DB calls (SQLite always uses one: it has one writer).
+    "STORAGE_THREADS": env_int("PICOBOT_STORAGE_THREADS", 4),
 }
 
 LOGGING = {

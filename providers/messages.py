@@ -27,6 +27,11 @@ Role = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 
 
+# Marks the per-request runtime context (time, channel, title) that the gateway appends to the
+# last user message (seed 000 §7.1). It is never stored; the offline replay provider ignores it.
+RUNTIME_CONTEXT_MARKER = "\n\n[Runtime context: "
+
+
 @dataclass(frozen=True, slots=True)
 class TextBlock:
     """Visible text."""

@@ -31,6 +31,7 @@ import httpx2
 
 from providers.base import LLMProvider, ProviderRequest
 from providers.chunks import ProviderChunk
+from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.openai_compat import OpenAICompatProvider
 
 DEFAULT_TRANSCRIPT_DIR = Path(__file__).resolve().parent / "transcripts"
@@ -70,6 +71,8 @@ def choose_transcript(body: dict[str, Any]) -> tuple[str, dict[str, str]]:
         result = _text_of(last.get("content"))[:_RESULT_CHARS]
         return "after_tool.sse", {"TOOL_RESULT": result}
     user_text = next((_text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    # Only what the user typed decides, not the runtime context (which always says "time=").
+    user_text = user_text.split(RUNTIME_CONTEXT_MARKER, 1)[0]
     tools = {t.get("function", {}).get("name") for t in body.get("tools") or []}
     if TIME_TOOL in tools and _TIME_QUESTION.search(user_text):
         return "time_tool_call.sse", {"CALL_ID": f"call_{uuid.uuid4().hex[:24]}"}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (venv, requirements, migrations) and start PicoBot: WebUI, WebSocket, REST and the agent
+# Set up (venv, requirements, migrations) and start PicoBot: WebUI, admin, WebSocket and the agent
 # worker in one process on the embedded defaults. Extra arguments go to `manage.py serve`.
 set -euo pipefail
 cd "$(dirname "$0")/.."

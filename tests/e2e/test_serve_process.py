@@ -146,4 +146,6 @@ async def test_serve_answers_offline_with_the_replay_provider(tmp_path: Path):
             final = client.of_type("turn_updated")[-1]["turn"]
             assert final["status"] == "completed"
             answer = committed["messages"][-1]["content"]
-            assert "offline" in answer.lower() and "<think>" not in answer
+            assert "offline" in answer.lower() and "<think>" not in answer and "Hello there" in answer
+            # A greeting is not a time question (the runtime context's "time=" must not count).
+            assert not [b for b in final["blocks"] if b["type"] == "tool"]

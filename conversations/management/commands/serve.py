@@ -20,7 +20,7 @@ MAX_WS_MESSAGE_BYTES = 9 * 1024 * 1024  # an 8 MiB media frame plus JSON overhea
 
 
 class Command(BaseCommand):
-    help = "Run PicoBot (WebUI, WebSocket, REST and the agent worker) in one process."
+    help = "Run PicoBot (WebUI, admin, WebSocket and the agent worker) in one process."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
