@@ -80,8 +80,9 @@ def token_from_scope(scope: dict) -> str | None:
 def origin_allowed(scope: dict) -> bool:
     """True when a cookie-authenticated WebSocket comes from our own pages.
 
-    The Origin must be the same origin as the request (its ``host:port`` equals the Host header,
-    which must itself be an allowed host) or be listed in ``PICOBOT_CSRF_TRUSTED_ORIGINS``. A
+    The Origin must be the same origin as the request (same scheme, and its ``host:port`` equals
+    the Host header, which must itself be an allowed host) or be listed in
+    ``PICOBOT_CSRF_TRUSTED_ORIGINS`` (e.g. behind a TLS-terminating proxy). A
     missing Origin is refused. Host names alone are not enough: browsers send the session cookie
     to every port of a host, so another app on ``localhost:3000`` must not reach the chat.
     """
@@ -95,6 +96,10 @@ def origin_allowed(scope: dict) -> bool:
         return True
     host = (_header(scope, b"host") or "").strip().lower()
     if not host or parsed.netloc != host:
+        return False
+    # Same scheme too: an http:// page must not drive a wss:// chat (Django's CSRF check agrees).
+    secure = scope.get("scheme") in {"wss", "https"}
+    if parsed.scheme != ("https" if secure else "http"):
         return False
     return validate_host(split_domain_port(host)[0] or host, settings.ALLOWED_HOSTS)
 

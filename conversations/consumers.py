@@ -12,6 +12,8 @@ storage and session services; the delivery logic it uses (credit window, frame b
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -20,6 +22,7 @@ import socket
 from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 
 from conversations import storage
 from conversations.commands import handle_command
@@ -71,8 +74,10 @@ def _optional_str(frame: dict, key: str, max_len: int) -> str | None:
     value = frame.get(key)
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > max_len:
-        raise FrameError("invalid_frame", f"{key} must be a non-empty string of at most {max_len} characters")
+    if not isinstance(value, str) or not value or len(value) > max_len or not value.isprintable():
+        raise FrameError(
+            "invalid_frame", f"{key} must be a non-empty printable string of at most {max_len} characters"
+        )
     return value
 
 
@@ -100,8 +105,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.chat_id = str(user.pk)
         self.group = chat_group(CHANNEL, self.chat_id)
         self.window = SnapshotCreditWindow()
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.channel_layer.group_add(process_connections_group(), self.channel_name)
+        self.groups_joined = [self.group, process_connections_group()]
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.refresher = asyncio.ensure_future(self._refresh_groups())
         await self.accept()
         active = await run_storage(storage.active_dialog, user, CHANNEL, self.chat_id)
         running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
@@ -124,9 +131,24 @@ class ChatConsumer(AsyncWebsocketConsumer):
             )
 
     async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-            await self.channel_layer.group_discard(process_connections_group(), self.channel_name)
+        refresher = getattr(self, "refresher", None)
+        if refresher is not None:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def _refresh_groups(self) -> None:
+        """Re-join our groups periodically: layers drop members after ``group_expiry`` (24 h)."""
+        interval = float(settings.PICOBOT["GROUP_REFRESH_SECONDS"])
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                for group in self.groups_joined:
+                    await self.channel_layer.group_add(group, self.channel_name)
+            except Exception:
+                log.exception("could not refresh group membership; retrying next interval")
 
     # --- client → server ----------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:

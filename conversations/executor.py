@@ -24,10 +24,12 @@ from conversations.history import build_turn_input, reasoning_of
 from conversations.models import Message
 from conversations.storage_runner import run_storage
 from conversations.tools.registry import ToolFatalError
-from delivery.coordinator import DeliveryCoordinator
+from delivery.failures import record_delivery_failure
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy
+from delivery.sinks import TurnSink
 from delivery.turn import TurnController
+from delivery.turn_delivery import FailureReport, TurnDelivery
 from providers.errors import RequestBlockedError
 from providers.messages import Message as ProviderMessage
 
@@ -49,6 +51,23 @@ class RunningTurn:
 
 
 CANCELLED_TOOL_RESULT = "Error: the turn was stopped before this tool call returned a result."
+# Seconds the executor waits for a turn's terminal delivery (the coordinator's own retries are
+# shorter); past it delivery counts as failed and the one plain fallback goes out.
+DELIVERY_WAIT_SECONDS = 30.0
+
+
+async def open_cli_chat_sink(start: storage.TurnStart) -> TurnSink:
+    """The default sink factory: publish the turn to the chat's WebSocket group (seed 003 §10.2)."""
+    return CliChatSink(
+        get_channel_layer(),
+        notify.group_for(start.channel, start.chat_id),
+        min_interval=settings.PICOBOT["WS_SNAPSHOT_INTERVAL_MS"] / 1000,
+    )
+
+
+def presentation_for(channel: str) -> PresentationPolicy:
+    """The presentation policy of a platform (seed 003 §11 defaults)."""
+    return PresentationPolicy.websocket() if channel == "cli_chat" else PresentationPolicy.external()
 
 
 def _error_ref() -> str:
@@ -128,20 +147,37 @@ class DialogExecutor:
 
     async def run_turn(self, start: storage.TurnStart) -> None:
         """One turn end to end; every failure is typed, shown and never reported completed."""
-        config = settings.PICOBOT
         self.cancel_reason = "stopped"
         controller = TurnController(start.turn_id, start.dialog_id, start.reply_message_id)
-        sink = CliChatSink(
-            get_channel_layer(),
-            notify.group_for(start.channel, start.chat_id),
-            min_interval=config["WS_SNAPSHOT_INTERVAL_MS"] / 1000,
+        delivery = await TurnDelivery.open(
+            controller,
+            lambda: self.worker.open_sink(start),
+            presentation_for(start.channel),
+            self.worker.outbound,
+            channel=start.channel,
+            chat_id=start.chat_id,
         )
-        handle = DeliveryCoordinator(controller, sink, PresentationPolicy.websocket()).start()
-        self.running = RunningTurn(start.turn_id, start.channel, start.chat_id, controller)
+        self.running = running = RunningTurn(start.turn_id, start.channel, start.chat_id, controller)
+        try:
+            commit = await self._run_and_commit(start, running)
+            # The terminal snapshot goes out after the commit, and turn_committed after it (PROTOCOL §1);
+            # a failed delivery gets its one plain fallback here (seed 000 §5).
+            outcome = await delivery.settle(timeout=DELIVERY_WAIT_SECONDS)
+            if commit is not None:
+                await notify.publish_turn_committed(start.channel, start.chat_id, start.dialog_id, commit)
+            if outcome.failure is not None:
+                await self._record_delivery_failure(start, outcome.failure)
+        finally:
+            delivery.cancel()  # only does something when the executor itself is torn down
+            self.running = None
+
+    async def _run_and_commit(self, start: storage.TurnStart, running: RunningTurn) -> storage.CommitResult | None:
+        """Run the agent loop under the turn's deadline, then commit; None when nothing committed."""
+        config = settings.PICOBOT
         loop = AgentLoop(
             self.worker.provider,
             self.worker.tools,
-            controller.apply,
+            running.controller.apply,
             max_iterations=config["MAX_ITERATIONS"],
             tool_timeout=config["TOOL_TIMEOUT"],
         )
@@ -149,7 +185,7 @@ class DialogExecutor:
             config["SYSTEM_PROMPT"], start.history, runtime_context=self._runtime_context(start), summary=start.summary
         )
         task = asyncio.ensure_future(loop.run(messages))
-        self.running.task = task
+        running.task = task
         result: AgentResult | None = None
         cancelled = False
         failure: str | None = None
@@ -171,14 +207,23 @@ class DialogExecutor:
         if result is None:  # cancelled or timed out: keep what the loop finished, plus the partial
             result = loop.result
             result.partial = loop.partial_message()
-        commit = await self._finish(start, controller, result, cancelled, failure)
-        # The terminal snapshot goes out after the commit, and turn_committed after it (PROTOCOL §1).
-        delivery = await handle.wait(timeout=30)
-        if not delivery.ok:
-            log.warning("turn %s final delivery failed: %s", start.turn_id, delivery.error)
-        if commit is not None:
-            await notify.publish_turn_committed(start.channel, start.chat_id, start.dialog_id, commit)
-        self.running = None
+        return await self._finish(start, running.controller, result, cancelled, failure)
+
+    async def _record_delivery_failure(self, start: storage.TurnStart, failure: FailureReport) -> None:
+        """One ``DeliveryFailure`` row for the admin; bookkeeping never breaks the dialog."""
+        try:
+            await run_storage(
+                record_delivery_failure,
+                channel=start.channel,
+                chat_id=start.chat_id,
+                dialog_id=start.dialog_id,
+                turn_id=start.turn_id,
+                stage=failure.stage,
+                error=failure.error,
+                attempts=failure.attempts,
+            )
+        except Exception:
+            log.exception("turn %s: could not record its delivery failure (%s)", start.turn_id, failure.error)
 
     async def _finish(
         self,

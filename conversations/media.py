@@ -53,7 +53,7 @@ def validate_media(media: object) -> list[dict]:
         except (binascii.Error, ValueError):
             raise MediaError(f"media[{index}].data is not valid base64") from None
         if not IMAGE_SIGNATURES[mime_type](raw):
-            raise MediaError(f"media[{index}].data is not a {mime_type} image")
+            raise MediaError(f"media[{index}].data is not an image of type {mime_type}")
         total += len(raw)
         if total > MAX_MEDIA_BYTES:
             raise MediaError("media exceed 5 MiB in all")

@@ -159,8 +159,10 @@ class Message(models.Model):
     reasoning_content = models.TextField(null=True, blank=True)
     provider_state = models.JSONField(null=True, blank=True)
     tool_calls = models.JSONField(default=list, blank=True)
-    tool_call_id = models.CharField(max_length=128, null=True, blank=True)
-    tool_name = models.CharField(max_length=128, null=True, blank=True)
+    # Text, not CharField: ids and names come from the model, and a long one must not make the
+    # whole turn unsavable on PostgreSQL (SQLite would not notice).
+    tool_call_id = models.TextField(null=True, blank=True)
+    tool_name = models.TextField(null=True, blank=True)
     is_error = models.BooleanField(default=False)
     media_refs = models.JSONField(default=list, blank=True)
     turn_id = models.UUIDField(null=True, blank=True)

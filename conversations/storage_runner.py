@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, close_old_connections, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -48,8 +48,10 @@ def _call(fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
 async def run_storage(fn: Callable[..., T], *args: Any, retry: bool = True, **kwargs: Any) -> T:
     """Run ``fn(*args, **kwargs)`` on a storage thread; retry transient DB errors.
 
-    IntegrityError and our own ``StorageError`` subclasses are never retried (they are answers,
-    not glitches). Raises the last exception when every attempt failed.
+    Only transient errors (``OperationalError``: lock timeouts, lost connections;
+    ``InterfaceError``) are retried: an IntegrityError, a DataError (a value the column refuses) or
+    our own ``StorageError``s are answers, not glitches, and would fail the same way again. Raises
+    the last exception when every attempt failed.
     """
     delays = list(settings.PICOBOT["STORAGE_RETRY_DELAYS_MS"]) if retry else []
     runner = sync_to_async(_call, thread_sensitive=False, executor=_get_executor())
@@ -57,9 +59,7 @@ async def run_storage(fn: Callable[..., T], *args: Any, retry: bool = True, **kw
     while True:
         try:
             return await runner(fn, args, kwargs)
-        except IntegrityError:
-            raise
-        except DatabaseError as exc:
+        except (OperationalError, InterfaceError) as exc:
             if attempt >= len(delays):
                 log.error("storage call %s failed after %d attempts: %s", fn.__name__, attempt + 1, exc)
                 raise

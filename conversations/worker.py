@@ -15,21 +15,25 @@ Layer message types:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from channels.consumer import AsyncConsumer
 from channels.layers import get_channel_layer
 from django.conf import settings
 
 from conversations import storage
-from conversations.executor import DialogExecutor
+from conversations.executor import DialogExecutor, open_cli_chat_sink
 from conversations.runtime import get_provider
 from conversations.storage_runner import run_storage
 from conversations.tools import ToolRegistry, default_registry
+from delivery.outbound import OutboundDispatcher
+from delivery.platforms.cli_chat import CliChatSender
 from delivery.presentation import PresentationPolicy, serialize_snapshot
+from delivery.sinks import TurnSink
 from providers.base import LLMProvider
 
 log = logging.getLogger(__name__)
@@ -66,6 +70,7 @@ class AgentWorkerConsumer(AsyncConsumer):
     async def worker_start(self, message: dict) -> None:
         """Synthetic first message: join the workers broadcast group."""
         await self.channel_layer.group_add(WORKERS_GROUP, self.channel_name)
+        self.worker.consumer_channel = self.channel_name
         self.worker.consumer_ready.set()
 
     async def dialog_input(self, message: dict) -> None:
@@ -78,8 +83,21 @@ class AgentWorkerConsumer(AsyncConsumer):
         self.worker.spawn(self.worker.replay_running(message))
 
 
+SinkFactory = Callable[[storage.TurnStart], Awaitable[TurnSink]]
+
+
 class AgentWorker:
-    """Owns this process's dialog executors (one task per live dialog) and background loops."""
+    """Owns this process's dialog executors (one task per live dialog) and background loops.
+
+    Args:
+        worker_id: This worker's lease owner id.
+        provider: The LLM provider (default: the configured one).
+        tools: The tool registry (default: the built-in tools).
+        sink_factory: Opens a turn's sink (seed 003 §10.1 ``open_turn``); default: the cli_chat
+            sink. It may raise: the turn is then delivered final-only (seed 000 §5.1).
+        outbound: The dispatcher for complete messages (the plain fallbacks); default: one with
+            the cli_chat sender. The worker closes it on ``stop()``.
+    """
 
     def __init__(
         self,
@@ -87,12 +105,17 @@ class AgentWorker:
         *,
         provider: LLMProvider | None = None,
         tools: ToolRegistry | None = None,
+        sink_factory: SinkFactory | None = None,
+        outbound: OutboundDispatcher | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.provider = provider or get_provider()
         self.tools = tools or default_registry()
+        self.open_sink: SinkFactory = sink_factory or open_cli_chat_sink
+        self.outbound = outbound or OutboundDispatcher({"cli_chat": CliChatSender(get_channel_layer())})
         self.executors: dict[str, DialogExecutor] = {}
         self.consumer_ready = asyncio.Event()
+        self.consumer_channel: str | None = None
         self._tasks: set[asyncio.Task] = set()
         self._loops: list[asyncio.Task] = []
         self._stopping = False
@@ -108,7 +131,19 @@ class AgentWorker:
         self._loops.append(asyncio.ensure_future(self._consumer_loop()))
         self._loops.append(asyncio.ensure_future(self._renew_loop()))
         self._loops.append(asyncio.ensure_future(self._scan_loop()))
+        self._loops.append(asyncio.ensure_future(self._group_refresh_loop()))
         await asyncio.wait_for(self.consumer_ready.wait(), timeout=10)
+
+    async def _group_refresh_loop(self) -> None:
+        """Re-join the workers group periodically: layers drop members after ``group_expiry``."""
+        interval = float(settings.PICOBOT["GROUP_REFRESH_SECONDS"])
+        while True:
+            await asyncio.sleep(interval)
+            if self.consumer_channel:
+                try:
+                    await get_channel_layer().group_add(WORKERS_GROUP, self.consumer_channel)
+                except Exception:
+                    log.exception("could not refresh the workers group membership")
 
     async def _consumer_loop(self) -> None:
         """Run the layer consumer; if the layer fails (Redis restarts), log and start it again.
@@ -150,10 +185,15 @@ class AgentWorker:
         tasks = [*self._loops, *self._tasks]
         for task in self._loops:
             task.cancel()
+        if self.consumer_channel:  # stop receiving broadcasts meant for live workers
+            with contextlib.suppress(Exception):
+                await get_channel_layer().group_discard(WORKERS_GROUP, self.consumer_channel)
         if tasks:
             done, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
+        # After the executors: their last fallbacks are already queued and get a short grace.
+        await self.outbound.close(timeout=min(timeout, 2.0))
 
     def spawn(self, coro: Awaitable) -> asyncio.Task:
         """Run a supervised background task owned by this worker."""

@@ -15,7 +15,8 @@ and is re-exported here.
 
 :meth:`DeliveryCoordinator.start` returns a :class:`TurnDeliveryHandle`; the session awaits
 ``handle.wait()`` after publishing the terminal state and sends its one plain fallback message
-when the result is not ok (seed 000 §5). Start failures are distinct from async failures:
+when the result is not ok (seed 000 §5; :class:`delivery.turn_delivery.TurnDelivery` does both).
+Start failures are distinct from async failures:
 
 Exceptions::
 
@@ -43,6 +44,7 @@ from delivery.sinks import FinalOnly, LivePolicy, SinkError, SinkNotModified, Sn
 from delivery.turn import TurnController, TurnSnapshot
 
 __all__ = [
+    "STALE_TURN_ERROR",
     "DeliveryCoordinator",
     "DeliveryError",
     "DeliveryResult",
@@ -58,6 +60,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: ``DeliveryResult.error`` of a turn whose owner went stale: nothing more may be published.
+STALE_TURN_ERROR = "stale turn"
 
 
 class DeliveryError(Exception):
@@ -118,6 +123,9 @@ class TurnDeliveryHandle:
             if not done:
                 timed_out = task.cancel()
                 await asyncio.wait({task})
+        closer = self._coordinator._closer
+        if closer is not None and not closer.done():
+            await asyncio.wait({closer})
         if task.cancelled():
             error = f"delivery timed out after {timeout}s" if timed_out else "delivery cancelled"
             return self._coordinator._result(ok=False, error=error)
@@ -179,6 +187,8 @@ class DeliveryCoordinator:
         self._handle: TurnDeliveryHandle | None = None
         self._attempts = 0
         self._last_revision: int | None = None
+        self._sink_closed = False
+        self._closer: asyncio.Task[None] | None = None
 
     def start(
         self,
@@ -212,6 +222,7 @@ class DeliveryCoordinator:
         except Exception as exc:
             coro.close()
             raise DeliveryStartError(f"could not start delivery: {_describe(exc)}") from exc
+        task.add_done_callback(self._ensure_sink_closed)
         self._handle = TurnDeliveryHandle(self, task)
         return self._handle
 
@@ -223,7 +234,7 @@ class DeliveryCoordinator:
             return await self._deliver_terminal(self._cell.latest())
         except _StaleTurn:
             # A stale owner must not edit the target any more (seed 003 §8.3): stop silently.
-            return self._result(ok=False, error="stale turn")
+            return self._result(ok=False, error=STALE_TURN_ERROR)
         finally:
             await self._close_sink()
 
@@ -311,7 +322,15 @@ class DeliveryCoordinator:
             return self._result(ok=True, error=None)
         return self._result(ok=False, error=error)
 
+    def _ensure_sink_closed(self, task: asyncio.Future[DeliveryResult]) -> None:
+        # A task cancelled before its first step never enters _run's ``finally``: close it here.
+        if not self._sink_closed:
+            self._closer = asyncio.ensure_future(self._close_sink())
+
     async def _close_sink(self) -> None:
+        if self._sink_closed:
+            return
+        self._sink_closed = True
         try:
             async with asyncio.timeout(self._close_timeout):
                 await self._sink.close()

@@ -54,6 +54,7 @@ class SnapshotCreditWindow(Generic[P]):
         self._max_turns = max_turns
         self._turns: dict[str, _TurnWindow[P]] = {}
         self._finished: OrderedDict[str, int] = OrderedDict()  # turn id -> terminal revision
+        self._peak_outstanding = 0
 
     def offer(self, turn_id: str, revision: int, terminal: bool, payload: P) -> list[P]:
         """A snapshot arrived from the layer.
@@ -90,8 +91,10 @@ class SnapshotCreditWindow(Generic[P]):
             window.pending, window.pending_revision = None, -1
             window.unacked.append(revision)
             window.max_sent = revision
+            self._note_outstanding(window)
             return [payload]
         window.pending, window.pending_revision = payload, revision
+        self._note_outstanding(window)
         return []
 
     def seen(self, turn_id: str, revision: int) -> list[P]:
@@ -128,3 +131,22 @@ class SnapshotCreditWindow(Generic[P]):
         """Whether a running snapshot of ``turn_id`` waits for credit."""
         window = self._turns.get(turn_id)
         return window is not None and window.pending_revision >= 0
+
+    def outstanding(self, turn_id: str) -> int:
+        """Running snapshots of ``turn_id`` the server holds for this client: sent and not yet
+        acknowledged (in the server's send buffers, as far as it knows) plus the pending one.
+
+        At most ``limit + 1`` (PROTOCOL §1); 0 for unknown or finished turns.
+        """
+        window = self._turns.get(turn_id)
+        return 0 if window is None else len(window.unacked) + (window.pending_revision >= 0)
+
+    @property
+    def peak_outstanding(self) -> int:
+        """The highest :meth:`outstanding` any turn reached on this connection (read-only)."""
+        return self._peak_outstanding
+
+    def _note_outstanding(self, window: _TurnWindow[P]) -> None:
+        count = len(window.unacked) + (window.pending_revision >= 0)
+        if count > self._peak_outstanding:
+            self._peak_outstanding = count

@@ -161,6 +161,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- channel layer (DESIGN §2) --------------------------------------------------------------------
 REDIS_URL = env_str("PICOBOT_REDIS_URL")
 CHANNEL_LAYER_CAPACITY = env_int("PICOBOT_CHANNEL_CAPACITY", 1000)
+# Layers drop group members after group_expiry (so dead processes fall out); live members re-join
+# every GROUP_REFRESH_SECONDS (PICOBOT["GROUP_REFRESH_SECONDS"]) to stay in.
+GROUP_EXPIRY_SECONDS = env_int("PICOBOT_GROUP_EXPIRY_SECONDS", 86400)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -180,6 +183,7 @@ if REDIS_URL:
                 ],
                 "capacity": CHANNEL_LAYER_CAPACITY,
                 "expiry": 60,
+                "group_expiry": GROUP_EXPIRY_SECONDS,
             },
         }
     }
@@ -187,7 +191,7 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels.layers.InMemoryChannelLayer",
-            "CONFIG": {"capacity": CHANNEL_LAYER_CAPACITY, "expiry": 60},
+            "CONFIG": {"capacity": CHANNEL_LAYER_CAPACITY, "expiry": 60, "group_expiry": GROUP_EXPIRY_SECONDS},
         }
     }
 
@@ -252,6 +256,7 @@ PICOBOT = {
     "LEASE_SECONDS": env_float("PICOBOT_LEASE_SECONDS", 15.0),
     "LEASE_RENEW_SECONDS": env_float("PICOBOT_LEASE_RENEW_SECONDS", 5.0),
     "INBOX_SCAN_SECONDS": env_float("PICOBOT_INBOX_SCAN_SECONDS", 5.0),
+    "GROUP_REFRESH_SECONDS": env_float("PICOBOT_GROUP_REFRESH_SECONDS", 3600.0),
     # Live snapshot throttle for WebSocket sinks, ms (seed 003 §9.1: ≈30 FPS).
     "WS_SNAPSHOT_INTERVAL_MS": env_int("PICOBOT_WS_SNAPSHOT_INTERVAL_MS", 33),
     # Storage write retry delays, ms (seed 004 §4.4).

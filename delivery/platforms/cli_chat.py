@@ -15,21 +15,31 @@ watcher (DESIGN §2, §7).
 terminal snapshot, ``ready`` and history. Errors of the layer itself (e.g. Redis down) propagate
 and the coordinator retries ``finish``.
 
+Complete messages (the one plain fallback after a failed turn delivery, seed 000 §5) go through
+:class:`CliChatSender`, the cli_chat sender of the :class:`~delivery.outbound.OutboundDispatcher`:
+a ``notification`` frame (PROTOCOL §1) published as ``{"type": "chat.frame", "json": <frame>}``,
+which every ``ChatConsumer`` of the chat forwards unchanged.
+
 No Django or Channels imports: the layer is passed in.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
+from delivery.groups import chat_group
 from delivery.sinks import Snapshot
 
 if TYPE_CHECKING:
+    from delivery.outbound import OutboundMessage
     from delivery.turn import TurnSnapshot
 
-__all__ = ["SNAPSHOT_MESSAGE_TYPE", "CliChatSink", "turn_updated_frame"]
+__all__ = ["FRAME_MESSAGE_TYPE", "SNAPSHOT_MESSAGE_TYPE", "CliChatSender", "CliChatSink", "turn_updated_frame"]
 
 SNAPSHOT_MESSAGE_TYPE = "turn.snapshot"
+#: A pre-serialised frame for every connection of a chat (``ChatConsumer.chat_frame``).
+FRAME_MESSAGE_TYPE = "chat.frame"
 
 _FRAME_HEAD = '{"type":"turn_updated","turn":'
 
@@ -83,3 +93,27 @@ def turn_updated_frame(payload_json: str) -> str:
         ``'{"type":"turn_updated","turn":' + payload_json + '}'``.
     """
     return _FRAME_HEAD + payload_json + "}"
+
+
+class CliChatSender:
+    """Sends complete messages to every WebSocket of a cli_chat chat, as ``notification`` frames.
+
+    Frame: ``{"type": "notification", "level": …, "content": <text>, "session_id": …}``.
+    Success means published (like :class:`CliChatSink`); layer errors propagate and the
+    dispatcher retries.
+
+    Args:
+        channel_layer: A Channels layer (anything with ``async group_send(group, message)``).
+    """
+
+    def __init__(self, channel_layer: Any) -> None:
+        self.channel_layer = channel_layer
+
+    async def __call__(self, message: OutboundMessage) -> None:
+        frame: dict[str, Any] = {"type": "notification", "level": message.level, "content": message.text}
+        if message.session_id:
+            frame["session_id"] = message.session_id
+        text = json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+        await self.channel_layer.group_send(
+            chat_group(message.channel, message.chat_id), {"type": FRAME_MESSAGE_TYPE, "json": text}
+        )

@@ -98,12 +98,17 @@ async def connect() -> AsyncIterator[Callable]:
 
 @pytest.fixture
 async def start_worker() -> AsyncIterator[Callable]:
-    """``await start_worker(provider)`` → a running AgentWorker, stopped at teardown."""
+    """``await start_worker(provider)`` → a running AgentWorker, stopped at teardown.
+
+    Extra keyword arguments go to ``AgentWorker`` (e.g. ``sink_factory``, ``outbound``).
+    """
     workers: list[AgentWorker] = []
 
-    async def _start(provider: object, worker_id: str = "test-host:serve", tools: object = None) -> AgentWorker:
+    async def _start(
+        provider: object, worker_id: str = "test-host:serve", tools: object = None, **options: object
+    ) -> AgentWorker:
         set_provider(provider)  # what `ready` reports, as configured for the whole process
-        worker = AgentWorker(worker_id, provider=provider, tools=tools)
+        worker = AgentWorker(worker_id, provider=provider, tools=tools, **options)
         await worker.start()
         workers.append(worker)
         return worker

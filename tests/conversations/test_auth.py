@@ -40,7 +40,9 @@ async def test_session_cookie_from_an_allowed_origin_is_accepted():
 
 
 @pytest.mark.parametrize(
-    "origin", [b"http://evil.example", None, b"http://localhost:3000", b"https://127.0.0.1:9999", b"null"]
+    "origin",
+    [b"http://evil.example", None, b"http://localhost:3000", b"https://127.0.0.1:9999", b"null",
+     b"https://localhost:8000"],
 )
 async def test_session_cookie_from_another_origin_is_refused(origin):
     cookie = await session_cookie()

@@ -135,6 +135,8 @@ async def test_bad_frames_get_errors_and_the_connection_keeps_working(connect, s
     assert (await client.until("error"))["code"] == "invalid_media"
     await client.send({"type": "message", "content": "pic", "media": [{"mime_type": "image/png", "data": "%%%"}]})
     assert (await client.until("error"))["code"] == "invalid_media"
+    await client.send({"type": "history", "session_id": "cli_chat:1:a\x00b"})
+    assert (await client.until("error"))["code"] == "invalid_frame"
     await client.send({"type": "history", "session_id": "x", "limit": 500})
     assert (await client.until("error"))["code"] == "invalid_frame"
     await client.send({"type": "ping", "nonce": "n1"})
@@ -202,3 +204,20 @@ async def test_a_turn_left_started_by_a_dead_process_is_reported_interrupted(con
         assert notice["level"] == "warning" and "interrupted" in notice["content"]
     status = await database_sync_to_async(lambda: InboxMessage.objects.get(turn_id=turn_id).status)()
     assert status == "interrupted"
+
+
+async def test_connections_stay_in_their_chat_group_past_the_layers_group_expiry(connect, settings):
+    import asyncio
+
+    from conversations.notify import publish_notification
+
+    # Layers drop group members after group_expiry (24 h in production): shrink it to 1 s.
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"group_expiry": 1}}
+    }
+    settings.PICOBOT = {**settings.PICOBOT, "GROUP_REFRESH_SECONDS": 0.2}
+    client = await connect(await make_token())
+    ready = await client.until("ready")
+    await asyncio.sleep(1.5)
+    await publish_notification("cli_chat", ready["chat_id"], "info", "still here")
+    assert (await client.until("notification"))["content"] == "still here"

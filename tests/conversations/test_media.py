@@ -25,7 +25,7 @@ def test_supported_images_pass_unchanged():
     [
         ("nope", "must be a list"),
         ([{"mime_type": "image/svg+xml", "data": SVG}], "mime_type must be one of"),
-        ([{"mime_type": "image/png", "data": JPEG}], "is not a image/png image"),
+        ([{"mime_type": "image/png", "data": JPEG}], "is not an image of type image/png"),
         ([{"mime_type": "image/png", "data": "%%%"}], "not valid base64"),
         ([{"mime_type": "image/png"}], "must be base64 text"),
         ([PNG], "must be an object"),

@@ -225,3 +225,15 @@ async def test_a_commit_that_keeps_failing_fails_the_turn_and_leaves_no_phantom_
     assert status == "done"
     again = await connect(token)
     assert (await again.until("ready"))["running"] == []
+
+
+async def test_very_long_tool_names_and_call_ids_from_the_model_are_stored_whole(connect, start_worker):
+    long_id, long_name = "call_" + "x" * 300, "t" * 300
+    provider = ScriptedProvider([script_tool_call(long_id, long_name, {}), script_text("ok")])
+    await start_worker(provider)
+    client = await connect(await make_token())
+    await client.until("ready")
+    await client.send({"type": "message", "content": "go", "client_msg_id": "long-1"})
+    committed = await client.until("turn_committed")
+    assert committed["messages"][1]["tool_calls"][0]["id"] == long_id
+    assert (committed["messages"][2]["tool_call_id"], committed["messages"][2]["tool_name"]) == (long_id, long_name)

@@ -366,3 +366,12 @@ async def test_a_stale_turn_stops_publishing_silently():
     result = await handle.wait(timeout=2)
     assert (result.ok, result.error, result.attempts) == (False, "stale turn", 0)
     assert sink.update_revisions == [0] and sink.finishes == [] and sink.closed
+
+
+async def test_cancel_before_the_task_ran_still_closes_the_sink_once():
+    sink = RecordingSink(Snapshot(0.0))
+    handle = DeliveryCoordinator(turn(), sink, PresentationPolicy.websocket()).start()
+    handle.cancel()  # the task has not taken a single step yet
+    result = await handle.wait(timeout=2)
+    assert not result.ok and result.error == "delivery cancelled"
+    assert sink.close_calls == 1 and sink.updates == [] and sink.finishes == []

@@ -70,6 +70,18 @@ def test_the_number_of_tracked_running_turns_is_bounded():
     assert len(w._turns) == 3
 
 
+def test_outstanding_counts_unacknowledged_plus_pending_and_remembers_its_peak():
+    w = SnapshotCreditWindow(limit=2)
+    for rev in range(1, 6):
+        w.offer("t", rev, False, rev)
+    assert (w.unacked("t"), w.has_pending("t"), w.outstanding("t")) == (2, True, 3)
+    assert w.seen("t", 2) == [5]
+    assert w.outstanding("t") == 1
+    w.offer("t", 6, True, 6)
+    assert w.outstanding("t") == 0 and w.outstanding("unknown") == 0
+    assert w.peak_outstanding == 3
+
+
 def test_limit_must_be_positive():
     with pytest.raises(ValueError):
         SnapshotCreditWindow(limit=0)
@@ -122,6 +134,8 @@ def test_window_invariants_hold_for_any_offer_and_seen_sequence(limit, script):
             unacked = [r for r, t in sent[turn] if not t and r > acked[turn]]
             assert len(unacked) <= limit
             assert w.unacked(turn) <= limit
+            assert w.outstanding(turn) <= limit + 1
+    assert w.peak_outstanding <= limit + 1
 
     for turn in "ab":
         if any(t for _, t in sent[turn]):

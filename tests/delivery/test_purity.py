@@ -13,6 +13,8 @@ PURE = [
     "delivery.flow",
     "delivery.sinks",
     "delivery.coordinator",
+    "delivery.outbound",
+    "delivery.turn_delivery",
     "delivery.groups",
     "delivery.testing",
     "delivery.platforms.cli_chat",
