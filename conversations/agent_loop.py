@@ -119,6 +119,7 @@ class AgentLoop:
         """
         result = self.result = AgentResult()
         conversation = list(messages)
+        seen_call_ids: set[str] = set()
         for iteration in range(self.max_iterations):
             result.iterations = iteration + 1
             last = iteration == self.max_iterations - 1
@@ -139,7 +140,7 @@ class AgentLoop:
             result.finish_reason = response.finish_reason
             # The last request offered no tools; calls the model makes anyway are not run, so the
             # turn ends on its answer instead of on tool results nobody reads.
-            calls = [] if last else [self._with_id(call) for call in response.tool_calls]
+            calls = [] if last else self._unique_ids(response.tool_calls, seen_call_ids)
             response.tool_calls = calls
             assistant = response.to_message()
             result.messages.append(TurnMessage(iteration, assistant))
@@ -165,11 +166,20 @@ class AgentLoop:
             await stream.aclose()
 
     @staticmethod
-    def _with_id(call: ToolCall) -> ToolCall:
-        # Some OpenAI-compatible servers send empty ids; the result must still pair with its call.
-        if call.id:
-            return call
-        return ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=call.name, arguments_json=call.arguments_json)
+    def _unique_ids(calls: list[ToolCall], seen: set[str]) -> list[ToolCall]:
+        """The calls with an id each that is unique within the turn.
+
+        Some OpenAI-compatible servers send empty ids, or reuse ``call_0`` in every response; a
+        result must pair with exactly one call, so such ids are replaced (consistently in the
+        assistant message and the tool result, which is all the provider sees).
+        """
+        out = []
+        for call in calls:
+            if not call.id or call.id in seen:
+                call = ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=call.name, arguments_json=call.arguments_json)
+            seen.add(call.id)
+            out.append(call)
+        return out
 
     async def _run_tools(self, calls: list[ToolCall], iteration: int) -> list[Message]:
         for call in calls:

@@ -108,7 +108,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.groups_joined = [self.group, process_connections_group()]
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
-        self.refresher = asyncio.ensure_future(self._refresh_groups())
         await self.accept()
         active = await run_storage(storage.active_dialog, user, CHANNEL, self.chat_id)
         running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
@@ -123,6 +122,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "running": [_placeholder_snapshot(item) for item in running],
             }
         )
+        # Started only once connected: a failed connect must not leave it re-adding a dead channel.
+        self.refresher = asyncio.ensure_future(self._refresh_groups())
         if running:
             # The placeholders carry revision 0; the owning worker sends the real latest snapshot.
             await self.channel_layer.group_send(

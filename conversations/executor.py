@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -30,8 +31,9 @@ from delivery.presentation import PresentationPolicy
 from delivery.sinks import TurnSink
 from delivery.turn import TurnController
 from delivery.turn_delivery import FailureReport, TurnDelivery
-from providers.errors import RequestBlockedError
+from providers.errors import ProviderError, RequestBlockedError
 from providers.messages import Message as ProviderMessage
+from providers.messages import ToolUseBlock
 
 if TYPE_CHECKING:
     from conversations.worker import AgentWorker
@@ -53,7 +55,8 @@ class RunningTurn:
 CANCELLED_TOOL_RESULT = "Error: the turn was stopped before this tool call returned a result."
 # Seconds the executor waits for a turn's terminal delivery (the coordinator's own retries are
 # shorter); past it delivery counts as failed and the one plain fallback goes out.
-DELIVERY_WAIT_SECONDS = 30.0
+DELIVERY_WAIT_SECONDS = 35.0  # above the coordinator's worst case (3 finish attempts of 10 s + delays)
+SHUTDOWN_DELIVERY_WAIT_SECONDS = 3.0
 
 
 async def open_cli_chat_sink(start: storage.TurnStart) -> TurnSink:
@@ -70,8 +73,40 @@ def presentation_for(channel: str) -> PresentationPolicy:
     return PresentationPolicy.websocket() if channel == "cli_chat" else PresentationPolicy.external()
 
 
+_FAILURE_LEADS = {
+    "server_error": "The model provider had a server error",
+    "overloaded": "The model provider is overloaded",
+    "rate_limited": "The model provider is rate limiting us",
+    "authentication": "The model provider rejected the API key",
+    "context_overflow": "The conversation is too long for the model",
+    "timeout": "The model provider timed out",
+    "connection": "The model provider could not be reached",
+    "truncated": "The model provider's answer was cut off",
+}
+
+
+def provider_failure_lead(error: ProviderError) -> str:
+    """The user-facing start of a provider failure message, naming its kind (and HTTP status).
+
+    A 500/502/504 reads as a server error and only 503/529 as "overloaded" (issue 3): the
+    wording follows the error type, so the two are never confused.
+    """
+    lead = _FAILURE_LEADS.get(error.kind, "The model provider failed")
+    status = f", HTTP {error.http_status}" if error.http_status and error.http_status != 200 else ""
+    return f"{lead} ({error.kind}{status})"
+
+
 def _error_ref() -> str:
     return secrets.token_hex(4)
+
+
+def _tool_call_row(call: ToolUseBlock) -> dict:
+    """A ``tool_calls`` column item; ``raw_arguments`` only for arguments that were not a JSON
+    object (server only: ``storage.message_to_protocol`` leaves it out)."""
+    row = {"id": call.id, "name": call.name, "arguments": call.arguments}
+    if call.raw_arguments is not None:
+        row["raw_arguments"] = call.raw_arguments
+    return row
 
 
 def turn_rows(messages: list[TurnMessage], turn_id: str, reply_message_id: str, status: str) -> list[dict]:
@@ -86,7 +121,7 @@ def turn_rows(messages: list[TurnMessage], turn_id: str, reply_message_id: str, 
                 "content": msg.text,
                 "reasoning_content": reasoning_of(msg),
                 "provider_state": msg.provider_state,
-                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls],
+                "tool_calls": [_tool_call_row(c) for c in msg.tool_calls],
                 "completion_status": status if index == last_assistant else Message.CompletionStatus.COMPLETED,
             }
             if index == last_assistant:
@@ -117,6 +152,19 @@ class DialogExecutor:
         self.running: RunningTurn | None = None
         self.lease_lost = False
         self.cancel_reason = "stopped"
+        self.lease_valid_until = 0.0
+
+    def extend_lease(self, lease_seconds: float) -> None:
+        """The lease was claimed or renewed now: it is ours for ``lease_seconds`` (monotonic)."""
+        self.lease_valid_until = time.monotonic() + lease_seconds
+
+    def holds_lease(self) -> bool:
+        """Whether this executor may still publish: the lease was neither lost nor left to expire.
+
+        A local check, no I/O: another worker can take the dialog only after the lease expired
+        without renewal, so an owner whose renewals stopped succeeding stops publishing by then.
+        """
+        return not self.lease_lost and time.monotonic() < self.lease_valid_until
 
     def cancel_turn(self, reason: str) -> bool:
         """Cancel the running turn (if any) with ``reason`` as its error; False when none runs."""
@@ -156,13 +204,16 @@ class DialogExecutor:
             self.worker.outbound,
             channel=start.channel,
             chat_id=start.chat_id,
+            is_current=self.holds_lease,  # the stale-state check before every publish (seed 003 §8.3)
         )
         self.running = running = RunningTurn(start.turn_id, start.channel, start.chat_id, controller)
         try:
             commit = await self._run_and_commit(start, running)
             # The terminal snapshot goes out after the commit, and turn_committed after it (PROTOCOL §1);
             # a failed delivery gets its one plain fallback here (seed 000 §5).
-            outcome = await delivery.settle(timeout=DELIVERY_WAIT_SECONDS)
+            # At shutdown the wait is short, so that stop() still sees the fallback go out.
+            wait = SHUTDOWN_DELIVERY_WAIT_SECONDS if self.worker.stopping else DELIVERY_WAIT_SECONDS
+            outcome = await delivery.settle(timeout=wait)
             if commit is not None:
                 await notify.publish_turn_committed(start.channel, start.chat_id, start.dialog_id, commit)
             if outcome.failure is not None:
@@ -242,7 +293,7 @@ class DialogExecutor:
             if isinstance(result.error, RequestBlockedError):
                 failure = f"The request was blocked before reaching the model: {result.error.message} (ref {ref})"
             else:
-                failure = f"The model provider failed ({result.error.kind}): {result.error.message} (ref {ref})"
+                failure = f"{provider_failure_lead(result.error)}: {result.error.message} (ref {ref})"
         if result.partial is not None:
             # Shown text of an unfinished response is kept, marked (seed 003 §14.1, §14.2).
             messages.append(result.partial)

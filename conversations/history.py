@@ -29,7 +29,12 @@ def row_to_message(row: dict) -> Message | None:
             tool_name=row.get("tool_name"),
         )
     calls = [
-        ToolUseBlock(id=c["id"], name=c["name"], arguments=c.get("arguments") or {})
+        ToolUseBlock(
+            id=c["id"],
+            name=c["name"],
+            arguments=c.get("arguments") or {},
+            raw_arguments=c["raw_arguments"] if isinstance(c.get("raw_arguments"), str) else None,
+        )
         for c in row.get("tool_calls") or []
     ]
     state = row.get("provider_state")

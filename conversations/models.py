@@ -137,8 +137,10 @@ class InboxMessage(models.Model):
 class Message(models.Model):
     """One committed history row (seed 003 §15, seed 004 §4). ``seq`` is gap-free per dialog.
 
-    ``provider_state`` holds provider replay data (signatures, redacted thinking) and never leaves
-    the server. ``tool_calls`` is a list of ``{id, name, arguments}``.
+    ``provider_state`` holds provider replay data (the producing endpoint, signatures, redacted
+    thinking, the block layout) and never leaves the server. ``tool_calls`` is a list of
+    ``{id, name, arguments}``, plus ``raw_arguments`` (server only) when the model's argument
+    text was not a JSON object (``arguments`` is then ``{}``).
     """
 
     class Role(models.TextChoices):

@@ -60,15 +60,24 @@ def scrub_nul(value: Any) -> Any:
 
 
 
+def _protocol_tool_call(call: object) -> object:
+    # ``raw_arguments`` (invalid argument text kept for the model) is server-only: clients get
+    # PROTOCOL's ``{id, name, arguments: {…}}``.
+    if isinstance(call, dict) and "raw_arguments" in call:
+        return {k: v for k, v in call.items() if k != "raw_arguments"}
+    return call
+
+
 def message_to_protocol(row: Message) -> dict:
-    """A history row as PROTOCOL §1 "History message" (``provider_state`` never leaves)."""
+    """A history row as PROTOCOL §1 "History message" (``provider_state`` and a tool call's
+    ``raw_arguments`` never leave)."""
     return {
         "id": str(row.id),
         "seq": row.seq,
         "role": row.role,
         "content": row.content,
         "reasoning": row.reasoning_content,
-        "tool_calls": row.tool_calls or [],
+        "tool_calls": [_protocol_tool_call(c) for c in row.tool_calls or []],
         "tool_call_id": row.tool_call_id,
         "tool_name": row.tool_name,
         "is_error": row.is_error,
@@ -83,6 +92,7 @@ def message_to_history_row(row: Message) -> dict:
     """A history row for building provider input (includes ``provider_state``; server only)."""
     data = message_to_protocol(row)
     data["provider_state"] = row.provider_state
+    data["tool_calls"] = row.tool_calls or []  # with ``raw_arguments``
     data["media_refs"] = row.media_refs or []
     return data
 

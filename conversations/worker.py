@@ -192,6 +192,8 @@ class AgentWorker:
             done, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
+            if pending:  # cancelled means cancelled *and awaited*: nothing runs on after stop()
+                await asyncio.wait(pending, timeout=2)
         # After the executors: their last fallbacks are already queued and get a short grace.
         await self.outbound.close(timeout=min(timeout, 2.0))
 
@@ -226,6 +228,7 @@ class AgentWorker:
             if epoch is None:
                 return  # another live worker owns it
             executor.epoch = epoch
+            executor.extend_lease(lease_ms / 1000)
             await executor.run()
         except storage.LeaseLostError:
             log.warning("lease of %s lost; leaving it to its new owner", dialog_id)
@@ -294,6 +297,8 @@ class AgentWorker:
                 except Exception:
                     log.exception("lease renewal of %s failed", dialog_id)
                     continue
+                if held:
+                    executor.extend_lease(lease_ms / 1000)
                 if not held and self.executors.get(dialog_id) is executor and executor.epoch:
                     # Checked again after the await: the executor may have finished and a new one
                     # (with a new epoch) taken its place, which must not be stopped.

@@ -91,11 +91,11 @@ def fallback_message(snapshot: TurnSnapshot) -> tuple[str, str] | None:
     answer = snapshot.answer_text()
     if snapshot.status is TurnStatus.COMPLETED:
         return "info", answer or NO_ANSWER_TEXT
-    kept = " The part shown so far was kept in the history." if answer else ""
+    # Never claim what history holds: delivery does not know whether the commit succeeded.
     if snapshot.status is TurnStatus.FAILED:
-        return "error", f"This answer failed: {snapshot.error or 'unknown error'}.{kept}"
+        return "error", f"This answer failed: {(snapshot.error or 'unknown error').rstrip('.')}."
     if snapshot.status is TurnStatus.CANCELLED and answer:
-        return "warning", f"This answer was stopped ({snapshot.error or 'cancelled'}).{kept}"
+        return "warning", f"This answer was stopped ({snapshot.error or 'cancelled'})."
     return None
 
 

@@ -7,8 +7,11 @@ Request (``POST {base}/v1/messages``)::
      "tools"?: [{"name", "description", "input_schema"}], "temperature"?, "thinking"?}
 
 Neutral tool results (role ``tool``) become ``tool_result`` blocks of a user turn; consecutive
-turns of one role are merged. Thinking blocks are replayed (text + signature, redacted data)
-only for assistant messages whose ``provider_state`` comes from this provider (seed 003 §6.2).
+turns of one role are merged. An assistant message's blocks go out in its content order (the
+stored layout: interleaved thinking stays interleaved). Thinking blocks are replayed (text +
+signature, redacted data) only for assistant messages whose ``provider_state`` comes from this
+provider at this endpoint (``replays_to``; seed 003 §6.2). A call whose argument text was not a
+JSON object goes back with ``input: {}`` (the API takes objects only).
 
 Stream: ``message_start``, ``content_block_start/delta/stop``, ``message_delta``,
 ``message_stop``, ``ping``, ``error``; see :class:`AnthropicStreamParser`.
@@ -42,6 +45,8 @@ from providers.messages import (
     ToolResultBlock,
     ToolUseBlock,
     Usage,
+    replay_identity,
+    replays_to,
 )
 from providers.sse import ServerSentEvent, event_json
 from providers.think import ThinkTagSplitter
@@ -56,6 +61,7 @@ def build_messages_request(
     model: str,
     max_tokens: int | None = None,
     provider_name: str = "anthropic",
+    endpoint: str | None = None,
     thinking_budget: int | None = None,
 ) -> dict[str, Any]:
     """The JSON body for ``request`` (see the module docstring)."""
@@ -65,7 +71,7 @@ def build_messages_request(
         if message.role == "system":
             continue
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message, provider_name)
+        blocks = _blocks(message, provider_name, endpoint)
         if not blocks:
             continue
         if turns and turns[-1]["role"] == role:
@@ -92,9 +98,8 @@ def build_messages_request(
     return body
 
 
-def _blocks(message: Message, provider_name: str) -> list[dict[str, Any]]:
-    state = message.provider_state
-    replay = isinstance(state, dict) and state.get("provider") == provider_name
+def _blocks(message: Message, provider_name: str, endpoint: str | None) -> list[dict[str, Any]]:
+    replay = replays_to(message.provider_state, provider_name, endpoint)
     out: list[dict[str, Any]] = []
     for block in message.content:
         if isinstance(block, TextBlock):
@@ -124,7 +129,7 @@ def _blocks(message: Message, provider_name: str) -> list[dict[str, Any]]:
 
 
 class _Block:
-    __slots__ = ("kind", "open", "parts", "signature", "data", "call", "input", "got_arguments")
+    __slots__ = ("kind", "open", "parts", "signature", "data", "call", "id", "input", "got_arguments", "chars")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -133,8 +138,10 @@ class _Block:
         self.signature: list[str] = []
         self.data: str = ""
         self.call = -1
+        self.id = ""
         self.input: Any = None
         self.got_arguments = False
+        self.chars = 0  # text characters emitted while this block was current
 
 
 class AnthropicStreamParser:
@@ -143,8 +150,12 @@ class AnthropicStreamParser:
     Rules:
         * ``thinking_delta`` → reasoning; ``signature_delta`` is accumulated (``+=``) per block
           (SC-22); ``redacted_thinking`` arrives whole in ``content_block_start`` and is kept,
-          never shown (SC-23). Thinking and redacted blocks, in order, go into one
-          ``ProviderStateChunk({"provider", "blocks": [...]})`` before ``Done``.
+          never shown (SC-23). When there are such blocks (or text follows a tool use), one
+          ``ProviderStateChunk({"provider", "endpoint"?, "blocks": [...]})`` before ``Done``
+          records the response's block layout, in stream order: thinking and redacted blocks
+          whole, text as ``{"type": "text", "chars": n}`` (its share of the answer text), tool
+          uses as ``{"type": "tool_use", "id"}`` (see ``Message.assistant``), so interleaved
+          thinking is replayed in the order it streamed.
         * ``tool_use`` → ``ToolCallStart``; ``input_json_delta`` → argument fragments (empty
           ones skipped; a call with none has ``"{}"``: RC-10).
         * Usage: ``input_tokens`` from ``message_start``, ``output_tokens`` from the last
@@ -155,9 +166,17 @@ class AnthropicStreamParser:
     """
 
     def __init__(
-        self, *, provider_name: str = "anthropic", think_tags: bool = True, implicit_think_start: bool = False
+        self,
+        *,
+        provider_name: str = "anthropic",
+        endpoint: str | None = None,
+        think_tags: bool = True,
+        implicit_think_start: bool = False,
     ) -> None:
         self.provider_name = provider_name
+        self._identity = replay_identity(provider_name, endpoint)
+        self._text_block: _Block | None = None  # the block text is attributed to
+        self._tail_chars = 0  # text flushed at the end with no text block to attribute it to
         self._splitter = ThinkTagSplitter(implicit_start=implicit_think_start) if think_tags else None
         self.error: ProviderError | None = None
         self.finished = False
@@ -223,15 +242,31 @@ class AnthropicStreamParser:
         elif self.error is None and not complete:
             self.error = StreamTruncatedError("stream ended without message_stop", http_status=200)
         if self.error is None:
-            replay = [
-                self._replay_dict(b)
-                for _, b in sorted(self._blocks.items())
-                if b.kind in ("thinking", "redacted_thinking")
-            ]
-            if replay:
-                out.append(ProviderStateChunk({"provider": self.provider_name, "blocks": replay}))
+            layout = self._layout()
+            if layout is not None:
+                out.append(ProviderStateChunk({**self._identity, "blocks": layout}))
             out.append(Done(self.finish_reason))
         return out
+
+    def _layout(self) -> list[dict[str, Any]] | None:
+        """The block layout for ``provider_state``, or None when the plain order (thinking, text,
+        tool uses) says it all and nothing needs replaying."""
+        layout: list[dict[str, Any]] = []
+        replayable = interleaved = False
+        seen_tool = False
+        for block in self._blocks.values():  # stream order
+            if block.kind in ("thinking", "redacted_thinking"):
+                replayable = True
+                layout.append(self._replay_dict(block))
+            elif block.kind == "text" and block.chars:
+                interleaved = interleaved or seen_tool
+                layout.append({"type": "text", "chars": block.chars})
+            elif block.kind == "tool_use":
+                seen_tool = True
+                layout.append({"type": "tool_use", "id": block.id})
+        if self._tail_chars:
+            layout.append({"type": "text", "chars": self._tail_chars})
+        return layout if replayable or interleaved else None
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -267,6 +302,7 @@ class AnthropicStreamParser:
         kind = content.get("type", "")
         block = self._blocks[index] = _Block(kind)
         if kind == "text":
+            self._text_block = block
             self._text(content.get("text"), out)
         elif kind == "thinking":
             if isinstance(content.get("thinking"), str) and content["thinking"]:
@@ -279,15 +315,14 @@ class AnthropicStreamParser:
         elif kind == "tool_use":
             block.call = self._calls
             self._calls += 1
+            block.id = str(content.get("id") or "")
             block.input = content.get("input")
-            out.append(
-                ToolCallStart(block.call, str(content.get("id") or ""), str(content.get("name") or ""))
-            )
+            out.append(ToolCallStart(block.call, block.id, str(content.get("name") or "")))
 
     def _delta(self, index: Any, delta: dict[str, Any], out: list[ProviderChunk]) -> None:
         kind = delta.get("type")
         if kind == "text_delta":
-            self._block(index, "text")
+            self._text_block = self._block(index, "text")
             self._text(delta.get("text"), out)
         elif kind == "thinking_delta":
             text = delta.get("thinking")
@@ -320,14 +355,27 @@ class AnthropicStreamParser:
         if not isinstance(text, str) or not text:
             return
         if self._splitter is None:
+            self._count(len(text))
             out.append(TextDelta(text))
         else:
             self._split_out(self._splitter.feed(text), out)
 
-    @staticmethod
-    def _split_out(pieces: list[tuple[str, str]], out: list[ProviderChunk]) -> None:
+    def _count(self, chars: int) -> None:
+        # Text is attributed to the block current when it is emitted (a think-tag prefix held
+        # back by the splitter lands in the next text block or the tail), so the layout's
+        # ``chars`` always add up to the answer text.
+        if self._text_block is not None:
+            self._text_block.chars += chars
+        else:
+            self._tail_chars += chars
+
+    def _split_out(self, pieces: list[tuple[str, str]], out: list[ProviderChunk]) -> None:
         for kind, piece in pieces:
-            out.append(TextDelta(piece) if kind == "text" else ReasoningDelta(piece))
+            if kind == "text":
+                self._count(len(piece))
+                out.append(TextDelta(piece))
+            else:
+                out.append(ReasoningDelta(piece))
 
     @staticmethod
     def _replay_dict(block: _Block) -> dict[str, Any]:

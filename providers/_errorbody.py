@@ -23,6 +23,7 @@ from providers.errors import (
     OverloadedError,
     ProviderError,
     RateLimitedError,
+    ServerError,
     parse_retry_after,
 )
 
@@ -100,8 +101,10 @@ def error_from_http(status: int, headers: Mapping[str, str], body: bytes, *, ven
         return RateLimitedError(message, **common)
     if status == 413 or (status in (400, 422) and is_context_overflow(message, code)):
         return ContextOverflowError(message, **common)
-    if status >= 500:
+    if status in (503, 529):
         return OverloadedError(message, **common)
+    if status >= 500:
+        return ServerError(message, **common)
     return BadResponseError(message, retryable=status in (408, 409), **common)
 
 

@@ -35,6 +35,7 @@ from providers.errors import (
     ProviderTimeoutError,
     StreamTruncatedError,
 )
+from providers.messages import normalise_endpoint
 from providers.sse import ServerSentEvent, SSEEventReader
 
 logger = logging.getLogger("picobot.providers")
@@ -161,6 +162,7 @@ class HTTPStreamProvider(LLMProvider):
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.endpoint = normalise_endpoint(self.base_url)
         self.model = model
         self.first_byte_timeout = first_byte_timeout
         self.idle_timeout = idle_timeout

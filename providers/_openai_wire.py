@@ -40,7 +40,16 @@ from providers.errors import (
     ProviderError,
     StreamTruncatedError,
 )
-from providers.messages import ImageBlock, Message, TextBlock, ToolResultBlock, Usage
+from providers.messages import (
+    ImageBlock,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    replay_identity,
+    replays_to,
+)
 from providers.sse import ServerSentEvent, event_json
 from providers.think import ThinkTagSplitter
 
@@ -51,14 +60,21 @@ logger = logging.getLogger("picobot.providers")
 
 
 def build_chat_request(
-    request: ProviderRequest, *, model: str, max_tokens: int | None = None, provider_name: str = "openai"
+    request: ProviderRequest,
+    *,
+    model: str,
+    max_tokens: int | None = None,
+    provider_name: str = "openai",
+    endpoint: str | None = None,
 ) -> dict[str, Any]:
     """The JSON body for ``request`` (see the module docstring).
 
     System messages are merged (blank line between) into one system message sent first.
     ``reasoning_content`` is replayed only for assistant messages with tool calls whose
-    ``provider_state`` comes from this provider and says it streamed ``reasoning_content``
-    (DeepSeek thinking mode wants it back within a tool loop).
+    ``provider_state`` comes from this provider at this endpoint (``replays_to``) and says it
+    streamed ``reasoning_content`` (DeepSeek thinking mode wants it back within a tool loop).
+    A call whose arguments were not a JSON object is sent with the text the model sent
+    (``raw_arguments``), so the model sees its own mistake next to the error result.
     """
     system = "\n\n".join(m.text for m in request.messages if m.role == "system" and m.text)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
@@ -74,7 +90,7 @@ def build_chat_request(
             if content or not results:
                 messages.append({"role": "user", "content": content})
         elif message.role == "assistant":
-            messages.append(_assistant(message, provider_name))
+            messages.append(_assistant(message, provider_name, endpoint))
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
@@ -109,23 +125,24 @@ def _user_content(message: Message) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _assistant(message: Message, provider_name: str) -> dict[str, Any]:
+def _arguments(call: ToolUseBlock) -> str:
+    if call.raw_arguments is not None:
+        return call.raw_arguments
+    return json.dumps(call.arguments, ensure_ascii=False)
+
+
+def _assistant(message: Message, provider_name: str, endpoint: str | None) -> dict[str, Any]:
     calls = message.tool_calls
     out: dict[str, Any] = {"role": "assistant", "content": message.text or (None if calls else "")}
     if calls:
         out["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
-            }
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c)}}
             for c in calls
         ]
         state = message.provider_state
         if (
-            isinstance(state, dict)
-            and state.get("provider") == provider_name
-            and state.get("reasoning_field") == "reasoning_content"
+            replays_to(state, provider_name, endpoint)
+            and state.get("reasoning_field") == "reasoning_content"  # type: ignore[union-attr]
             and message.reasoning
         ):
             out["reasoning_content"] = message.reasoning
@@ -165,14 +182,22 @@ class OpenAIStreamParser:
 
     Args:
         provider_name: the ``provider`` key of the replay state it emits.
+        endpoint: the ``endpoint`` key of the replay state (the provider's normalised base
+            URL), or None (then the state has no ``endpoint`` key).
         think_tags: extract ``<think>`` spans from content.
         implicit_think_start: content starts inside a think span (SC-02).
     """
 
     def __init__(
-        self, *, provider_name: str = "openai", think_tags: bool = True, implicit_think_start: bool = False
+        self,
+        *,
+        provider_name: str = "openai",
+        endpoint: str | None = None,
+        think_tags: bool = True,
+        implicit_think_start: bool = False,
     ) -> None:
         self.provider_name = provider_name
+        self._identity = replay_identity(provider_name, endpoint)
         self._splitter = ThinkTagSplitter(implicit_start=implicit_think_start) if think_tags else None
         self.error: ProviderError | None = None
         self.finished = False
@@ -242,11 +267,7 @@ class OpenAIStreamParser:
             )
         if self.error is None:
             if self._reasoning_field == "reasoning_content":
-                out.append(
-                    ProviderStateChunk(
-                        {"provider": self.provider_name, "reasoning_field": "reasoning_content"}
-                    )
-                )
+                out.append(ProviderStateChunk({**self._identity, "reasoning_field": "reasoning_content"}))
             out.append(Done(self.finish_reason))
         return out
 

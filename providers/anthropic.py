@@ -34,7 +34,10 @@ class AnthropicProvider(HTTPStreamProvider):
         max_tokens: default output cap (the API requires one; 4096 when None).
         thinking_budget: enable extended thinking with this many budget tokens (None = off).
         api_version: the ``anthropic-version`` header.
-        name: provider name, also the ``provider`` key of replay state.
+        name: provider name, also the ``provider`` key of replay state; with the normalised
+            ``base_url`` (:attr:`endpoint`) it is the replay identity: signed and redacted
+            thinking goes back only to the same API (another Anthropic-compatible endpoint
+            would reject the signatures).
     """
 
     name = "anthropic"
@@ -102,12 +105,14 @@ class AnthropicProvider(HTTPStreamProvider):
             model=self.model,
             max_tokens=max_tokens,
             provider_name=self.name,
+            endpoint=self.endpoint,
             thinking_budget=self.thinking_budget,
         )
 
     def _new_parser(self) -> StreamParser:
         return AnthropicStreamParser(
             provider_name=self.name,
+            endpoint=self.endpoint,
             think_tags=self.think_tags,
             implicit_think_start=self.implicit_think_start,
         )

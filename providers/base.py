@@ -115,15 +115,15 @@ class AssistantResponse:
         """The assistant :class:`Message` for history.
 
         Empty text blocks are dropped (seed SC-25); calls whose arguments are not a JSON object
-        are kept with ``{}`` arguments (the agent loop answers them with an error result).
+        are kept with ``{}`` arguments and their text in ``raw_arguments`` (the agent loop
+        answers them with an error result; the next request shows the model what it sent).
         """
         calls = []
         for call in self.tool_calls:
             try:
-                arguments = call.arguments()
+                calls.append(ToolUseBlock(call.id, call.name, call.arguments()))
             except ToolArgumentsError:
-                arguments = {}
-            calls.append(ToolUseBlock(call.id, call.name, arguments))
+                calls.append(ToolUseBlock(call.id, call.name, {}, call.arguments_json))
         return Message.assistant(self.text, self.reasoning, calls, self.provider_state)
 
 
@@ -239,11 +239,16 @@ class LLMProvider(ABC):
             replay state it produces).
         model: the model id sent to the vendor.
         offline: True for providers that never reach a real model (the UI labels them).
+        endpoint: the normalised API endpoint (:func:`~providers.messages.normalise_endpoint`
+            of the base URL) for HTTP providers, None for others. With ``name`` it is the
+            replay identity: ``provider_state`` goes back only to a provider with the same
+            ``(name, endpoint)`` (:func:`~providers.messages.replays_to`, seed 003 §6.2).
     """
 
     name: str
     model: str
     offline: bool = False
+    endpoint: str | None = None
 
     @property
     def hooks(self) -> ProviderHooks:

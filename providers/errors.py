@@ -5,7 +5,8 @@
     ProviderError                    message, kind, http_status, provider_code, retry_after_s, retryable
     ├── AuthenticationError          kind "authentication"    401/403: bad or missing key
     ├── RateLimitedError             kind "rate_limited"      429 (retry_after_s from the headers)
-    ├── OverloadedError              kind "overloaded"        5xx, 503, 529
+    ├── ServerError                  kind "server_error"      5xx: 500, 502, 504, … (the server failed)
+    │   └── OverloadedError          kind "overloaded"        503, 529 (the server is busy: try later)
     ├── ContextOverflowError         kind "context_overflow"  the prompt does not fit the model
     ├── ProviderTimeoutError         kind "timeout"           connect / first byte / idle between chunks
     ├── ProviderConnectionError      kind "connection"        connection refused/reset before a response
@@ -93,11 +94,18 @@ class RateLimitedError(ProviderError):
     default_retryable = True
 
 
-class OverloadedError(ProviderError):
-    """The provider failed or is overloaded (5xx, 503, 529)."""
+class ServerError(ProviderError):
+    """The provider's server failed (5xx other than 503/529: 500, 502, 504, …)."""
+
+    kind = "server_error"
+    default_retryable = True
+
+
+class OverloadedError(ServerError):
+    """The provider is overloaded or unavailable (503, Anthropic's 529): a server error that says
+    "try again later" rather than "something broke"."""
 
     kind = "overloaded"
-    default_retryable = True
 
 
 class ContextOverflowError(ProviderError):

@@ -7,11 +7,18 @@ their wire format; storage keeps it through a lossless JSON form::
      "content": [{"type": "thinking", "text": "…", "signature": "…"},
                  {"type": "text", "text": "It is 10:42."},
                  {"type": "tool_use", "id": "call_1", "name": "current_time", "arguments": {}}],
-     "provider_state": {"provider": "anthropic", "blocks": […]}}      # key omitted when None
+     "provider_state": {"provider": "anthropic", "endpoint": "api.anthropic.com",
+                        "blocks": […]}}                               # key omitted when None
 
 Block ``type`` values: ``text``, ``thinking``, ``redacted_thinking``, ``tool_use``,
-``tool_result``, ``image``. ``provider_state`` is opaque replay data for the provider that
-produced the message (seed 003 §6.2); it never leaves the server.
+``tool_result``, ``image``. A ``tool_use`` whose argument text was not a JSON object has
+``arguments: {}`` and the text itself in ``raw_arguments`` (omitted otherwise).
+
+``provider_state`` is opaque replay data of the endpoint that produced the message (seed 003
+§6.2); it never leaves the server. Its ``provider`` and ``endpoint`` keys are the producer's
+replay identity (:func:`replay_identity`); :func:`replays_to` decides whether a provider may get
+it back. Its optional ``blocks`` list is the response's block layout (see
+:meth:`Message.assistant`).
 
 Pure module: no Django, no I/O.
 """
@@ -22,6 +29,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
@@ -56,11 +64,18 @@ class RedactedThinkingBlock:
 
 @dataclass(frozen=True, slots=True)
 class ToolUseBlock:
-    """A tool call made by the model; ``id`` is the model's call id, echoed by the result."""
+    """A tool call made by the model; ``id`` is the model's call id, echoed by the result.
+
+    ``raw_arguments`` is the model's argument text when it was not a JSON object (``arguments``
+    is then ``{}``; the tool result tells the model so); None for valid arguments. It goes back
+    to the model in later requests where the wire format can carry it (OpenAI's string
+    ``arguments``), so the history shows what the model actually sent.
+    """
 
     id: str
     name: str
     arguments: dict[str, Any]
+    raw_arguments: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,21 +136,38 @@ class Message:
         tool_calls: Iterable[ToolUseBlock] = (),
         provider_state: dict[str, Any] | None = None,
     ) -> Message:
-        """An assistant message: reasoning, text, then tool calls.
+        """An assistant message: reasoning, text, then tool calls — or the stored block layout.
 
-        When ``provider_state`` holds replayable thinking blocks (``{"blocks": [...]}`` in the
-        block dict form, e.g. Anthropic thinking with its signature), they become the leading
-        blocks instead of a plain :class:`ThinkingBlock` of ``reasoning``. A corrupt state is
-        ignored: it means "no replay", never an unreadable message (DESIGN §6).
+        ``provider_state["blocks"]`` (when present) is the response's block order, so that
+        interleaved thinking (thinking, text, thinking, tool_use) is rebuilt exactly as it
+        streamed (seed 003 §7.3: replay keeps the vendor's block order). Its items are
+
+        * ``{"type": "thinking", "text", "signature"?}`` / ``{"type": "redacted_thinking",
+          "data"}``: the replayable blocks themselves (block dict form);
+        * ``{"type": "text", "chars": n}``: the next ``n`` characters of ``text`` (the text is
+          stored once, in its own column; the layout only cuts it);
+        * ``{"type": "tool_use", "id": id}``: the call of ``tool_calls`` with that id (a call
+          not in ``tool_calls`` is skipped: the last iteration drops unrun calls).
+
+        Text and calls the layout does not place follow it, in order. A layout whose ``chars``
+        do not add up to ``len(text)`` is inconsistent (the text was changed after the fact): its
+        thinking blocks then lead, as in the plain order. A layout of thinking blocks only (rows
+        written before layouts existed) is the plain order too. A corrupt state is ignored: it
+        means "no replay", never an unreadable message (DESIGN §6). Replayable thinking blocks
+        replace a plain :class:`ThinkingBlock` of ``reasoning``.
 
         Empty or whitespace-only text is dropped (seed SC-25: vendors reject empty text blocks).
         """
-        blocks: list[ContentBlock] = _replay_blocks(provider_state)
-        if not blocks and reasoning:
-            blocks.append(ThinkingBlock(reasoning))
-        if text and text.strip():
-            blocks.append(TextBlock(text))
-        blocks.extend(tool_calls)
+        calls = list(tool_calls)
+        keep_text = bool(text and text.strip())
+        blocks = _layout_blocks(provider_state, text if keep_text else "", calls)
+        if blocks is None:
+            blocks = _replay_blocks(provider_state)
+            if keep_text:
+                blocks.append(TextBlock(text))
+            blocks.extend(calls)
+        if reasoning and not any(isinstance(b, ThinkingBlock | RedactedThinkingBlock) for b in blocks):
+            blocks.insert(0, ThinkingBlock(reasoning))
         return cls("assistant", blocks, provider_state)
 
     @classmethod
@@ -195,20 +227,119 @@ class Message:
         return cls(role, blocks, state)
 
 
-def _replay_blocks(provider_state: Any) -> list[ContentBlock]:
-    """Thinking/redacted blocks stored in ``provider_state["blocks"]``; [] when absent/corrupt."""
+_REPLAYABLE = ("thinking", "redacted_thinking")
+
+
+def _layout(provider_state: Any) -> list[Any] | None:
     if not isinstance(provider_state, dict):
-        return []
+        return None
     raw = provider_state.get("blocks")
-    if not isinstance(raw, list):
+    return raw if isinstance(raw, list) else None
+
+
+def _replay_blocks(provider_state: Any) -> list[ContentBlock]:
+    """The thinking/redacted blocks of the layout, in order; [] when absent or corrupt."""
+    layout = _layout(provider_state)
+    if layout is None:
         return []
-    try:
-        blocks = [block_from_dict(item) for item in raw]
-    except ValueError:
-        return []
-    if not all(isinstance(b, ThinkingBlock | RedactedThinkingBlock) for b in blocks):
-        return []
+    blocks: list[ContentBlock] = []
+    for item in layout:
+        if isinstance(item, Mapping) and item.get("type") in _REPLAYABLE:
+            try:
+                blocks.append(block_from_dict(item))
+            except ValueError:
+                return []
+        elif not (isinstance(item, Mapping) and item.get("type") in ("text", "tool_use")):
+            return []
     return blocks
+
+
+def _layout_blocks(provider_state: Any, text: str, calls: list[ToolUseBlock]) -> list[ContentBlock] | None:
+    """The blocks in the stored layout order (see :meth:`Message.assistant`), or None when the
+    state has no usable layout (absent, corrupt, thinking only, or inconsistent with ``text``)."""
+    layout = _layout(provider_state)
+    if not layout or not any(isinstance(i, Mapping) and i.get("type") in ("text", "tool_use") for i in layout):
+        return None
+    by_id = {c.id: c for c in calls}
+    placed: set[str] = set()
+    blocks: list[ContentBlock] = []
+    position = 0
+    cut = False
+    for item in layout:
+        kind = item.get("type") if isinstance(item, Mapping) else None
+        if kind in _REPLAYABLE:
+            try:
+                blocks.append(block_from_dict(item))
+            except ValueError:
+                return None
+        elif kind == "text":
+            chars = item.get("chars")
+            if not isinstance(chars, int) or isinstance(chars, bool) or chars < 0:
+                return None
+            piece = text[position : position + chars]
+            position += chars
+            cut = True
+            if piece:
+                blocks.append(TextBlock(piece))
+        elif kind == "tool_use":
+            call = by_id.get(item.get("id"))  # type: ignore[arg-type]
+            if call is not None and call.id not in placed:
+                placed.add(call.id)
+                blocks.append(call)
+        else:
+            return None
+    if cut and position != len(text) and text:
+        return None
+    if not cut and text:
+        blocks.append(TextBlock(text))
+    blocks.extend(c for c in calls if c.id not in placed)
+    return blocks
+
+
+def normalise_endpoint(base_url: str) -> str:
+    """The replay endpoint of a base URL: lower-case host, non-default port, path without a
+    trailing slash; no scheme, credentials, query or fragment.
+
+    ``https://API.deepseek.com/v1/`` → ``api.deepseek.com/v1``; ``http://127.0.0.1:8080/v1`` →
+    ``127.0.0.1:8080/v1``. Two base URLs with the same endpoint reach the same API.
+    """
+    parts = urlsplit(base_url.strip())
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and port != default:
+        netloc += f":{port}"
+    return netloc + parts.path.rstrip("/")
+
+
+def replay_identity(provider: str, endpoint: str | None) -> dict[str, str]:
+    """The identity keys a provider stamps on the ``provider_state`` it produces."""
+    identity = {"provider": provider}
+    if endpoint is not None:
+        identity["endpoint"] = endpoint
+    return identity
+
+
+def replays_to(state: Any, provider: str, endpoint: str | None) -> bool:
+    """Whether ``provider_state`` may be replayed to the provider ``provider`` at ``endpoint``.
+
+    Replay state is keyed by the endpoint, not only the provider name (seed 003 §6.2): two
+    OpenAI-compatible servers (DeepSeek, then OpenAI) are both ``openai``, and an Anthropic
+    signature is only valid at the API that signed it. State is replayed when both the name and
+    the endpoint match. A model change on the same endpoint keeps replay (signatures and
+    reasoning are valid across one API's models). State written before endpoints were recorded
+    (no ``endpoint`` key) matches only a provider without an endpoint — never an HTTP provider —
+    so it is read as "no replay": the same endpoint cannot be proven.
+    """
+    return (
+        isinstance(state, Mapping)
+        and state.get("provider") == provider
+        and state.get("endpoint") == endpoint
+    )
 
 
 # --- block (de)serialisation ------------------------------------------------------------------
@@ -226,8 +357,11 @@ def block_to_dict(block: ContentBlock) -> dict[str, Any]:
             return out
         case RedactedThinkingBlock(data):
             return {"type": "redacted_thinking", "data": data}
-        case ToolUseBlock(id_, name, arguments):
-            return {"type": "tool_use", "id": id_, "name": name, "arguments": arguments}
+        case ToolUseBlock(id_, name, arguments, raw_arguments):
+            out = {"type": "tool_use", "id": id_, "name": name, "arguments": arguments}
+            if raw_arguments is not None:
+                out["raw_arguments"] = raw_arguments
+            return out
         case ToolResultBlock(tool_call_id, content, is_error, tool_name):
             out = {
                 "type": "tool_result",
@@ -278,6 +412,7 @@ def block_from_dict(data: Any, where: str = "block") -> ContentBlock:
             _field(data, "id", str, where),
             _field(data, "name", str, where),
             _field(data, "arguments", dict, where),
+            _field(data, "raw_arguments", str, where, optional=True),
         )
     if kind == "tool_result":
         return ToolResultBlock(

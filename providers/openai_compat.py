@@ -34,7 +34,8 @@ class OpenAICompatProvider(HTTPStreamProvider):
         transport: httpx2 transport (tests), or None for the network.
         retry_backoff: first backoff (s) without ``retry-after``; doubles per attempt.
         max_retry_delay: cap (s) on one wait between attempts.
-        name: provider name, also the ``provider`` key of replay state (``"openai"``).
+        name: provider name, also the ``provider`` key of replay state (``"openai"``); with
+            the normalised ``base_url`` (:attr:`endpoint`) it is the replay identity.
         extra_headers: sent with every request (e.g. OpenRouter's ``HTTP-Referer``).
         replay_reasoning: send the ``reasoning_content`` a response streamed back on its
             assistant tool-call message in later requests (DeepSeek thinking mode and Kimi
@@ -98,11 +99,14 @@ class OpenAICompatProvider(HTTPStreamProvider):
         """The Chat Completions JSON body for ``request`` (pure; see :mod:`providers._openai_wire`).
 
         ``reasoning_content`` goes back only on assistant tool-call messages whose
-        ``provider_state`` this provider (same ``name``) produced after streaming that field,
-        and only while :attr:`replay_reasoning` is on (seed 003 §6.2: never to another provider).
+        ``provider_state`` this provider (same ``name`` and :attr:`endpoint`) produced after
+        streaming that field, and only while :attr:`replay_reasoning` is on (seed 003 §6.2:
+        never to another provider, e.g. DeepSeek's reasoning never to OpenAI).
         """
         max_tokens = request.max_tokens if request.max_tokens is not None else self.max_tokens
-        body = build_chat_request(request, model=self.model, max_tokens=max_tokens, provider_name=self.name)
+        body = build_chat_request(
+            request, model=self.model, max_tokens=max_tokens, provider_name=self.name, endpoint=self.endpoint
+        )
         if not self.replay_reasoning:
             for message in body["messages"]:
                 message.pop("reasoning_content", None)
@@ -111,6 +115,7 @@ class OpenAICompatProvider(HTTPStreamProvider):
     def _new_parser(self) -> StreamParser:
         return OpenAIStreamParser(
             provider_name=self.name,
+            endpoint=self.endpoint,
             think_tags=self.think_tags,
             implicit_think_start=self.implicit_think_start,
         )

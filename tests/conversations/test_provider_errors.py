@@ -266,3 +266,25 @@ async def test_a_pre_request_hook_that_blocks_fails_the_turn_with_its_reason(con
     assert "blocked" in turn["error"] and "passwords are not sent to the model" in turn["error"]
     assert [m["role"] for m in committed["messages"]] == ["user"]
     await assert_only_the_user_message_is_stored("blocked")
+
+
+@pytest.mark.parametrize(
+    ("status", "lead", "kind"),
+    [
+        (500, "had a server error", "server_error"),
+        (502, "had a server error", "server_error"),
+        (504, "had a server error", "server_error"),
+        (503, "is overloaded", "overloaded"),
+        (529, "is overloaded", "overloaded"),
+    ],
+)
+async def test_5xx_wording_says_server_error_and_keeps_overloaded_for_503_and_529(
+    status, lead, kind, connect, start_worker
+):
+    async with LocalSSEServer([json_error(status, "upstream said no")]) as server:
+        await start_worker(provider_for(server, max_retries=0))
+        turn, _ = await run_turn(await connect(await make_token()))
+    assert turn["status"] == "failed"
+    assert turn["error"].startswith(f"The model provider {lead} ({kind}, HTTP {status}): upstream said no")
+    assert ("overloaded" in turn["error"]) is (kind == "overloaded")
+    await assert_only_the_user_message_is_stored(kind)

@@ -15,7 +15,7 @@ from channels.db import database_sync_to_async
 from conversations.models import Message
 from providers.anthropic import AnthropicProvider
 from providers.openai_compat import OpenAICompatProvider
-from providers.testing import LocalSSEServer, SSEResponse, split_every, sse_body
+from providers.testing import LocalSSEServer, SSEResponse, openai_events, split_every, sse_body
 from tests.conversations.conftest import make_token
 from tests.conversations.streams import CALL_ID, answer_pieces, text_pieces, tool_call_pieces
 
@@ -161,9 +161,12 @@ async def test_anthropic_signed_thinking_and_tool_use_round_trip_through_the_gat
     rows = await assistant_rows()
     assert rows[0].provider_state == {
         "provider": "anthropic",
+        "endpoint": server.url.removeprefix("http://"),
         "blocks": [
             {"type": "thinking", "text": THINKING, "signature": SIGNATURE},
             {"type": "redacted_thinking", "data": REDACTED},
+            {"type": "text", "chars": len("Let me check the clock.")},
+            {"type": "tool_use", "id": TOOL_ID},
         ],
     }
     assert rows[0].reasoning_content == THINKING and rows[1].provider_state is None
@@ -246,7 +249,11 @@ async def test_deepseek_reasoning_content_goes_back_with_the_tool_call_in_every_
     assert assistants[0]["reasoning_content"] == reasoning
     assert "reasoning_content" not in assistants[1] and "<think>" not in assistants[1]["content"]
     rows = await assistant_rows()
-    assert rows[0].provider_state == {"provider": "openai", "reasoning_field": "reasoning_content"}
+    assert rows[0].provider_state == {
+        "provider": "openai",
+        "endpoint": server.base_url.removeprefix("http://"),
+        "reasoning_field": "reasoning_content",
+    }
 
 
 async def test_reasoning_replay_can_be_switched_off_per_provider(connect, start_worker):
@@ -261,3 +268,134 @@ async def test_reasoning_replay_can_be_switched_off_per_provider(connect, start_
         await client.until("turn_committed")
     assert server.requests[1]["messages"][-2]["tool_calls"][0]["id"] == CALL_ID
     assert all("reasoning_content" not in m for m in server.requests[1]["messages"])
+
+
+async def test_deepseek_reasoning_is_never_sent_to_the_next_openai_compatible_endpoint(connect, start_worker):
+    # Both providers are named "openai"; replay state is keyed by the endpoint (seed 003 §6.2).
+    pieces = [tool_call_pieces(), answer_pieces()]
+    async with LocalSSEServer([SSEResponse(pieces=p) for p in pieces]) as deepseek:
+        worker = await start_worker(OpenAICompatProvider(deepseek.base_url, "k", "deepseek-chat", max_retries=0))
+        client = await connect(await make_token())
+        await client.until("ready")
+        await client.send({"type": "message", "content": "What time is it?", "client_msg_id": "s-1"})
+        await client.until("turn_committed")
+        await worker.stop(timeout=5)
+    assert deepseek.requests[1]["messages"][-2]["reasoning_content"]
+
+    async with LocalSSEServer([SSEResponse(pieces=text_pieces("Switched."))]) as openai_server:
+        await start_worker(OpenAICompatProvider(openai_server.base_url, "k", "gpt-test", max_retries=0))
+        await client.send({"type": "message", "content": "Still there?", "client_msg_id": "s-2"})
+        await client.until("turn_committed", lambda f: f["messages"][-1]["content"] == "Switched.")
+    raw = openai_server.recorded[0].body.decode()
+    assert "reasoning_content" not in raw and "I should call current_time" not in raw
+    assistant = next(m for m in openai_server.requests[0]["messages"] if m.get("tool_calls"))
+    assert assistant["tool_calls"][0]["id"] == CALL_ID
+
+
+async def test_signed_thinking_is_never_sent_to_another_anthropic_compatible_endpoint(connect, start_worker):
+    async with LocalSSEServer([streamed(thinking_tool_use_body()), streamed(text_body(ANSWER))]) as anthropic:
+        worker = await start_worker(AnthropicProvider(anthropic.url, "k", "claude-test", max_retries=0))
+        client = await connect(await make_token())
+        await client.until("ready")
+        await client.send({"type": "message", "content": "What time is it?", "client_msg_id": "c-1"})
+        await client.until("turn_committed")
+        await worker.stop(timeout=5)
+    async with LocalSSEServer([streamed(text_body("Other API."))]) as compatible:
+        await start_worker(AnthropicProvider(compatible.url + "/anthropic", "k", "claude-test", max_retries=0))
+        await client.send({"type": "message", "content": "Still there?", "client_msg_id": "c-2"})
+        await client.until("turn_committed", lambda f: f["messages"][-1]["content"] == "Other API.")
+    raw = compatible.recorded[0].body.decode()
+    for secret in (SIGNATURE[:40], REDACTED, THINKING[:40], "thinking"):
+        assert secret not in raw
+    assert compatible.requests[0]["messages"][1]["content"] == EXPECTED_REPLAY[2:]
+
+
+SIG_2 = "U2Vjb25kU2lnbmF0dXJlK3dpdGgvc2xhc2hlcz0=" * 2
+
+
+def interleaved_body() -> bytes:
+    """Interleaved thinking: thinking, text, thinking, tool_use (the order must survive replay)."""
+    return sse_body(
+        [
+            _message_start(120),
+            _event("content_block_start", index=0, content_block={"type": "thinking", "thinking": "", "signature": ""}),
+            _delta(0, type="thinking_delta", thinking=THINKING),
+            _delta(0, type="signature_delta", signature=SIGNATURE),
+            _event("content_block_stop", index=0),
+            _event("content_block_start", index=1, content_block={"type": "text", "text": ""}),
+            _delta(1, type="text_delta", text="Let me check the clock."),
+            _event("content_block_stop", index=1),
+            _event("content_block_start", index=2, content_block={"type": "thinking", "thinking": "", "signature": ""}),
+            _delta(2, type="thinking_delta", thinking="UTC is the default."),
+            _delta(2, type="signature_delta", signature=SIG_2),
+            _event("content_block_stop", index=2),
+            _event(
+                "content_block_start",
+                index=3,
+                content_block={"type": "tool_use", "id": TOOL_ID, "name": "current_time", "input": {}},
+            ),
+            _delta(3, type="input_json_delta", partial_json='{"timezone": "UTC"}'),
+            _event("content_block_stop", index=3),
+            _event("message_delta", delta={"stop_reason": "tool_use"}, usage={"output_tokens": 60}),
+            _event("message_stop"),
+        ]
+    )
+
+
+INTERLEAVED_REPLAY = [
+    {"type": "thinking", "thinking": THINKING, "signature": SIGNATURE},
+    {"type": "text", "text": "Let me check the clock."},
+    {"type": "thinking", "thinking": "UTC is the default.", "signature": SIG_2},
+    {"type": "tool_use", "id": TOOL_ID, "name": "current_time", "input": {"timezone": "UTC"}},
+]
+
+
+async def test_interleaved_thinking_keeps_its_block_order_in_the_turn_and_from_the_database(connect, start_worker):
+    responses = [streamed(interleaved_body()), streamed(text_body(ANSWER)), streamed(text_body("Again."))]
+    async with LocalSSEServer(responses) as server:
+        await start_worker(AnthropicProvider(server.url, "k", "claude-test", max_retries=0, thinking_budget=1024))
+        client = await connect(await make_token())
+        await client.until("ready")
+        await client.send({"type": "message", "content": "What time is it?", "client_msg_id": "i-1"})
+        await client.until("turn_committed")
+        await client.send({"type": "message", "content": "And now?", "client_msg_id": "i-2"})
+        await client.until("turn_committed")
+    # The second request of the turn, then the next turn's request rebuilt from the database.
+    assert server.requests[1]["messages"][1]["content"] == INTERLEAVED_REPLAY
+    assert server.requests[2]["messages"][1]["content"] == INTERLEAVED_REPLAY
+    rows = await assistant_rows()
+    assert (rows[0].content, rows[0].reasoning_content) == ("Let me check the clock.", THINKING + "UTC is the default.")
+
+
+async def test_invalid_tool_arguments_go_back_to_the_model_raw_and_stay_an_object_for_clients(connect, start_worker):
+    broken = '{"timezone": "UT'
+    first = sse_body(openai_events(tool_calls=[(CALL_ID, "current_time", broken)]))
+    later = [SSEResponse(pieces=answer_pieces()), SSEResponse(pieces=text_pieces("Later."))]
+    async with LocalSSEServer([SSEResponse(pieces=split_every(first, 29)), *later]) as server:
+        await start_worker(OpenAICompatProvider(server.base_url, "k", "m", max_retries=0))
+        client = await connect(await make_token())
+        ready = await client.until("ready")
+        await client.send({"type": "message", "content": "What time is it?", "client_msg_id": "b-1"})
+        committed = await client.until("turn_committed")
+        await client.send({"type": "message", "content": "Thanks", "client_msg_id": "b-2"})
+        await client.until("turn_committed")
+        await client.send({"type": "history", "session_id": ready["active_session_id"]})
+        await client.until("session_history")
+
+    # The next request of the turn carries what the model actually sent, next to the error result.
+    second = server.requests[1]["messages"]
+    call_message = next(m for m in second if m.get("tool_calls"))
+    assert call_message["tool_calls"][0]["id"] == CALL_ID
+    assert call_message["tool_calls"][0]["function"]["arguments"] == broken
+    result = second[second.index(call_message) + 1]
+    assert result["role"] == "tool" and result["tool_call_id"] == CALL_ID and "invalid arguments JSON" in result["content"]
+    # ... and so does the next turn, rebuilt from the database.
+    third = next(m for m in server.requests[2]["messages"] if m.get("tool_calls"))
+    assert third["tool_calls"][0]["function"]["arguments"] == broken
+
+    rows = await database_sync_to_async(lambda: list(Message.objects.order_by("seq")))()
+    assert rows[1].tool_calls == [{"id": CALL_ID, "name": "current_time", "arguments": {}, "raw_arguments": broken}]
+    assert rows[2].role == "tool" and rows[2].is_error
+    # Clients get PROTOCOL's object arguments; the raw text stays on the server.
+    assert committed["messages"][1]["tool_calls"] == [{"id": CALL_ID, "name": "current_time", "arguments": {}}]
+    assert "raw_arguments" not in json.dumps(client.frames)

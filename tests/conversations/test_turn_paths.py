@@ -237,3 +237,65 @@ async def test_very_long_tool_names_and_call_ids_from_the_model_are_stored_whole
     committed = await client.until("turn_committed")
     assert committed["messages"][1]["tool_calls"][0]["id"] == long_id
     assert (committed["messages"][2]["tool_call_id"], committed["messages"][2]["tool_name"]) == (long_id, long_name)
+
+
+async def test_a_worker_that_lost_its_lease_stops_publishing_the_turn(connect, start_worker):
+    import asyncio
+
+    from conversations.models import Dialog
+
+    await start_worker(ScriptedProvider([script_text(long_text(3000))], delay=0.005))
+    client = await connect(await make_token())
+    ready = await client.until("ready")
+    await client.send({"type": "message", "content": "talk", "client_msg_id": "lease-1"})
+    await client.until("turn_updated", lambda f: bool(f["turn"]["blocks"]))
+
+    async def read_and_ack(seconds: float) -> list[dict]:
+        """Everything that arrives within ``seconds``, acknowledging snapshots like a live client."""
+        got: list[dict] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while deadline - loop.time() > 0:
+            # receive_nothing() waits without cancelling the app (a receive timeout would).
+            if await client.communicator.receive_nothing(timeout=0.05, interval=0.01):
+                continue
+            frame = await client.recv()
+            got.append(frame)
+            if frame["type"] == "turn_updated":
+                turn = frame["turn"]
+                await client.send({"type": "seen", "turn_id": turn["id"], "revision": turn["revision"]})
+        return got
+
+    @database_sync_to_async
+    def steal() -> None:  # another worker claims the dialog (as after an expired lease)
+        Dialog.objects.filter(pk=ready["active_session_id"]).update(
+            lease_owner="thief:serve", lease_epoch=99, lease_expires_at=2**62
+        )
+
+    before = await read_and_ack(0.3)
+    assert before, "the turn was streaming before the lease was lost"
+    await steal()
+    await read_and_ack(1.5)  # > the renew interval (0.5 s): the old owner notices within it
+    after = await read_and_ack(1.0)
+    assert after == [], "a stale owner publishes nothing more: no snapshot, no terminal, no commit"
+    assert all(f["turn"]["status"] == "running" for f in client.of_type("turn_updated"))
+    assert not client.of_type("turn_committed")
+
+
+async def test_a_model_that_reuses_a_tool_call_id_gets_unique_ids_and_the_turn_goes_on(connect, start_worker):
+    provider = ScriptedProvider(
+        [script_tool_call("call_0", "current_time", {}), script_tool_call("call_0", "current_time", {}),
+         script_text("Done.")]
+    )
+    await start_worker(provider)
+    client = await connect(await make_token())
+    await client.until("ready")
+    await client.send({"type": "message", "content": "twice", "client_msg_id": "dup-call"})
+    committed = await client.until("turn_committed")
+    rows = committed["messages"]
+    assert [r["role"] for r in rows] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    first_id, second_id = rows[1]["tool_calls"][0]["id"], rows[3]["tool_calls"][0]["id"]
+    assert first_id == "call_0" and second_id != "call_0"
+    assert (rows[2]["tool_call_id"], rows[4]["tool_call_id"]) == (first_id, second_id)
+    final = [f for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"][-1]["turn"]
+    assert final["status"] == "completed"

@@ -130,7 +130,7 @@ def test_tool_call_arguments_reject_non_objects(raw: str) -> None:
     assert issubclass(ToolArgumentsError, ValueError)
 
 
-def test_to_message_drops_empty_text_and_keeps_invalid_arguments_as_empty() -> None:
+def test_to_message_drops_empty_text_and_keeps_invalid_arguments_raw() -> None:
     response = AssistantResponse(
         text="",
         reasoning="why",
@@ -144,7 +144,7 @@ def test_to_message_drops_empty_text_and_keeps_invalid_arguments_as_empty() -> N
     assert message.content == [
         ThinkingBlock("why"),
         ToolUseBlock("c1", "f", {"x": 1}),
-        ToolUseBlock("c2", "g", {}),
+        ToolUseBlock("c2", "g", {}, raw_arguments="{broken"),
     ]
 
 

@@ -19,6 +19,7 @@ from providers.errors import (
     ProviderError,
     ProviderTimeoutError,
     RateLimitedError,
+    ServerError,
     StreamTruncatedError,
     parse_retry_after,
 )
@@ -59,9 +60,11 @@ async def fail_with(status: int, body: bytes | str, headers: dict[str, str] | No
         (
             500,
             '{"error":{"message":"internal","type":"server_error","code":null}}',
-            OverloadedError,
+            ServerError,
             "server_error",
         ),
+        (502, "<html>Bad Gateway</html>", ServerError, None),
+        (504, "<html>Gateway Time-out</html>", ServerError, None),
         (503, "upstream unavailable", OverloadedError, None),
         (
             529,
@@ -105,7 +108,16 @@ async def test_status_codes_map_to_typed_errors(status, body, error_type, code) 
     error = await fail_with(status, body)
     assert type(error) is error_type
     assert (error.http_status, error.provider_code) == (status, code)
-    assert error.retryable is (error_type is OverloadedError)
+    assert error.retryable is (error_type in (ServerError, OverloadedError))
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"), [(500, "server_error"), (502, "server_error"), (504, "server_error"), (503, "overloaded"), (529, "overloaded")]
+)
+async def test_only_503_and_529_are_overloaded_other_5xx_are_server_errors(status, kind) -> None:
+    error = await fail_with(status, "{}")
+    assert error.kind == kind and isinstance(error, ServerError) and error.retryable
+    assert isinstance(error, OverloadedError) is (kind == "overloaded")
 
 
 async def test_the_error_message_comes_from_the_body() -> None:

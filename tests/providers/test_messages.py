@@ -20,6 +20,8 @@ from providers.messages import (
     Usage,
     messages_from_json,
     messages_to_json,
+    normalise_endpoint,
+    replays_to,
 )
 
 json_values = st.recursive(
@@ -34,7 +36,7 @@ blocks = st.one_of(
     st.builds(TextBlock, st.text()),
     st.builds(ThinkingBlock, st.text(), st.none() | st.text()),
     st.builds(RedactedThinkingBlock, st.text()),
-    st.builds(ToolUseBlock, st.text(), st.text(), json_objects),
+    st.builds(ToolUseBlock, st.text(), st.text(), json_objects, st.none() | st.text()),
     st.builds(ToolResultBlock, st.text(), st.text(), st.booleans(), st.none() | st.text()),
     st.builds(ImageBlock, st.sampled_from(["image/png", "image/jpeg"]), st.text()),
 )
@@ -88,6 +90,83 @@ def test_assistant_rebuilds_signed_thinking_blocks_from_provider_state() -> None
     message = Message.assistant("Hi", reasoning="hmm", provider_state=state)
     assert message.content == [ThinkingBlock("hmm", "sig"), RedactedThinkingBlock("xx"), TextBlock("Hi")]
     assert message.provider_state == state
+
+
+INTERLEAVED = {
+    "provider": "anthropic",
+    "endpoint": "api.anthropic.com",
+    "blocks": [
+        {"type": "thinking", "text": "first", "signature": "s1"},
+        {"type": "text", "chars": 13},
+        {"type": "thinking", "text": "second", "signature": "s2"},
+        {"type": "redacted_thinking", "data": "enc"},
+        {"type": "tool_use", "id": "t1"},
+        {"type": "text", "chars": 5},
+        {"type": "tool_use", "id": "t2"},
+    ],
+}
+
+
+def test_assistant_rebuilds_the_stored_block_layout_of_interleaved_thinking() -> None:
+    t1, t2 = ToolUseBlock("t1", "a", {}), ToolUseBlock("t2", "b", {"x": 1})
+    message = Message.assistant(
+        "Let me check.Then!", reasoning="firstsecond", tool_calls=[t1, t2], provider_state=INTERLEAVED
+    )
+    assert message.content == [
+        ThinkingBlock("first", "s1"),
+        TextBlock("Let me check."),
+        ThinkingBlock("second", "s2"),
+        RedactedThinkingBlock("enc"),
+        t1,
+        TextBlock("Then!"),
+        t2,
+    ]
+    # The columns the database keeps give the same message back.
+    again = Message.assistant(message.text, message.reasoning, message.tool_calls, message.provider_state)
+    assert again == message
+
+
+def test_a_layout_places_only_the_calls_it_has_and_appends_the_rest() -> None:
+    # The last iteration drops unrun calls (t1 absent); a call the layout does not name goes last.
+    t3 = ToolUseBlock("t3", "c", {})
+    message = Message.assistant("Let me check.Then!", tool_calls=[t3], provider_state=INTERLEAVED)
+    assert [type(b).__name__ for b in message.content][-2:] == ["TextBlock", "ToolUseBlock"]
+    assert message.content[-1] == t3 and message.text == "Let me check.Then!"
+
+
+def test_a_layout_inconsistent_with_the_text_falls_back_to_thinking_first() -> None:
+    message = Message.assistant("changed text", provider_state=INTERLEAVED)
+    assert message.content == [
+        ThinkingBlock("first", "s1"),
+        ThinkingBlock("second", "s2"),
+        RedactedThinkingBlock("enc"),
+        TextBlock("changed text"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("url", "endpoint"),
+    [
+        ("https://api.openai.com/v1", "api.openai.com/v1"),
+        ("https://API.OpenAI.com:443/v1/", "api.openai.com/v1"),
+        ("http://localhost:11434/v1", "localhost:11434/v1"),
+        ("http://user:pw@127.0.0.1:80/v1?x=1#f", "127.0.0.1/v1"),
+        ("https://api.anthropic.com", "api.anthropic.com"),
+        ("http://[::1]:8080/", "[::1]:8080"),
+    ],
+)
+def test_endpoints_normalise_host_port_and_path(url: str, endpoint: str) -> None:
+    assert normalise_endpoint(url) == endpoint
+
+
+def test_replay_needs_the_same_name_and_endpoint() -> None:
+    state = {"provider": "openai", "endpoint": "api.deepseek.com", "reasoning_field": "reasoning_content"}
+    assert replays_to(state, "openai", "api.deepseek.com")
+    assert not replays_to(state, "openai", "api.openai.com/v1")
+    assert not replays_to(state, "anthropic", "api.deepseek.com")
+    legacy = {"provider": "openai", "reasoning_field": "reasoning_content"}
+    assert not replays_to(legacy, "openai", "api.deepseek.com")  # no endpoint: cannot be proven
+    assert replays_to(legacy, "openai", None) and not replays_to(None, "openai", None)
 
 
 @pytest.mark.parametrize(

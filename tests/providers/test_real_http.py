@@ -15,10 +15,10 @@ import pytest
 
 from providers.base import ProviderRequest
 from providers.errors import (
-    OverloadedError,
     ProviderConnectionError,
     ProviderTimeoutError,
     RateLimitedError,
+    ServerError,
     StreamTruncatedError,
 )
 from providers.messages import Message
@@ -69,7 +69,7 @@ async def test_exhausted_server_answers_500_naming_the_request() -> None:
     async with LocalSSEServer([SSEResponse(pieces=[sse_body(openai_events("only one"))])]) as server:
         provider = _provider(server)
         await provider.collect(REQUEST)
-        with pytest.raises(OverloadedError, match="no scripted response left for request #2"):
+        with pytest.raises(ServerError, match="no scripted response left for request #2"):
             await provider.collect(REQUEST)
         await provider.aclose()
     assert server.errors == ["LocalSSEServer: no scripted response left for request #2"]

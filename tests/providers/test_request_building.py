@@ -97,7 +97,7 @@ def test_openai_assistant_with_only_tool_calls_has_null_content() -> None:
 
 
 def test_openai_replays_reasoning_content_only_when_its_own_state_asks_for_it() -> None:
-    state = {"provider": "openai", "reasoning_field": "reasoning_content"}
+    state = {"provider": "openai", "endpoint": "x/v1", "reasoning_field": "reasoning_content"}
     with_state = Message.assistant("", reasoning="hmm", tool_calls=[CALL], provider_state=state)
     assert openai_body([Message.user("q"), with_state])["messages"][1]["reasoning_content"] == "hmm"
     other = Message.assistant(
@@ -106,6 +106,32 @@ def test_openai_replays_reasoning_content_only_when_its_own_state_asks_for_it() 
     assert "reasoning_content" not in openai_body([Message.user("q"), other])["messages"][1]
     no_calls = Message.assistant("answer", reasoning="hmm", provider_state=state)
     assert "reasoning_content" not in openai_body([Message.user("q"), no_calls])["messages"][1]
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"provider": "openai", "endpoint": "api.deepseek.com/v1", "reasoning_field": "reasoning_content"},
+        {"provider": "openai", "endpoint": "x/v2", "reasoning_field": "reasoning_content"},
+        {"provider": "openai", "reasoning_field": "reasoning_content"},  # written before endpoints
+    ],
+    ids=["other-host", "other-path", "no-endpoint"],
+)
+def test_openai_reasoning_content_never_goes_to_another_endpoint_of_the_same_name(state) -> None:
+    message = Message.assistant("", reasoning="hmm", tool_calls=[CALL], provider_state=state)
+    assert "reasoning_content" not in openai_body([Message.user("q"), message])["messages"][1]
+
+
+def test_openai_sends_invalid_arguments_as_the_model_sent_them() -> None:
+    broken = ToolUseBlock("call_bad", "current_time", {}, raw_arguments='{"timezone": "UT')
+    calls = openai_body([Message.user("q"), Message.assistant(tool_calls=[CALL, broken])])["messages"][1]
+    assert [c["function"]["arguments"] for c in calls["tool_calls"]] == ['{"timezone": "UTC"}', '{"timezone": "UT']
+
+
+def test_anthropic_sends_invalid_arguments_as_an_empty_input() -> None:
+    broken = ToolUseBlock("call_bad", "current_time", {}, raw_arguments="[1, 2]")
+    blocks = anthropic_body([Message.user("q"), Message.assistant(tool_calls=[broken])])["messages"][1]["content"]
+    assert blocks == [{"type": "tool_use", "id": "call_bad", "name": "current_time", "input": {}}]
 
 
 async def test_openai_request_goes_to_chat_completions_with_a_bearer_key() -> None:
@@ -156,17 +182,30 @@ def test_anthropic_system_is_top_level_and_tool_results_are_user_blocks() -> Non
 
 def test_anthropic_replays_signed_thinking_only_for_its_own_state() -> None:
     content = [ThinkingBlock("hmm", "sig"), RedactedThinkingBlock("enc"), TextBlock(""), TextBlock("Hi")]
-    own = Message("assistant", content, {"provider": "anthropic"})
+    own = Message("assistant", content, {"provider": "anthropic", "endpoint": "api.anthropic.test"})
     blocks = anthropic_body([Message.user("q"), own])["messages"][1]["content"]
     assert blocks == [
         {"type": "thinking", "thinking": "hmm", "signature": "sig"},
         {"type": "redacted_thinking", "data": "enc"},
         {"type": "text", "text": "Hi"},
     ]
-    foreign = Message("assistant", content, {"provider": "openai"})
-    assert anthropic_body([Message.user("q"), foreign])["messages"][1]["content"] == [
-        {"type": "text", "text": "Hi"}
-    ]
+    for state in (
+        {"provider": "openai", "endpoint": "api.anthropic.test"},
+        {"provider": "anthropic", "endpoint": "api.other-vendor.test/anthropic"},
+        {"provider": "anthropic"},  # written before endpoints: the same API cannot be proven
+    ):
+        foreign = Message("assistant", content, state)
+        assert anthropic_body([Message.user("q"), foreign])["messages"][1]["content"] == [
+            {"type": "text", "text": "Hi"}
+        ]
+
+
+def test_anthropic_keeps_the_content_order_of_interleaved_thinking() -> None:
+    own = {"provider": "anthropic", "endpoint": "api.anthropic.test"}
+    content = [ThinkingBlock("a", "s1"), TextBlock("Let me check."), ThinkingBlock("b", "s2"), CALL]
+    blocks = anthropic_body([Message.user("q"), Message("assistant", content, own)])["messages"][1]["content"]
+    assert [b["type"] for b in blocks] == ["thinking", "text", "thinking", "tool_use"]
+    assert [b.get("signature") for b in blocks] == ["s1", None, "s2", None]
 
 
 def test_anthropic_error_results_are_flagged() -> None:

@@ -39,4 +39,4 @@ class Command(BaseCommand):
         await worker.start()
         self.stdout.write(f"agent worker {worker.worker_id} running; Ctrl+C to stop")
         await stopped.wait()
-        await worker.stop(timeout=10)
+        await worker.stop(timeout=15)

@@ -85,7 +85,7 @@ class Command(BaseCommand):
         async def shutdown() -> None:
             # Stop accepting new turns and end running ones per the cancel rules, then close
             # every socket with a close frame (Daphne alone would drop them: clients would see 1006).
-            await worker.stop(timeout=10)
+            await worker.stop(timeout=15)
             try:
                 await get_channel_layer().group_send(process_connections_group(), {"type": "server.shutdown"})
                 await asyncio.sleep(0.3)  # let the close frames flush
