@@ -77,7 +77,7 @@ _FAILURE_LEADS = {
     "server_error": "The model provider had a server error",
     "overloaded": "The model provider is overloaded",
     "rate_limited": "The model provider is rate limiting us",
-    "authentication": "The model provider rejected the API key",
+    "authentication": "The model provider refused our credentials",
     "context_overflow": "The conversation is too long for the model",
     "timeout": "The model provider timed out",
     "connection": "The model provider could not be reached",
