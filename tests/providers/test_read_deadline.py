@@ -17,6 +17,14 @@ from providers.openai_compat import OpenAICompatProvider
 from providers.testing import openai_events, split_events, sse_body
 
 REQUEST = ProviderRequest([Message.user("Hi")])
+STALLED_BODY = sse_body(openai_events("x y"))
+
+
+async def stall_after_first_piece():
+    """A body that sends 150 bytes, then goes silent for 5 s (far beyond every idle limit here)."""
+    yield STALLED_BODY[:150]
+    await asyncio.sleep(5)
+    yield STALLED_BODY[150:]
 
 
 def _provider(stream_factory, **kw):
@@ -52,12 +60,7 @@ async def test_each_read_gets_the_full_idle_timeout() -> None:
 
 
 async def test_a_long_first_byte_timeout_then_a_short_idle_timeout_fires_on_time() -> None:
-    body = sse_body(openai_events("x y"))
-    async def stall():
-        yield body[:150]
-        await asyncio.sleep(5)
-        yield body[150:]
-    provider = _provider(stall, idle_timeout=0.1, first_byte_timeout=30)
+    provider = _provider(stall_after_first_piece, idle_timeout=0.1, first_byte_timeout=30)
     started = time.monotonic()
     with pytest.raises(ProviderTimeoutError) as info:
         await provider.collect(REQUEST)
@@ -66,12 +69,7 @@ async def test_a_long_first_byte_timeout_then_a_short_idle_timeout_fires_on_time
 
 
 async def test_cancelling_the_caller_during_a_read_is_a_cancellation_not_a_timeout() -> None:
-    body = sse_body(openai_events("x y"))
-    async def stall():
-        yield body[:150]
-        await asyncio.sleep(5)
-        yield body[150:]
-    provider = _provider(stall, idle_timeout=0.2)
+    provider = _provider(stall_after_first_piece, idle_timeout=0.2)
     task = asyncio.ensure_future(provider.collect(REQUEST))
     await asyncio.sleep(0.05)
     task.cancel()
@@ -81,12 +79,7 @@ async def test_cancelling_the_caller_during_a_read_is_a_cancellation_not_a_timeo
 
 
 async def test_cancel_racing_the_deadline_stays_a_cancellation() -> None:
-    body = sse_body(openai_events("x y"))
-    async def stall():
-        yield body[:150]
-        await asyncio.sleep(5)
-        yield body[150:]
-    provider = _provider(stall, idle_timeout=0.1)
+    provider = _provider(stall_after_first_piece, idle_timeout=0.1)
     task = asyncio.ensure_future(provider.collect(REQUEST))
     loop = asyncio.get_running_loop()
     await asyncio.sleep(0.02)
@@ -98,12 +91,7 @@ async def test_cancel_racing_the_deadline_stays_a_cancellation() -> None:
 
 
 async def test_stream_driven_from_several_tasks_still_times_out() -> None:
-    body = sse_body(openai_events("x y"))
-    async def stall():
-        yield body[:150]
-        await asyncio.sleep(5)
-        yield body[150:]
-    provider = _provider(stall, idle_timeout=0.1)
+    provider = _provider(stall_after_first_piece, idle_timeout=0.1)
     stream = provider.stream(REQUEST)
     with pytest.raises(ProviderTimeoutError):
         while True:
