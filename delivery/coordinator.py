@@ -1,8 +1,10 @@
 """Delivers one turn's snapshots to one sink: filter, throttle, terminal flush (seed 003 §9, §10).
 
 A :class:`DeliveryCoordinator` watches a turn's :class:`~delivery.cell.LatestSnapshotCell`, applies
-the target's :class:`~delivery.presentation.PresentationPolicy`, serialises each snapshot it
-publishes exactly once, and hands the JSON text to its :class:`TurnSink`:
+the target's :class:`~delivery.presentation.PresentationPolicy` once per snapshot it publishes,
+serialises that filtered view exactly once, and hands both — the
+:class:`~delivery.presentation.PresentedSnapshot` and its JSON text — to its :class:`TurnSink`
+(a sink never sees the unfiltered snapshot, seed 003 §10.1):
 
 - running snapshots are throttled to the sink's :class:`Snapshot` ``min_interval`` and are
   best-effort: a failed or timed-out ``update`` is logged and never retried — the next, newer
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from delivery.cell import LatestSnapshotCell
-from delivery.presentation import PresentationPolicy, serialize_snapshot
+from delivery.presentation import PresentationPolicy, PresentedSnapshot, serialize_snapshot
 from delivery.sinks import FinalOnly, LivePolicy, SinkError, SinkNotModified, Snapshot, TurnSink
 from delivery.turn import TurnController, TurnSnapshot
 
@@ -275,11 +277,16 @@ class DeliveryCoordinator:
             self._check_current()
             await self._deliver_update(snapshot)
 
+    def _present(self, snapshot: TurnSnapshot) -> tuple[PresentedSnapshot, str]:
+        """The filtered view a sink gets and its JSON: one filtering, one serialisation."""
+        view = self._policy.present(snapshot)
+        return view, serialize_snapshot(view, self._policy)
+
     async def _deliver_update(self, snapshot: TurnSnapshot) -> None:
         try:
-            payload = serialize_snapshot(snapshot, self._policy)
+            view, payload = self._present(snapshot)
             async with asyncio.timeout(self._update_timeout):
-                await self._sink.update(snapshot, payload)
+                await self._sink.update(view, payload)
         except SinkNotModified:
             pass
         except Exception as exc:
@@ -291,7 +298,7 @@ class DeliveryCoordinator:
         self._last_revision = snapshot.revision
 
     async def _deliver_terminal(self, snapshot: TurnSnapshot) -> DeliveryResult:
-        payload = serialize_snapshot(snapshot, self._policy)
+        view, payload = self._present(snapshot)
         error = "finish was not attempted"
         for attempt in range(1, self._finish_attempts + 1):
             if attempt > 1:
@@ -300,7 +307,7 @@ class DeliveryCoordinator:
             self._attempts = attempt
             try:
                 async with asyncio.timeout(self._finish_timeout):
-                    await self._sink.finish(snapshot, payload)
+                    await self._sink.finish(view, payload)
             except SinkNotModified:
                 pass
             except Exception as exc:

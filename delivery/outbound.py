@@ -9,13 +9,31 @@ delivery (seed 000 §5.2), later scheduled deliveries — goes through an
   they were submitted; a slow or failing chat never delays another;
 - each lane holds at most ``queue_size`` waiting messages; past that :meth:`submit` refuses
   (:class:`OutboundRefusedError`) instead of growing without bound;
-- each send is bounded by ``timeout`` and retried at most ``attempts`` times (a
-  :class:`~delivery.sinks.SinkError` with ``permanent=True`` stops at once);
+- each send is bounded by ``timeout``; retries are bounded by ``attempts`` and never risk a
+  second copy (below);
 - lanes are tasks the dispatcher owns: an idle lane ends after ``idle_timeout`` seconds, and
   :meth:`close` drains or cancels them and awaits them all.
 
 A sender is an ``async (OutboundMessage) -> None`` per channel that raises on failure; it must not
 report "not sent" as success.
+
+Retries are at-most-once unless the sender is idempotent. Every message carries an idempotency key
+(``OutboundMessage.id``; a turn's fallback uses one derived from the turn) that senders put on the
+wire — the cli_chat ``notification`` frame carries it as ``id`` — so targets and clients can drop
+a copy. A failed call is *ambiguous* unless the sender says otherwise: a timeout, or an error in
+the middle of a publish, may come after the message went out (a sender that publishes and then
+stalls). So:
+
+- :class:`OutboundNotSentError` from a sender ("nothing was sent", e.g. refused before any I/O):
+  retried;
+- ``SinkError(permanent=True)``: nothing was sent and retrying cannot help: not retried;
+- any other error or a timeout: the message may have been delivered. Retried only when the sender
+  is idempotent (``sender.idempotent = True``: the target dedupes on ``message.id``); otherwise
+  the dispatcher stops and reports the outcome as unknown, never as "not sent".
+
+:class:`OutboundResult` says which: ``status`` ``"sent"`` (``ok`` True), ``"not_sent"`` (``ok``
+False: the user got nothing) or ``"unknown"`` (``ok`` None: it may have been delivered; do not
+send it again).
 
 Pure module (asyncio only): no Django, Channels or httpx imports.
 """
@@ -24,12 +42,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 
 from delivery.sinks import SinkError
 
-__all__ = ["OutboundDispatcher", "OutboundMessage", "OutboundRefusedError", "OutboundResult", "OutboundSender"]
+__all__ = [
+    "OutboundDispatcher",
+    "OutboundMessage",
+    "OutboundNotSentError",
+    "OutboundRefusedError",
+    "OutboundResult",
+    "OutboundSender",
+    "OutboundStatus",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +72,8 @@ class OutboundMessage:
         text: The message body (plain text).
         level: ``"info"``, ``"warning"`` or ``"error"`` (platforms with rich frames show it).
         session_id: The dialog it is about, if any.
-        turn_id: The turn it is about, if any (for logs).
+        turn_id: The turn it is about, if any (for logs; cli_chat clients get it too).
+        id: The idempotency key: every copy of this message carries it (a random one by default).
     """
 
     channel: str
@@ -53,15 +82,35 @@ class OutboundMessage:
     level: str = "info"
     session_id: str | None = None
     turn_id: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+class OutboundStatus(StrEnum):
+    SENT = "sent"  # the sender confirmed it
+    NOT_SENT = "not_sent"  # certainly not delivered: the user got nothing
+    UNKNOWN = "unknown"  # an attempt failed ambiguously: it may have been delivered
 
 
 @dataclass(frozen=True, slots=True)
 class OutboundResult:
-    """How sending one message ended: ``ok``; else ``error``. ``attempts`` = sender calls made."""
+    """How sending one message ended.
 
-    ok: bool
+    Attributes:
+        status: See :class:`OutboundStatus`.
+        error: Why it is not ``sent``, else None.
+        attempts: Sender calls made.
+    """
+
+    status: OutboundStatus
     error: str | None
     attempts: int
+
+    @property
+    def ok(self) -> bool | None:
+        """True when sent, False when certainly not sent, None when unknown (maybe delivered)."""
+        if self.status is OutboundStatus.SENT:
+            return True
+        return None if self.status is OutboundStatus.UNKNOWN else False
 
 
 OutboundSender = Callable[[OutboundMessage], Awaitable[None]]
@@ -71,16 +120,23 @@ class OutboundRefusedError(Exception):
     """The message was not accepted: the chat's lane is full or the dispatcher is closed."""
 
 
+class OutboundNotSentError(Exception):
+    """Raised by a sender that knows nothing reached the target: safe to retry, even if the
+    sender is not idempotent."""
+
+
 _CLOSE = object()  # sentinel put into a lane's queue by close(): finish what is queued, then end
 
 
 class _Lane:
-    __slots__ = ("queue", "task")
+    __slots__ = ("queue", "task", "maybe_sent")
 
     def __init__(self) -> None:
         # Unbounded on purpose: submit() enforces queue_size, and close() must always fit _CLOSE.
         self.queue: asyncio.Queue = asyncio.Queue()
         self.task: asyncio.Task | None = None
+        #: The current message may have gone out (an attempt started and did not say "not sent").
+        self.maybe_sent = False
 
 
 class OutboundDispatcher:
@@ -89,7 +145,8 @@ class OutboundDispatcher:
     Args:
         senders: One sender per channel name.
         queue_size: Messages allowed to wait per chat (≥ 1).
-        attempts: Sender calls per message at most (≥ 1).
+        attempts: Sender calls per message at most (≥ 1); a non-idempotent sender is called
+            again only after :class:`OutboundNotSentError` (module docstring).
         timeout: Seconds allowed for one sender call.
         retry_delays: Seconds to sleep before the 2nd, 3rd, … attempt (the last one repeats).
         idle_timeout: Seconds an empty lane waits before its task ends.
@@ -153,19 +210,20 @@ class OutboundDispatcher:
         """Submits ``message`` and waits for its result (bounded by attempts × timeout + delays).
 
         Returns:
-            The result; a refused message is ``ok=False`` with ``attempts=0``. Never raises for
+            The result; a refused message is ``not_sent`` with ``attempts=0``. Never raises for
             delivery problems.
         """
         try:
             future = self.submit(message)
         except OutboundRefusedError as exc:
-            return OutboundResult(ok=False, error=f"refused: {exc}", attempts=0)
+            return OutboundResult(OutboundStatus.NOT_SENT, f"refused: {exc}", attempts=0)
         return await asyncio.shield(future)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Refuses new messages, lets lanes send what is queued for ``timeout`` s, then cancels.
 
-        Messages still unsent then get ``ok=False`` ("dispatcher closed"). Idempotent.
+        Messages still queued then are ``not_sent`` ("dispatcher closed"); one cancelled in the
+        middle of a send is ``unknown``. Idempotent.
         """
         self._closed = True
         lanes = list(self._lanes.values())
@@ -196,7 +254,8 @@ class OutboundDispatcher:
                 if item is _CLOSE:
                     return
                 message, current = item
-                result = await self._send(message)
+                lane.maybe_sent = False
+                result = await self._send(message, lane)
                 if not current.done():
                     current.set_result(result)
                 current = None
@@ -206,43 +265,55 @@ class OutboundDispatcher:
                 del self._lanes[key]
             self._fail_unsent(lane, current)
 
-    async def _send(self, message: OutboundMessage) -> OutboundResult:
+    async def _send(self, message: OutboundMessage, lane: _Lane) -> OutboundResult:
         sender = self._senders.get(message.channel)
         if sender is None:
-            return OutboundResult(ok=False, error=f"no outbound sender for channel {message.channel!r}", attempts=0)
-        error = "not attempted"
+            return OutboundResult(
+                OutboundStatus.NOT_SENT, f"no outbound sender for channel {message.channel!r}", attempts=0
+            )
+        idempotent = getattr(sender, "idempotent", False) is True
+        ambiguous = False  # some attempt failed in a way that may have delivered the message
+        error, attempt = "not attempted", 0
         for attempt in range(1, self._attempts + 1):
             if attempt > 1:
                 await asyncio.sleep(self._retry_delays[min(attempt - 2, len(self._retry_delays) - 1)])
+            lane.maybe_sent = True  # in flight: a cancel from now on leaves the outcome unknown
             try:
                 async with asyncio.timeout(self._timeout):
                     await sender(message)
             except Exception as exc:
+                permanent = isinstance(exc, SinkError) and exc.permanent
+                not_sent = permanent or isinstance(exc, OutboundNotSentError)
+                ambiguous = ambiguous or not not_sent
+                lane.maybe_sent = ambiguous
                 error = f"send timed out after {self._timeout}s" if isinstance(exc, TimeoutError) else _describe(exc)
                 logger.warning(
-                    "outbound %s:%s attempt %d/%d failed: %s",
+                    "outbound %s:%s %s attempt %d/%d failed%s: %s",
                     message.channel,
                     message.chat_id,
+                    message.id,
                     attempt,
                     self._attempts,
+                    "" if not_sent else " (may have been delivered)",
                     error,
                 )
-                if isinstance(exc, SinkError) and exc.permanent:
-                    return OutboundResult(ok=False, error=error, attempts=attempt)
+                if permanent or (not not_sent and not idempotent):
+                    # Permanent: retrying cannot help. Ambiguous: another call could send a copy.
+                    break
                 continue
-            return OutboundResult(ok=True, error=None, attempts=attempt)
-        return OutboundResult(ok=False, error=error, attempts=self._attempts)
+            return OutboundResult(OutboundStatus.SENT, None, attempts=attempt)
+        return OutboundResult(OutboundStatus.UNKNOWN if ambiguous else OutboundStatus.NOT_SENT, error, attempts=attempt)
 
     @staticmethod
     def _fail_unsent(lane: _Lane, current: asyncio.Future[OutboundResult] | None) -> None:
-        unsent = [current] if current is not None else []
+        if current is not None and not current.done():
+            # Cancelled while sending it (or between attempts): it may have gone out.
+            status = OutboundStatus.UNKNOWN if lane.maybe_sent else OutboundStatus.NOT_SENT
+            current.set_result(OutboundResult(status, "dispatcher closed during the send", attempts=0))
         while not lane.queue.empty():
             item = lane.queue.get_nowait()
-            if item is not _CLOSE:
-                unsent.append(item[1])
-        for future in unsent:
-            if not future.done():
-                future.set_result(OutboundResult(ok=False, error="dispatcher closed", attempts=0))
+            if item is not _CLOSE and not item[1].done():
+                item[1].set_result(OutboundResult(OutboundStatus.NOT_SENT, "dispatcher closed", attempts=0))
 
     @staticmethod
     def _lane_done(task: asyncio.Task) -> None:

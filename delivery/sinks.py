@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:
-    from delivery.turn import TurnSnapshot
+    from delivery.presentation import PresentedSnapshot
 
 __all__ = ["FinalOnly", "LivePolicy", "SinkError", "SinkNotModified", "Snapshot", "TurnSink"]
 
@@ -51,8 +51,10 @@ LivePolicy: TypeAlias = FinalOnly | Snapshot
 class TurnSink(Protocol):
     """One target's view of one turn (seed 003 §10.1). Owns the target's private state.
 
-    Every call gets the full filtered snapshot and its serialised JSON (the same string for
-    every watcher); a sink never concatenates tokens. ``update`` and ``finish`` raise on failure
+    Every call gets the full filtered snapshot — a
+    :class:`~delivery.presentation.PresentedSnapshot`: its ``blocks``, ``answer_text()`` and
+    ``to_dict()`` hold only what the target's policy shows — and its serialised JSON (the same
+    string for every watcher); a sink never concatenates tokens. ``update`` and ``finish`` raise on failure
     (any exception; :class:`SinkError` to say it is permanent or "not modified"). ``finish`` may be
     called again with the same snapshot after a failure or timeout; it must not report
     "target not found" or "not sent" as success (seed 000 §5.2).
@@ -60,9 +62,9 @@ class TurnSink(Protocol):
 
     live_policy: LivePolicy
 
-    async def update(self, snapshot: TurnSnapshot, payload_json: str) -> None: ...
+    async def update(self, snapshot: PresentedSnapshot, payload_json: str) -> None: ...
 
-    async def finish(self, snapshot: TurnSnapshot, payload_json: str) -> None: ...
+    async def finish(self, snapshot: PresentedSnapshot, payload_json: str) -> None: ...
 
     async def close(self) -> None: ...
 

@@ -14,6 +14,15 @@ revision into its :class:`~delivery.cell.LatestSnapshotCell` after every visible
 plus ``"empty_answer": true`` on a completed turn that produced no answer text (seed 003 §7.4:
 no answer is invented from reasoning; clients show "the model returned no answer").
 
+Segments: a ``TextSegmentFinished`` or a ``ToolStarted`` ends the current text *segment*. Each
+reasoning/assistant block belongs to one segment (``TurnSnapshot.segments``, not on the wire). Two
+text blocks of the same type, iteration and segment are one run of text that only a block in
+between (e.g. reasoning inside an answer) split; the agent loop commits one assistant message per
+such run (one per iteration: it ends each iteration's stream with ``TextSegmentFinished`` before its
+tools), so :meth:`TurnSnapshot.answer_text` joins a run without a separator, and the presentation
+filter merges a run back into one block when it removes what split it (PROTOCOL: no two adjacent
+blocks are mergeable).
+
 Cost (DESIGN §7): applying a delta is O(1) amortised — it appends to the open block's list of
 parts and bumps the revision. Text is joined only when a snapshot is materialised, which happens
 lazily (at the sink's rate) and is cached per revision; unchanged blocks reuse their cached dicts.
@@ -45,6 +54,7 @@ from delivery.events import (
 
 __all__ = [
     "MAX_PREVIEW_CHARS",
+    "derive_segments",
     "ToolStatus",
     "TurnController",
     "TurnEventError",
@@ -113,6 +123,10 @@ class TurnSnapshot:
     usage: dict[str, Any] | None
     error: str | None
     empty_answer: bool = False
+    segments: tuple[int, ...] = ()
+    """Segment number of each block (aligned with ``blocks``; see the module docstring). Not
+    part of the wire object. Empty on a hand-built snapshot: then tool blocks are the only
+    boundaries (see :meth:`segments_or_derived`)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -136,25 +150,59 @@ class TurnSnapshot:
             turn["empty_answer"] = True
         return turn
 
-    def answer_text(self, separator: str = "\n\n") -> str:
-        """Returns the answer text shown so far: assistant blocks joined by ``separator``.
+    def segments_or_derived(self) -> tuple[int, ...]:
+        """``segments`` when present, else derived from the blocks (each tool block ends one)."""
+        if len(self.segments) == len(self.blocks):
+            return self.segments
+        return derive_segments(self.blocks)
 
-        For a plain fallback message; "" when there is none (reasoning is never included).
+    def answer_text(self, separator: str = "\n\n") -> str:
+        """Returns the answer text as history commits it: one part per assistant message.
+
+        Assistant blocks of one run (same iteration and segment: only reasoning between them)
+        are one committed message and are concatenated as is; messages are joined by
+        ``separator``. For a plain fallback message; "" when there is none (reasoning is never
+        included). Independent of any presentation policy.
         """
-        return separator.join(b["text"] for b in self.blocks if b["type"] == ASSISTANT)
+        messages: list[list[str]] = []
+        run: tuple[int, int] | None = None
+        for block, segment in zip(self.blocks, self.segments_or_derived(), strict=True):
+            if block["type"] != ASSISTANT:
+                continue
+            key = (block["iteration"], segment)
+            if key == run:
+                messages[-1].append(block["text"])
+            else:
+                messages.append([block["text"]])
+                run = key
+        return separator.join("".join(parts) for parts in messages)
+
+
+def derive_segments(blocks: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> tuple[int, ...]:
+    """Segment numbers for blocks without recorded ones: a tool block starts a new segment.
+
+    (A ``TextSegmentFinished`` is not visible in the blocks; the controller records it.)
+    """
+    segments = []
+    segment = 0
+    for block in blocks:
+        if block.get("type") == TOOL:
+            segment += 1
+        segments.append(segment)
+    return tuple(segments)
 
 
 class _TextBlock:
     """A reasoning or assistant block: parts are appended per delta and joined on demand."""
 
-    __slots__ = ("type", "id", "iteration", "parts", "sealed", "_view")
+    __slots__ = ("type", "id", "iteration", "segment", "parts", "_view")
 
-    def __init__(self, type_: str, block_id: str, iteration: int, first: str) -> None:
+    def __init__(self, type_: str, block_id: str, iteration: int, segment: int, first: str) -> None:
         self.type = type_
         self.id = block_id
         self.iteration = iteration
+        self.segment = segment  # the controller's segment number when the block was opened
         self.parts = [first]
-        self.sealed = False  # a segment boundary: the next delta of this type opens a new block
         self._view: dict[str, Any] | None = None
 
     def append(self, delta: str) -> None:
@@ -171,14 +219,16 @@ class _TextBlock:
 
 
 class _ToolBlock:
-    __slots__ = ("id", "iteration", "name", "arguments", "status", "preview", "_view")
+    __slots__ = ("id", "iteration", "segment", "name", "arguments", "status", "preview", "_view")
 
     type = TOOL
-    sealed = True
 
-    def __init__(self, call_id: str, iteration: int, name: str, arguments: dict[str, Any] | str) -> None:
+    def __init__(
+        self, call_id: str, iteration: int, segment: int, name: str, arguments: dict[str, Any] | str
+    ) -> None:
         self.id = call_id
         self.iteration = iteration
+        self.segment = segment
         self.name = name
         self.arguments = arguments
         self.status = ToolStatus.RUNNING
@@ -226,6 +276,7 @@ class TurnController:
         self._tools: dict[str, _ToolBlock] = {}
         self._running_tools = 0
         self._has_answer = False
+        self._segment = 0  # bumped by TextSegmentFinished and ToolStarted (module docstring)
         self._revision = first_revision
         self._status = TurnStatus.RUNNING
         self._phase = TurnPhase.QUEUED
@@ -271,9 +322,8 @@ class TurnController:
             case ReasoningDelta(iteration=iteration, delta=delta):
                 return self._text(REASONING, iteration, delta, TurnPhase.REASONING)
             case TextSegmentFinished():
-                last = self._blocks[-1] if self._blocks else None
-                if last is not None and last.type == ASSISTANT:
-                    last.sealed = True
+                # Invisible by itself: the next assistant delta opens a new block (and run).
+                self._segment += 1
                 return False
             case ToolStarted():
                 return self._tool_started(event)
@@ -340,6 +390,7 @@ class TurnController:
             usage=self._usage,
             error=self._error,
             empty_answer=self._status is TurnStatus.COMPLETED and not self._has_answer,
+            segments=tuple(block.segment for block in self._blocks),
         )
         self._snapshot = snap
         return snap
@@ -356,10 +407,17 @@ class TurnController:
         if not delta:
             return False
         last = self._blocks[-1] if self._blocks else None
-        if last is not None and last.type == type_ and last.iteration == iteration and not last.sealed:
+        if (
+            last is not None
+            and last.type == type_
+            and last.iteration == iteration
+            # A segment boundary closes an answer block; reasoning goes on across it.
+            and (type_ == REASONING or last.segment == self._segment)
+        ):
             last.append(delta)
         else:
-            self._blocks.append(_TextBlock(type_, f"{self.turn_id}.{len(self._blocks)}", iteration, delta))
+            block_id = f"{self.turn_id}.{len(self._blocks)}"
+            self._blocks.append(_TextBlock(type_, block_id, iteration, self._segment, delta))
         if type_ == ASSISTANT:
             self._has_answer = True
         if self._running_tools == 0:
@@ -373,7 +431,8 @@ class TurnController:
         if event.call_id in self._tools:
             raise TurnEventError(f"duplicate tool call id {event.call_id!r}")
         arguments = copy.deepcopy(event.arguments) if isinstance(event.arguments, dict) else event.arguments
-        block = _ToolBlock(event.call_id, event.iteration, event.name, arguments)
+        self._segment += 1  # text after a tool call is a new segment, even when tools are hidden
+        block = _ToolBlock(event.call_id, event.iteration, self._segment, event.name, arguments)
         self._tools[event.call_id] = block
         self._blocks.append(block)
         self._running_tools += 1

@@ -11,6 +11,8 @@ terminal snapshot was not delivered, sends **exactly one** plain message through
 :class:`~delivery.outbound.OutboundDispatcher` (ordered per chat). The rules (seed 000 §5.2):
 
 - delivered (a sink's "not modified" answer included): nothing more is sent;
+- the fallback carries the idempotency key :func:`fallback_id` (every copy has the same one) and
+  is never resent: a fallback whose outcome is unknown is reported as such, not as lost;
 - completed: the final answer text (or "the model returned no answer", seed 003 §7.4);
 - failed: a one-line failure summary — never the partial body, so a turn whose commit failed can
   never be announced as completed with the text shown before the failure;
@@ -43,7 +45,7 @@ from delivery.presentation import PresentationPolicy
 from delivery.sinks import TurnSink
 from delivery.turn import TurnController, TurnSnapshot, TurnStatus
 
-__all__ = ["DeliveryOutcome", "FailureReport", "TurnDelivery", "fallback_message"]
+__all__ = ["DeliveryOutcome", "FailureReport", "TurnDelivery", "fallback_id", "fallback_message"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +58,9 @@ class FailureReport:
 
     Attributes:
         stage: ``"open"`` (the sink never opened), ``"finish"`` (the terminal snapshot was not
-            delivered) or ``"fallback"`` (and the plain fallback failed too: the user got nothing).
+            delivered) or ``"fallback"`` (and the plain fallback certainly failed too: the user
+            got nothing). A fallback whose outcome is unknown (it may have been delivered) keeps
+            the sink's stage and says so in ``error``.
         error: What failed, e.g. ``"finish: SinkError: chat is gone; fallback: …"``.
         attempts: ``finish`` calls made (0 when the sink never opened).
     """
@@ -72,7 +76,8 @@ class DeliveryOutcome:
 
     Attributes:
         delivered: The sink delivered the terminal snapshot.
-        fallback: The result of the one plain fallback message, or None when none was sent.
+        fallback: The result of the one plain fallback message, or None when none was sent
+            (``fallback.ok`` is None when it may or may not have arrived).
         failure: What to record, or None (delivered, or a stale turn).
     """
 
@@ -81,12 +86,18 @@ class DeliveryOutcome:
     failure: FailureReport | None
 
 
+def fallback_id(turn_id: str) -> str:
+    """The idempotency key of a turn's one fallback message: the same for every copy."""
+    return f"{turn_id}:fallback"
+
+
 def fallback_message(snapshot: TurnSnapshot) -> tuple[str, str] | None:
     """The plain message for a terminal snapshot whose delivery failed (seed 000 §5.2).
 
     Returns:
         ``(level, text)``, or None when nothing should be sent (a cancelled turn that showed no
-        answer text). Reasoning is never included.
+        answer text). Reasoning is never included; a completed turn's text is its answer as
+        history commits it (``TurnSnapshot.answer_text``: one part per assistant message).
     """
     answer = snapshot.answer_text()
     if snapshot.status is TurnStatus.COMPLETED:
@@ -218,14 +229,25 @@ class TurnDelivery:
         self._fallback_submitted = True
         fallback = await self._dispatcher.deliver(
             OutboundMessage(
-                self._channel, self._chat_id, text, level=level, session_id=snapshot.session_id, turn_id=snapshot.id
+                self._channel,
+                self._chat_id,
+                text,
+                level=level,
+                session_id=snapshot.session_id,
+                turn_id=snapshot.id,
+                id=fallback_id(snapshot.id),
             )
         )
-        if not fallback.ok:
+        if fallback.ok is False:
             logger.error("turn %s: the plain fallback failed too: %s", snapshot.id, fallback.error)
             return DeliveryOutcome(
                 delivered=False,
                 fallback=fallback,
                 failure=FailureReport("fallback", f"{stage}: {error}; fallback: {fallback.error}", attempts),
             )
+        if fallback.ok is None:
+            # It may have arrived: not "the user got nothing", and never sent again.
+            logger.warning("turn %s: the plain fallback may not have arrived: %s", snapshot.id, fallback.error)
+            detail = f"{error}; fallback outcome unknown (may have been delivered): {fallback.error}"
+            return DeliveryOutcome(delivered=False, fallback=fallback, failure=FailureReport(stage, detail, attempts))
         return DeliveryOutcome(delivered=False, fallback=fallback, failure=FailureReport(stage, error, attempts))

@@ -98,21 +98,36 @@ def turn_updated_frame(payload_json: str) -> str:
 class CliChatSender:
     """Sends complete messages to every WebSocket of a cli_chat chat, as ``notification`` frames.
 
-    Frame: ``{"type": "notification", "level": …, "content": <text>, "session_id": …}``.
-    Success means published (like :class:`CliChatSink`); layer errors propagate and the
-    dispatcher retries.
+    Frame: ``{"type": "notification", "id": <message.id>, "level": …, "content": <text>,
+    "session_id": …, "turn_id": …}`` (the last two when known). ``id`` is the message's
+    idempotency key: a client that already showed a notification with that id drops the copy.
+
+    Success means published (like :class:`CliChatSink`). A publish is at-most-once: ``group_send``
+    is not idempotent and a timeout or layer error may come after the message went out, so the
+    sender is not ``idempotent`` and the dispatcher does not call it again after such a failure
+    (the result is "unknown", never "not sent"). Set ``idempotent`` to True only once every client
+    drops copies by ``id``.
 
     Args:
         channel_layer: A Channels layer (anything with ``async group_send(group, message)``).
     """
 
+    idempotent = False
+
     def __init__(self, channel_layer: Any) -> None:
         self.channel_layer = channel_layer
 
     async def __call__(self, message: OutboundMessage) -> None:
-        frame: dict[str, Any] = {"type": "notification", "level": message.level, "content": message.text}
+        frame: dict[str, Any] = {
+            "type": "notification",
+            "id": message.id,
+            "level": message.level,
+            "content": message.text,
+        }
         if message.session_id:
             frame["session_id"] = message.session_id
+        if message.turn_id:
+            frame["turn_id"] = message.turn_id
         text = json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
         await self.channel_layer.group_send(
             chat_group(message.channel, message.chat_id), {"type": FRAME_MESSAGE_TYPE, "json": text}

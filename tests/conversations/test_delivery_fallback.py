@@ -108,6 +108,8 @@ async def test_a_final_that_cannot_be_delivered_gets_exactly_one_fallback_and_on
     [notice] = client.of_type("notification")
     assert notice["content"] == ANSWER and notice["level"] == "info"
     assert notice["session_id"] == ready["active_session_id"]
+    turn_id = committed["messages"][-1]["turn_id"]
+    assert (notice["id"], notice["turn_id"]) == (f"{turn_id}:fallback", turn_id), "a key clients can dedupe on"
     assert len(outbox.messages) == 1
     assert sinks.sinks[0].finish_statuses == ["completed"] * 3, "bounded retries, then the fallback"
     assert not [f for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"]

@@ -7,7 +7,8 @@ from channels.layers import InMemoryChannelLayer
 from delivery.coordinator import DeliveryCoordinator, Snapshot
 from delivery.events import TextDelta
 from delivery.groups import chat_group
-from delivery.platforms.cli_chat import CliChatSink, turn_updated_frame
+from delivery.outbound import OutboundMessage
+from delivery.platforms.cli_chat import CliChatSender, CliChatSink, turn_updated_frame
 from delivery.presentation import PresentationPolicy, serialize_snapshot
 from delivery.turn import TurnController
 
@@ -65,3 +66,23 @@ def test_turn_updated_frame_wraps_the_payload_without_reserialising():
     frame = turn_updated_frame(payload)
     assert frame == '{"type":"turn_updated","turn":' + payload + "}"
     assert json.loads(frame) == {"type": "turn_updated", "turn": json.loads(payload)}
+
+
+async def test_a_notification_frame_carries_the_idempotency_key_and_the_turn():
+    layer = InMemoryChannelLayer()
+    channel = await layer.new_channel()
+    await layer.group_add(chat_group("cli_chat", "7"), channel)
+    sender = CliChatSender(layer)
+    assert sender.idempotent is False, "group_send is at-most-once: the dispatcher must not retry it"
+    message = OutboundMessage("cli_chat", "7", "hi 界", level="warning", session_id="cli_chat:7:d", turn_id="t1")
+    await sender(message)
+    received = await layer.receive(channel)
+    assert received["type"] == "chat.frame"
+    assert json.loads(received["json"]) == {
+        "type": "notification",
+        "id": message.id,
+        "level": "warning",
+        "content": "hi 界",
+        "session_id": "cli_chat:7:d",
+        "turn_id": "t1",
+    }

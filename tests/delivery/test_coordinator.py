@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 
+from delivery import presentation
 from delivery.coordinator import (
     DeliveryCoordinator,
     DeliveryStartError,
@@ -16,7 +17,7 @@ from delivery.coordinator import (
     open_delivery,
 )
 from delivery.events import ReasoningDelta, TextDelta
-from delivery.presentation import PresentationPolicy
+from delivery.presentation import PresentationPolicy, PresentedSnapshot
 from delivery.testing import RecordingSink
 from delivery.turn import TurnController
 
@@ -40,16 +41,16 @@ async def settle() -> None:
 
 
 class CountingPolicy:
-    """Duck-typed policy that counts how often a snapshot is filtered (= serialised)."""
+    """Duck-typed policy that counts how often a snapshot is filtered."""
 
     def __init__(self, inner: PresentationPolicy | None = None) -> None:
         self.inner = inner or PresentationPolicy.websocket()
         self.live = self.inner.live
         self.revisions: list[int] = []
 
-    def apply(self, turn_dict):
-        self.revisions.append(turn_dict["revision"])
-        return self.inner.apply(turn_dict)
+    def present(self, snapshot):
+        self.revisions.append(snapshot.revision)
+        return self.inner.present(snapshot)
 
 
 async def test_a_final_only_sink_gets_just_the_terminal_snapshot():
@@ -208,7 +209,15 @@ async def test_not_modified_on_finish_counts_as_delivered():
     assert result.ok and result.attempts == 1 and result.last_delivered_revision == c.revision
 
 
-async def test_each_published_snapshot_is_serialised_exactly_once():
+async def test_each_published_snapshot_is_filtered_and_serialised_exactly_once(monkeypatch):
+    dumped: list[int] = []
+    real_dumps = presentation.json.dumps
+
+    def counting_dumps(obj, **kwargs):
+        dumped.append(obj["revision"])
+        return real_dumps(obj, **kwargs)
+
+    monkeypatch.setattr(presentation.json, "dumps", counting_dumps)
     c = turn()
     policy = CountingPolicy()
     sink = RecordingSink(Snapshot(0.0), finish_errors=[ConnectionError("x"), ConnectionError("y")])
@@ -222,7 +231,9 @@ async def test_each_published_snapshot_is_serialised_exactly_once():
     assert (await handle.wait(timeout=2)).ok
     published = sink.update_revisions + [c.revision]
     assert policy.revisions == published
+    assert dumped == published
     assert len(sink.finishes) == 3
+    assert len({id(payload) for _, payload in sink.finishes}) == 1, "retries reuse the one payload"
 
 
 async def test_hidden_reasoning_never_reaches_the_sink():
@@ -234,8 +245,28 @@ async def test_hidden_reasoning_never_reaches_the_sink():
     c.apply(TextDelta(0, "answer"))
     c.complete()
     assert (await handle.wait(timeout=2)).ok
-    for _, payload in sink.updates + sink.finishes:
+    for snapshot, payload in sink.updates + sink.finishes:
         assert "private chain" not in payload
+        # What a sink reads off the snapshot object is the filtered view too (seed 003 §10.1).
+        assert isinstance(snapshot, PresentedSnapshot)
+        assert all(b["type"] != "reasoning" for b in snapshot.blocks)
+        assert "private chain" not in repr(snapshot)
+        assert snapshot.to_dict() == json.loads(payload), "the object and its JSON agree"
+
+
+async def test_a_sink_gets_the_merged_answer_that_hiding_reasoning_leaves():
+    c = turn()
+    sink = RecordingSink(FinalOnly())
+    handle = DeliveryCoordinator(c, sink, PresentationPolicy.external()).start()
+    c.apply(TextDelta(0, "The answer is "))
+    c.apply(ReasoningDelta(0, "hmm"))
+    c.apply(TextDelta(0, "42."))
+    c.complete()
+    assert (await handle.wait(timeout=2)).ok
+    [(snapshot, payload)] = sink.finishes
+    assert [(b["type"], b["text"]) for b in snapshot.blocks] == [("assistant", "The answer is 42.")]
+    assert snapshot.answer_text() == "The answer is 42."
+    assert json.loads(payload)["blocks"] == [dict(snapshot.blocks[0])]
 
 
 async def test_a_turn_that_is_already_over_is_delivered_at_once():

@@ -6,7 +6,13 @@ import asyncio
 
 import pytest
 
-from delivery.outbound import OutboundDispatcher, OutboundMessage, OutboundRefusedError
+from delivery.outbound import (
+    OutboundDispatcher,
+    OutboundMessage,
+    OutboundNotSentError,
+    OutboundRefusedError,
+    OutboundStatus,
+)
 from delivery.sinks import SinkError
 
 FAST = {"retry_delays": (0.0,), "timeout": 1.0}
@@ -59,15 +65,16 @@ async def test_a_stalled_chat_does_not_delay_another_chat():
     await dispatcher.close()
 
 
-async def test_transient_failures_are_retried_a_bounded_number_of_times():
-    sender = RecordingSender([ConnectionError("down"), None])
+async def test_failures_that_say_nothing_was_sent_are_retried_a_bounded_number_of_times():
+    sender = RecordingSender([OutboundNotSentError("refused"), None])
     dispatcher = OutboundDispatcher({"cli_chat": sender}, attempts=3, **FAST)
     result = await dispatcher.deliver(msg("a", "x"))
-    assert (result.ok, result.attempts) == (True, 2)
+    assert (result.ok, result.status, result.attempts) == (True, OutboundStatus.SENT, 2)
 
-    sender.errors = [ConnectionError("down")] * 5
+    sender.errors = [OutboundNotSentError("refused")] * 5
     result = await dispatcher.deliver(msg("a", "y"))
-    assert (result.ok, result.attempts, result.error) == (False, 3, "ConnectionError: down")
+    assert (result.ok, result.status, result.attempts) == (False, OutboundStatus.NOT_SENT, 3)
+    assert result.error == "OutboundNotSentError: refused"
     assert [c for c in sender.calls if c[1] == "y"] == [("a", "y")] * 3
     await dispatcher.close()
 
@@ -76,17 +83,68 @@ async def test_a_permanent_error_is_not_retried():
     sender = RecordingSender([SinkError("chat deleted", permanent=True)])
     dispatcher = OutboundDispatcher({"cli_chat": sender}, **FAST)
     result = await dispatcher.deliver(msg("a", "x"))
-    assert (result.ok, result.attempts) == (False, 1)
+    assert (result.ok, result.status, result.attempts) == (False, OutboundStatus.NOT_SENT, 1)
     await dispatcher.close()
 
 
-async def test_a_hung_send_is_bounded_by_the_timeout():
-    sender = RecordingSender()
-    sender.gates["a"] = asyncio.Event()  # never set
-    dispatcher = OutboundDispatcher({"cli_chat": sender}, attempts=2, timeout=0.01, retry_delays=(0.0,))
+class PublishThenStall:
+    """A sender that publishes the message, then hangs (a layer that never acknowledges)."""
+
+    def __init__(self, idempotent: bool = False) -> None:
+        self.idempotent = idempotent
+        self.published: list[OutboundMessage] = []
+
+    async def __call__(self, message: OutboundMessage) -> None:
+        self.published.append(message)
+        await asyncio.Event().wait()
+
+
+async def test_a_send_that_published_then_timed_out_is_not_sent_again_and_is_not_reported_lost():
+    sender = PublishThenStall()
+    dispatcher = OutboundDispatcher({"cli_chat": sender}, attempts=3, timeout=0.01, retry_delays=(0.0,))
     result = await dispatcher.deliver(msg("a", "x"))
-    assert not result.ok and result.attempts == 2 and "timed out" in result.error
+    assert len(sender.published) == 1, "at most once: a timeout may come after the publish"
+    assert result.status is OutboundStatus.UNKNOWN and result.ok is None
+    assert result.attempts == 1 and "timed out" in result.error
     await dispatcher.close()
+
+
+async def test_an_ambiguous_error_of_a_non_idempotent_sender_is_not_retried():
+    sender = RecordingSender([ConnectionError("reset mid-publish"), None])
+    dispatcher = OutboundDispatcher({"cli_chat": sender}, attempts=3, **FAST)
+    result = await dispatcher.deliver(msg("a", "x"))
+    assert (result.ok, result.status, result.attempts) == (None, OutboundStatus.UNKNOWN, 1)
+    assert sender.calls == [("a", "x")]
+    await dispatcher.close()
+
+
+async def test_an_idempotent_sender_is_retried_with_the_same_key_after_a_timeout():
+    sender = PublishThenStall(idempotent=True)
+    dispatcher = OutboundDispatcher({"cli_chat": sender}, attempts=3, timeout=0.01, retry_delays=(0.0,))
+    result = await dispatcher.deliver(msg("a", "x"))
+    assert len(sender.published) == 3
+    assert len({m.id for m in sender.published}) == 1, "every copy carries one idempotency key"
+    assert result.status is OutboundStatus.UNKNOWN and result.attempts == 3
+
+    flaky = RecordingSender([TimeoutError(), None])
+    flaky.idempotent = True
+    dispatcher = OutboundDispatcher({"cli_chat": flaky}, attempts=3, **FAST)
+    assert (await dispatcher.deliver(msg("a", "y"))).ok is True
+    await dispatcher.close()
+
+
+async def test_a_permanent_error_after_an_ambiguous_attempt_stays_unknown():
+    sender = RecordingSender([ConnectionError("reset"), SinkError("chat deleted", permanent=True)])
+    sender.idempotent = True
+    dispatcher = OutboundDispatcher({"cli_chat": sender}, attempts=3, **FAST)
+    result = await dispatcher.deliver(msg("a", "x"))
+    assert (result.status, result.attempts) == (OutboundStatus.UNKNOWN, 2)
+    await dispatcher.close()
+
+
+def test_every_message_has_its_own_idempotency_key_unless_given():
+    assert msg("a", "x").id != msg("a", "x").id
+    assert OutboundMessage("cli_chat", "a", "x", id="k").id == "k"
 
 
 async def test_an_unknown_channel_fails_without_a_send():
@@ -106,7 +164,7 @@ async def test_a_full_lane_refuses_instead_of_growing():
     with pytest.raises(OutboundRefusedError):
         dispatcher.submit(msg("a", "3"))
     refused = await dispatcher.deliver(msg("a", "4"))
-    assert not refused.ok and refused.attempts == 0
+    assert refused.ok is False and refused.attempts == 0
     dispatcher.submit(msg("b", "other chats are not affected"))
     sender.gates["a"].set()
     assert all(r.ok for r in await asyncio.gather(first, *queued))
@@ -145,8 +203,10 @@ async def test_close_cancels_a_hung_lane_and_fails_its_messages():
     await asyncio.sleep(0)
     await dispatcher.close(timeout=0.01)
     results = [f.result() for f in futures]
-    assert [r.ok for r in results] == [False, False]
-    assert {r.error for r in results} == {"dispatcher closed"}
+    # The first one was in the sender when the lane was cancelled: it may have gone out.
+    assert [r.status for r in results] == [OutboundStatus.UNKNOWN, OutboundStatus.NOT_SENT]
+    assert [r.ok for r in results] == [None, False]
+    assert results[1].error == "dispatcher closed"
     assert dispatcher.lane_count == 0
 
 

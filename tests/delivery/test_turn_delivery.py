@@ -7,11 +7,11 @@ import json
 
 from delivery.coordinator import FinalOnly, SinkError, SinkNotModified, Snapshot
 from delivery.events import ReasoningDelta, TextDelta
-from delivery.outbound import OutboundDispatcher, OutboundMessage
+from delivery.outbound import OutboundDispatcher, OutboundMessage, OutboundNotSentError
 from delivery.presentation import PresentationPolicy
 from delivery.testing import RecordingSink
 from delivery.turn import TurnController
-from delivery.turn_delivery import NO_ANSWER_TEXT, TurnDelivery, fallback_message
+from delivery.turn_delivery import NO_ANSWER_TEXT, TurnDelivery, fallback_id, fallback_message
 
 FAST = {"retry_delays": (0.0,), "finish_timeout": 1.0}
 
@@ -199,16 +199,65 @@ async def test_tearing_down_a_running_delivery_sends_nothing():
 
 
 async def test_a_failed_fallback_is_reported_as_the_fallback_stage():
-    c, outbox = turn(), Outbox(errors=[ConnectionError("layer down")] * 3)
+    c, outbox = turn(), Outbox(errors=[OutboundNotSentError("layer down")] * 3)
     sink = RecordingSink(FinalOnly(), finish_errors=[SinkError("gone", permanent=True)])
     delivery = await start(c, sink, outbox)
     answer(c)
     c.complete()
     outcome = await delivery.settle(timeout=2)
-    assert not outcome.fallback.ok and outcome.fallback.attempts == 3
+    assert outcome.fallback.ok is False and outcome.fallback.attempts == 3
     assert outcome.failure.stage == "fallback"
-    assert outcome.failure.error == "finish: SinkError: gone; fallback: ConnectionError: layer down"
+    assert outcome.failure.error == "finish: SinkError: gone; fallback: OutboundNotSentError: layer down"
     assert outbox.messages == []
+
+
+async def test_a_fallback_that_published_then_stalled_is_sent_once_and_not_reported_lost():
+    published: list[OutboundMessage] = []
+
+    async def publish_then_stall(message: OutboundMessage) -> None:
+        published.append(message)
+        await asyncio.Event().wait()
+
+    c = turn()
+    outbox = Outbox()
+    outbox.dispatcher = OutboundDispatcher(
+        {"cli_chat": publish_then_stall}, attempts=3, timeout=0.01, retry_delays=(0.0,)
+    )
+    sink = RecordingSink(FinalOnly(), finish_errors=[SinkError("gone", permanent=True)])
+    delivery = await start(c, sink, outbox)
+    answer(c, "Forty two.")
+    c.complete()
+    outcome = await delivery.settle(timeout=2)
+    assert [m.text for m in published] == ["Forty two. "], "exactly one copy"
+    assert published[0].id == fallback_id("t1")
+    assert outcome.fallback.ok is None, "it may have arrived: not reported as lost"
+    assert outcome.failure.stage == "finish", "not the 'user got nothing' stage"
+    assert "fallback outcome unknown" in outcome.failure.error
+    assert (await delivery.settle(timeout=2)) is outcome and len(published) == 1
+    await outbox.dispatcher.close()
+
+
+async def test_the_fallback_text_is_the_answer_as_history_commits_it():
+    c, outbox = turn(), Outbox()
+    sink = RecordingSink(FinalOnly(), finish_errors=[SinkError("gone", permanent=True)])
+    delivery = await TurnDelivery.open(
+        c, _opener(sink), PresentationPolicy.external(), outbox.dispatcher, channel="cli_chat", chat_id="u", **FAST
+    )
+    c.apply(TextDelta(0, "The answer is "))
+    c.apply(ReasoningDelta(0, "let me double-check"))
+    c.apply(TextDelta(0, "42."))
+    c.complete()
+    await delivery.settle(timeout=2)
+    [message] = outbox.messages
+    assert message.text == "The answer is 42.", "one assistant message per run, as in history"
+    assert [b["text"] for b in sink.finishes[0][0].blocks] == ["The answer is 42."]
+
+
+def _opener(sink):
+    async def open_sink():
+        return sink
+
+    return open_sink
 
 
 async def test_a_stale_turn_sends_no_fallback_and_records_nothing():

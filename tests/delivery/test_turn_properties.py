@@ -15,6 +15,7 @@ from delivery.events import (
     ToolFinished,
     ToolStarted,
 )
+from delivery.presentation import PresentationPolicy, ReasoningVisibility, ToolVisibility, serialize_snapshot
 from delivery.turn import TurnController, TurnPhase
 
 TURN_KEYS = {"id", "session_id", "message_id", "revision", "status", "phase", "blocks", "usage", "error"}
@@ -157,3 +158,66 @@ def test_per_delta_work_is_one_append_whatever_the_turn_length(parts):
         assert after - before == (1 if part else 0)
         appended += after - before
     assert appended == sum(1 for p in parts if p)
+
+
+POLICIES = [
+    PresentationPolicy(reasoning, tools) for reasoning in ReasoningVisibility for tools in ToolVisibility
+]
+
+
+def committed_runs(ops: list[tuple]) -> list[str]:
+    """An independent model of history: one assistant message per run of text deltas.
+
+    A run ends at an iteration change, a ``TextSegmentFinished`` or a tool call (the agent loop
+    commits one assistant message per model response); reasoning inside a run does not end it.
+    """
+    runs: list[list] = []  # [iteration, text, open]
+    for op in ops:
+        if op[0] == "terminal":
+            break
+        if op[0] != "event":
+            continue
+        event = op[1]
+        if isinstance(event, TextSegmentFinished | ToolStarted):
+            if runs:
+                runs[-1][2] = False
+        elif isinstance(event, TextDelta) and event.delta:
+            if runs and runs[-1][2] and runs[-1][0] == event.iteration:
+                runs[-1][1] += event.delta
+            else:
+                runs.append([event.iteration, event.delta, True])
+    return [text for _, text, _ in runs]
+
+
+@settings(max_examples=300, deadline=None)
+@given(turn_scripts())
+def test_every_presented_view_keeps_the_rules_and_the_committed_answer(ops):
+    c = TurnController("t", "s", "m")
+    for op in ops:
+        run_op(c, op)
+    snap = c.snapshot()
+    runs = committed_runs(ops)
+    expected = "\n\n".join(runs)
+    assert snap.answer_text() == expected
+    reasoning = "".join(b["text"] for b in snap.blocks if b["type"] == "reasoning")
+    for policy in POLICIES:
+        view = policy.present(snap)
+        blocks = view.blocks
+        assert view.answer_text() == expected, "the fallback text equals what history commits"
+        assert len(view.segments) == len(blocks)
+        for (left, ls), (right, rs) in zip(
+            zip(blocks, view.segments, strict=True), zip(blocks[1:], view.segments[1:], strict=True), strict=False
+        ):
+            mergeable = left["type"] == right["type"] != "tool" and left["iteration"] == right["iteration"]
+            assert not (mergeable and ls == rs), "no two adjacent mergeable blocks after filtering"
+        kinds = {b["type"] for b in blocks}
+        if policy.reasoning is ReasoningVisibility.HIDDEN:
+            assert "reasoning" not in kinds
+            # Only reasoning can split a run, so with it hidden each message is one block.
+            assert [b["text"] for b in blocks if b["type"] == "assistant"] == runs
+        else:
+            assert "".join(b["text"] for b in blocks if b["type"] == "reasoning") == reasoning
+        if policy.tools is ToolVisibility.HIDDEN:
+            assert "tool" not in kinds
+        assert view.to_dict() == json.loads(serialize_snapshot(view, policy))
+        assert snap.blocks == c.snapshot().blocks, "presenting never changes the turn"
