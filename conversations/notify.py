@@ -79,10 +79,10 @@ async def publish_interrupted(turn: dict) -> None:
         turn["turn_id"], turn["session_id"], turn["message_id"], first_revision=RECOVERY_REVISION
     )
     controller.fail("interrupted by a server restart")
-    snapshot = controller.snapshot()
-    payload = serialize_snapshot(snapshot, PresentationPolicy.websocket())
+    view = PresentationPolicy.websocket().present(controller.snapshot())  # what a sink may see
+    payload = serialize_snapshot(view, view.policy)
     sink = CliChatSink(get_channel_layer(), group_for(turn["channel"], turn["chat_id"]))
-    await sink.finish(snapshot, payload)
+    await sink.finish(view, payload)
     await publish_notification(
         turn["channel"], turn["chat_id"], "warning", INTERRUPTED_NOTICE, session_id=turn["session_id"]
     )

@@ -190,6 +190,13 @@
     }
 
     on_notification(f, fx) {
+      // A notification with an `id` may be re-sent (an outbound retry): show it once.
+      if (f.id) {
+        this.seenNotices = this.seenNotices || [];
+        if (this.seenNotices.includes(f.id)) return;
+        this.seenNotices.push(f.id);
+        if (this.seenNotices.length > 200) this.seenNotices.shift();
+      }
       fx.toasts.push({ level: f.level || 'info', text: String(f.content || '') });
     }
 
