@@ -264,8 +264,45 @@ async def part_two(watchers: int, text_deltas: int, seconds: float) -> None:
     print(f"  serialisations per published snapshot: {per_snapshot:.2f} (target 1, for {watchers} watchers: {verdict})")
 
 
+def part_paced(sizes: list[int], rates: list[int]) -> None:
+    """Part 3: a real token rate, on a simulated clock, with the coordinator's publishing rule.
+
+    Tokens arrive at ``rate`` per second of *simulated* time; a snapshot is published when the
+    throttle allows: at most 30 per second, and after an N-byte snapshot not before N /
+    ``DEFAULT_MAX_BYTES_PER_SECOND`` seconds (the coordinator's byte budget). Timed: the real CPU
+    spent reducing and serialising, per text delta. Without the byte budget the cost per delta
+    would grow with the turn (every snapshot is complete); with it, it must stay flat.
+    """
+    policy = PresentationPolicy.websocket()
+    budget = coordinator_module.DEFAULT_MAX_BYTES_PER_SECOND
+    print(f"\n[part 3] paced tokens, 30/s throttle + {budget:,} bytes/s budget (simulated clock)")
+    for rate in rates:
+        per_delta: dict[int, float] = {}
+        for n in sizes:
+            events, _ = make_script(n)
+            controller = TurnController("bench-turn", "cli_chat:1:bench", "bench-msg")
+            sim_now, next_at, deltas, published = 0.0, 0.0, 0, 0
+            gc.collect()
+            started = time.perf_counter()
+            for event in events:
+                controller.apply(event)
+                if isinstance(event, TextDelta):
+                    deltas += 1
+                    sim_now = deltas / rate
+                    if sim_now >= next_at:
+                        payload = serialize_snapshot(controller.snapshot(), policy)
+                        published += 1
+                        next_at = sim_now + max(PUBLISH_INTERVAL, len(payload) / budget)
+            per_delta[n] = (time.perf_counter() - started) / n * 1e6
+            print(f"  {rate:>4} tokens/s, {n:>7,} deltas: {per_delta[n]:7.2f} µs/delta ({published} snapshots)")
+        low, high = min(sizes), max(sizes)
+        ratio = per_delta[high] / per_delta[low]
+        print(f"  {rate:>4} tokens/s: ratio {high:,}/{low:,} = {ratio:.2f} (target <= 1.3: {'OK' if ratio <= 1.3 else 'FAIL'})")
+
+
 async def main(args: argparse.Namespace) -> None:
     await part_one(args.sizes, args.repeat)
+    part_paced(args.sizes, args.rates)
     await part_two(args.watchers, args.watch_deltas, args.watch_seconds)
 
 
@@ -273,6 +310,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="text deltas per turn")
     parser.add_argument("--repeat", type=int, default=5, help="timed rounds per size")
+    parser.add_argument("--rates", type=int, nargs="+", default=[60, 300], help="tokens/s in part 3")
     parser.add_argument("--watchers", type=int, default=100, help="group members in part 2")
     parser.add_argument("--watch-deltas", type=int, default=20_000, help="text deltas of the part 2 turn")
     parser.add_argument("--watch-seconds", type=float, default=3.0, help="how long the part 2 turn streams")

@@ -141,6 +141,13 @@ class TurnDeliveryHandle:
         self._task.cancel()
 
 
+# Running snapshots of one turn, in bytes of JSON per second: at 30/s snapshots up to ~16 KB (a
+# typical answer) go out at full rate, a 50 KB one about 10 times a second, a 500 KB one once a
+# second. This keeps the publishing cost per streamed token flat however long the turn gets
+# (bench/bench_turn_reduce.py, "paced").
+DEFAULT_MAX_BYTES_PER_SECOND = 500_000
+
+
 class DeliveryCoordinator:
     """Delivers one turn to one sink. Use once: construct, ``start()``, then ``handle.wait()``.
 
@@ -158,6 +165,11 @@ class DeliveryCoordinator:
             result is not ok (``"stale turn"``). Must be cheap and synchronous (an in-memory
             generation or lease-epoch comparison).
 
+        max_bytes_per_second: Upper bound on running-snapshot bytes published per second for this
+            turn: after a snapshot of N bytes the next waits at least N / this seconds (on top of
+            the sink's ``min_interval``), so long turns publish less often instead of costing
+            more per token. Terminal snapshots are never delayed by it.
+
     Raises:
         ValueError: ``finish_attempts`` < 1.
     """
@@ -174,6 +186,7 @@ class DeliveryCoordinator:
         update_timeout: float = 5.0,
         close_timeout: float = 5.0,
         is_current: Callable[[], bool] | None = None,
+        max_bytes_per_second: float = DEFAULT_MAX_BYTES_PER_SECOND,
     ) -> None:
         if finish_attempts < 1:
             raise ValueError("finish_attempts must be >= 1")
@@ -186,6 +199,7 @@ class DeliveryCoordinator:
         self._update_timeout = update_timeout
         self._close_timeout = close_timeout
         self._is_current = is_current
+        self._max_bytes_per_second = max_bytes_per_second
         self._handle: TurnDeliveryHandle | None = None
         self._attempts = 0
         self._last_revision: int | None = None
@@ -275,14 +289,19 @@ class DeliveryCoordinator:
                 return
             next_update_at = loop.time() + interval
             self._check_current()
-            await self._deliver_update(snapshot)
+            sent_bytes = await self._deliver_update(snapshot)
+            # Bytes per second stay bounded: a long turn's big snapshots go out less often, so
+            # the publishing cost per streamed token does not grow with the turn (DESIGN §7).
+            next_update_at = max(next_update_at, loop.time() + sent_bytes / self._max_bytes_per_second)
 
     def _present(self, snapshot: TurnSnapshot) -> tuple[PresentedSnapshot, str]:
         """The filtered view a sink gets and its JSON: one filtering, one serialisation."""
         view = self._policy.present(snapshot)
         return view, serialize_snapshot(view, self._policy)
 
-    async def _deliver_update(self, snapshot: TurnSnapshot) -> None:
+    async def _deliver_update(self, snapshot: TurnSnapshot) -> int:
+        """Delivers one running snapshot (best effort); returns the payload size in bytes (chars)."""
+        payload = ""
         try:
             view, payload = self._present(snapshot)
             async with asyncio.timeout(self._update_timeout):
@@ -294,8 +313,9 @@ class DeliveryCoordinator:
             logger.warning(
                 "turn %s: live update r%d failed: %s", snapshot.id, snapshot.revision, _describe(exc)
             )
-            return
+            return len(payload)
         self._last_revision = snapshot.revision
+        return len(payload)
 
     async def _deliver_terminal(self, snapshot: TurnSnapshot) -> DeliveryResult:
         view, payload = self._present(snapshot)

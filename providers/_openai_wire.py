@@ -38,6 +38,7 @@ from providers.errors import (
     ContextOverflowError,
     InBandError,
     ProviderError,
+    ProviderTimeoutError,
     StreamTruncatedError,
 )
 from providers.messages import (
@@ -212,7 +213,19 @@ class OpenAIStreamParser:
         self._last_call: int | None = None
 
     def feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
-        """Chunks for one event (``[]`` for keep-alives, empty data, ``[DONE]``)."""
+        """Chunks for one event (``[]`` for keep-alives, empty data, ``[DONE]``).
+
+        A malformed event (``choices`` not a list, a ``delta`` or tool-call fragment not an
+        object, a non-integer ``index``…) ends the stream with :class:`BadResponseError`; no
+        other exception leaves this method.
+        """
+        try:
+            return self._feed(event)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+            self._malformed(f"unexpected event shape ({type(exc).__name__})")
+            return []
+
+    def _feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
         data = event.data.strip()
         if not data:
             return []  # SC-17: bare data:, retry:, id:, event: ping
@@ -234,10 +247,21 @@ class OpenAIStreamParser:
             return []
         out: list[ProviderChunk] = []
         choices = obj.get("choices")
-        if isinstance(choices, list):
-            for choice in choices:
-                if isinstance(choice, dict) and choice.get("index", 0) in (0, None):
-                    self._apply_choice(choice, out)
+        if choices is not None and not isinstance(choices, list):
+            self._malformed("choices is not a list")
+            return out
+        for choice in choices or ():
+            if not isinstance(choice, dict):
+                self._malformed("a choice is not an object")
+                return out
+            index = choice.get("index")
+            if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
+                self._malformed("a choice index is not an integer")
+                return out
+            if index in (0, None):
+                self._apply_choice(choice, out)
+            if self.error is not None:
+                return out
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = _usage(usage)
@@ -246,12 +270,18 @@ class OpenAIStreamParser:
         return out
 
     def end(self, failure: ProviderError | None = None) -> list[ProviderChunk]:
-        """Trailing chunks; ``Done`` only when the stream succeeded (else ``error`` is set)."""
+        """Trailing chunks; ``Done`` only when the stream succeeded (else ``error`` is set).
+
+        A connection that drops or stalls after ``finish_reason`` (or ``[DONE]``) arrived does
+        not fail the stream: the answer is complete, only the tail (usage) may be missing.
+        """
         out: list[ProviderChunk] = []
-        if self._splitter is not None:
-            self._split_out(self._splitter.flush(), out)
-        if self.usage is not None:
-            out.append(UsageChunk(self.usage))
+        if (
+            isinstance(failure, (StreamTruncatedError, ProviderTimeoutError))
+            and self.error is None
+            and (self._done_marker or (self.finish_reason and self.finish_reason != "error"))
+        ):
+            failure = None
         if failure is not None:
             failure.finish_reason = failure.finish_reason or self.finish_reason
             self.error = failure
@@ -265,6 +295,27 @@ class OpenAIStreamParser:
             self.error = BadResponseError(
                 "provider returned an empty stream", http_status=200, retryable=True
             )
+        elif self.error is None and self.finish_reason == "error":
+            # OpenRouter & co.: the upstream failed mid-answer, no error object sent.
+            self.error = InBandError(
+                "provider ended the stream with finish_reason \"error\"",
+                http_status=200,
+                retryable=True,
+                finish_reason="error",
+            )
+        elif self.error is None and not all(self._names):
+            # A call without a name cannot run: fail (the partial text is kept, no call counts).
+            missing = self._names.index("")
+            self.error = BadResponseError(
+                f"tool call {missing} ({self._ids[missing] or 'no id'}) has no function name",
+                http_status=200,
+                retryable=True,
+                finish_reason=self.finish_reason,
+            )
+        if self._splitter is not None:
+            self._split_out(self._splitter.flush(failed=self.error is not None), out)
+        if self.usage is not None:
+            out.append(UsageChunk(self.usage))
         if self.error is None:
             if self._reasoning_field == "reasoning_content":
                 out.append(ProviderStateChunk({**self._identity, "reasoning_field": "reasoning_content"}))
@@ -272,6 +323,14 @@ class OpenAIStreamParser:
         return out
 
     # --- internals ----------------------------------------------------------------------------
+
+    def _malformed(self, what: str) -> None:
+        if self.error is None:
+            logger.warning("%s stream: malformed event (%s)", self.provider_name, what)
+            self.error = BadResponseError(
+                f"malformed stream event: {what}", http_status=200, finish_reason=self.finish_reason
+            )
+        self.finished = True
 
     def _fail(self, message: str | None, code: Any) -> None:
         message = message or "provider reported an error in the stream"
@@ -290,6 +349,9 @@ class OpenAIStreamParser:
         delta = choice.get("delta")
         if isinstance(delta, dict):
             self._apply_delta(delta, out)
+        elif delta is not None:
+            self._malformed("delta is not an object")
+            return
         finish = choice.get("finish_reason")
         if isinstance(finish, str) and finish:
             self.finish_reason = finish
@@ -303,6 +365,7 @@ class OpenAIStreamParser:
         if isinstance(reasoning, str) and reasoning:
             self._reasoning_field = self._reasoning_field or field
             self._saw_payload = True
+            self._server_reasoning(out)
             out.append(ReasoningDelta(reasoning))
         content = delta.get("content")
         if isinstance(content, str):
@@ -314,13 +377,27 @@ class OpenAIStreamParser:
                 elif isinstance(part, dict) and part.get("type") == "thinking":
                     for inner in part.get("thinking") or ():
                         if isinstance(inner, dict) and isinstance(inner.get("text"), str) and inner["text"]:
+                            self._server_reasoning(out)
                             out.append(ReasoningDelta(inner["text"]))
         self._text(delta.get("refusal"), out)
         tool_calls = delta.get("tool_calls")
-        if isinstance(tool_calls, list):
-            for fragment in tool_calls:
-                if isinstance(fragment, dict):
-                    self._tool_fragment(fragment, out)
+        if tool_calls is not None and not isinstance(tool_calls, list):
+            self._malformed("tool_calls is not a list")
+            return
+        for fragment in tool_calls or ():
+            if not isinstance(fragment, dict):
+                self._malformed("a tool call fragment is not an object")
+                return
+            index = fragment.get("index")
+            if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
+                self._malformed("a tool call index is not an integer")
+                return
+            self._tool_fragment(fragment, out)
+
+    def _server_reasoning(self, out: list[ProviderChunk]) -> None:
+        """The server separates reasoning itself: content no longer starts inside a span."""
+        if self._splitter is not None:
+            self._split_out(self._splitter.cancel_implicit_start(), out)
 
     def _text(self, text: Any, out: list[ProviderChunk]) -> None:
         if not isinstance(text, str) or not text:

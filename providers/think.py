@@ -28,9 +28,14 @@ class ThinkTagSplitter:
         tags: tag names recognised as reasoning spans (``think`` → ``<think>``/``</think>``).
             A span opened by ``<x>`` closes only at ``</x>``; text between is reasoning, other
             tags inside it are literal.
-        implicit_start: the stream starts inside a span (the opening tag was in the prompt);
-            the first closing tag of any name ends it (SC-02). If none comes, everything is
-            reasoning.
+        implicit_start: the stream may start inside a span (the opening tag was in the
+            prompt); the first closing tag of any name ends it (SC-02). Until that tag arrives
+            the text is held back (it cannot be told apart from an answer yet): at the closing
+            tag it comes out as reasoning; if the stream ends without one, as text (the model
+            did not think: SC-02 "until you decide none is coming"); on a failed stream, as
+            reasoning. An explicit opening tag at the very start (only whitespace before it) is
+            swallowed, not shown. :meth:`cancel_implicit_start` turns the mode off (the server
+            separates reasoning itself).
 
     Use :meth:`feed` per delta and :meth:`flush` once at the end of the stream.
     """
@@ -53,6 +58,8 @@ class ThinkTagSplitter:
         self._strip_text = False  # right after a closing tag
         self._span_started = False  # non-space reasoning already emitted in this span
         self._held_ws = ""  # trailing reasoning whitespace not yet released
+        self._pending = self._implicit_start  # inside the implicit span, its text held back
+        self._pending_text = ""
 
     def feed(self, text: str) -> list[tuple[Kind, str]]:
         """Consume a delta.
@@ -69,7 +76,10 @@ class ThinkTagSplitter:
             return out
         pos = 0
         while True:
-            tags = self._closes if self._in_span else self._open_tags
+            if self._pending:
+                tags = self._closes + self._open_tags
+            else:
+                tags = self._closes if self._in_span else self._open_tags
             found = self._find_tag(s, pos, tags)
             if found is None:
                 self._emit(out, s[pos:])
@@ -80,17 +90,54 @@ class ThinkTagSplitter:
                 # A proper prefix of a tag at the very end: hold it back.
                 self._buf = s[start:]
                 return out
-            self._switch(tag)
             pos = start + len(tag)
+            if self._pending and tag in self._opens:
+                if self._pending_text.strip():
+                    self._emit(out, tag)  # inside the span other tags are literal
+                # else: an explicit opening tag where the implicit one was assumed: swallowed
+                continue
+            if self._pending:
+                self._pending = False
+                self._emit(out, self._pending_text)
+                self._pending_text = ""
+            self._switch(tag)
 
-    def flush(self) -> list[tuple[Kind, str]]:
+    def cancel_implicit_start(self) -> list[tuple[Kind, str]]:
+        """The stream does not start inside a span after all (e.g. the server streams reasoning
+        in a separate field): leave the implicit span; text held for it comes out as text."""
+        out: list[tuple[Kind, str]] = []
+        if self._pending:
+            held, self._pending_text = self._pending_text, ""
+            self._pending = False
+            self._in_span = False
+            self._closes = ()
+            self._emit(out, held)
+        return out
+
+    def flush(self, *, failed: bool = False) -> list[tuple[Kind, str]]:
         """End of stream: release any held text and reset for reuse.
 
+        Args:
+            failed: the stream failed. A held tag prefix longer than ``"<"`` is then dropped
+                (it was most likely a tag cut by the failure, never visible text).
+
         Returns:
-            The remaining pieces (a held ``"<"`` comes out as text: SC-01's ``2 <``).
+            The remaining pieces: a held ``"<"`` outside a span comes out as text (SC-01's
+            ``2 <``); a held prefix of a closing tag inside a span is dropped (never reasoning);
+            text held for an implicit span comes out as text (as reasoning when ``failed``).
         """
         out: list[tuple[Kind, str]] = []
-        self._emit(out, self._buf)
+        held = self._buf
+        self._buf = ""
+        if self._pending:
+            pending, self._pending_text = self._pending_text, ""
+            self._pending = False
+            if not failed:
+                self._in_span = False
+                self._closes = ()
+            self._emit(out, pending)
+        if held and not self._in_span and not (failed and held != "<"):
+            self._emit(out, held)
         self._reset()
         return out
 
@@ -131,6 +178,9 @@ class ThinkTagSplitter:
 
     def _emit(self, out: list[tuple[Kind, str]], piece: str) -> None:
         if not piece:
+            return
+        if self._pending:
+            self._pending_text += piece
             return
         if not self._in_span:
             if self._strip_text:

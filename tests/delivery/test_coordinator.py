@@ -110,6 +110,24 @@ async def test_after_the_interval_the_newest_snapshot_goes_out():
     assert (await handle.wait(timeout=2)).ok
 
 
+async def test_big_snapshots_are_published_less_often_to_bound_bytes_per_second():
+    c = turn()
+    sink = RecordingSink(Snapshot(min_interval=0.0))
+    coordinator = DeliveryCoordinator(c, sink, PresentationPolicy.websocket(), max_bytes_per_second=10_000)
+    handle = coordinator.start()
+    await until(lambda: sink.updates)
+    c.apply(TextDelta(0, "x" * 20_000))  # one snapshot of ~20 KB: the next may follow after ~2 s
+    await until(lambda: len(sink.updates) == 2)
+    for _ in range(20):
+        c.apply(TextDelta(0, "y"))
+        await asyncio.sleep(0.01)
+    await settle()
+    assert len(sink.updates) == 2, "the 20 KB snapshot holds the next one back for ~2 s"
+    c.complete()
+    assert (await handle.wait(timeout=1)).ok, "the terminal snapshot is never held back"
+    assert sink.finishes[-1][0].revision == c.revision
+
+
 async def test_a_slow_sink_skips_intermediate_snapshots():
     c = turn()
     sink = RecordingSink(Snapshot(0.0))

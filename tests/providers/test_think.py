@@ -35,8 +35,49 @@ def test_sc02_implicit_start_ends_at_the_first_closing_tag() -> None:
     ]
 
 
-def test_implicit_start_without_a_closing_tag_is_all_reasoning() -> None:
-    assert run(["just thinking  "], implicit_start=True) == [("reasoning", "just thinking")]
+def test_implicit_start_without_a_closing_tag_is_text() -> None:
+    # SC-02: the span is held until "</think>" or the end; no closing tag means no thinking.
+    assert run(["Hello there, ", "no thinking."], implicit_start=True) == [
+        ("text", "Hello there, no thinking.")
+    ]
+
+
+def test_implicit_start_text_is_held_until_the_closing_tag() -> None:
+    splitter = ThinkTagSplitter(implicit_start=True)
+    assert splitter.feed("reasoning so far") == []
+    assert splitter.feed("</think>\nAns") == [("reasoning", "reasoning so far"), ("text", "Ans")]
+
+
+def test_implicit_start_on_failure_releases_the_held_span_as_reasoning() -> None:
+    splitter = ThinkTagSplitter(implicit_start=True)
+    splitter.feed("half a thought")
+    assert splitter.flush(failed=True) == [("reasoning", "half a thought")]
+
+
+def test_implicit_start_swallows_an_explicit_opening_tag() -> None:
+    assert run(["<think>\nr\n</think>\n\nAns"], implicit_start=True) == [
+        ("reasoning", "r"),
+        ("text", "Ans"),
+    ]
+    assert run(["  <thi", "nk>r</think>Ans"], implicit_start=True) == [("reasoning", "r"), ("text", "Ans")]
+    # Not at the start: literal inside the span.
+    assert run(["a <think> b</think>c"], implicit_start=True) == [("reasoning", "a <think> b"), ("text", "c")]
+
+
+def test_cancel_implicit_start_releases_held_text_as_text() -> None:
+    splitter = ThinkTagSplitter(implicit_start=True)
+    assert splitter.cancel_implicit_start() == []
+    assert splitter.feed("The answer.</think>") == [("text", "The answer.</think>")]
+
+
+def test_held_tag_prefix_is_dropped_on_failure_and_never_reasoning() -> None:
+    splitter = ThinkTagSplitter()
+    assert splitter.feed("Hello <thi") == [("text", "Hello ")]
+    assert splitter.flush(failed=True) == []
+    assert splitter.feed("2 <") == [("text", "2 ")]
+    assert splitter.flush(failed=True) == [("text", "<")]  # a lone "<" is kept as text (SC-01)
+    assert splitter.feed("<think>abc</thi") == [("reasoning", "abc")]
+    assert splitter.flush() == []
 
 
 def test_other_tag_names_and_several_spans() -> None:
