@@ -9,6 +9,7 @@ then publish the terminal snapshot and the ``turn_committed`` delta (seed 003 §
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -30,7 +31,7 @@ from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy
 from delivery.sinks import TurnSink
 from delivery.turn import TurnController
-from delivery.turn_delivery import FailureReport, TurnDelivery
+from delivery.turn_delivery import DeliveryOutcome, FailureReport, TurnDelivery
 from providers.errors import ProviderError, RequestBlockedError
 from providers.messages import Message as ProviderMessage
 from providers.messages import ToolUseBlock
@@ -211,9 +212,7 @@ class DialogExecutor:
             commit = await self._run_and_commit(start, running)
             # The terminal snapshot goes out after the commit, and turn_committed after it (PROTOCOL §1);
             # a failed delivery gets its one plain fallback here (seed 000 §5).
-            # At shutdown the wait is short, so that stop() still sees the fallback go out.
-            wait = SHUTDOWN_DELIVERY_WAIT_SECONDS if self.worker.stopping else DELIVERY_WAIT_SECONDS
-            outcome = await delivery.settle(timeout=wait)
+            outcome = await self._settle(delivery)
             if commit is not None:
                 await notify.publish_turn_committed(start.channel, start.chat_id, start.dialog_id, commit)
             if outcome.failure is not None:
@@ -221,6 +220,27 @@ class DialogExecutor:
         finally:
             delivery.cancel()  # only does something when the executor itself is torn down
             self.running = None
+
+    async def _settle(self, delivery: TurnDelivery) -> DeliveryOutcome:
+        """Wait for the final delivery; a shutdown cuts the wait short, never the fallback.
+
+        A hung sink would otherwise hold the turn past ``stop()``'s bound, and the executor would
+        be cancelled with neither the final nor its fallback sent (seed 000 §5.1).
+        """
+        if self.worker.stopping:
+            return await delivery.settle(timeout=SHUTDOWN_DELIVERY_WAIT_SECONDS)
+        settling = asyncio.ensure_future(delivery.settle(timeout=DELIVERY_WAIT_SECONDS))
+        stopping = asyncio.ensure_future(self.worker.stopped.wait())
+        try:
+            await asyncio.wait({settling, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if settling.done():
+            return settling.result()
+        settling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await settling
+        return await delivery.settle(timeout=SHUTDOWN_DELIVERY_WAIT_SECONDS)
 
     async def _run_and_commit(self, start: storage.TurnStart, running: RunningTurn) -> storage.CommitResult | None:
         """Run the agent loop under the turn's deadline, then commit; None when nothing committed."""

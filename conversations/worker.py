@@ -118,13 +118,14 @@ class AgentWorker:
         self.consumer_channel: str | None = None
         self._tasks: set[asyncio.Task] = set()
         self._loops: list[asyncio.Task] = []
-        self._stopping = False
+        self.stopped = asyncio.Event()
+        """Set when ``stop()`` begins (executors cut their waits short)."""
 
     # --- lifecycle ----------------------------------------------------------------------------
     @property
     def stopping(self) -> bool:
         """True once ``stop()`` began: executors start no new turns."""
-        return self._stopping
+        return self.stopped.is_set()
 
     async def start(self) -> None:
         """Start the layer consumer, the lease renewal and the inbox scan; scan once now."""
@@ -179,7 +180,7 @@ class AgentWorker:
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Cancel running turns and loops and wait for them (bounded by ``timeout`` s)."""
-        self._stopping = True
+        self.stopped.set()
         for executor in list(self.executors.values()):
             executor.cancel_turn(SHUTDOWN_REASON)
         tasks = [*self._loops, *self._tasks]
@@ -212,7 +213,7 @@ class AgentWorker:
     # --- dialogs ------------------------------------------------------------------------------
     def wake(self, dialog_id: str) -> None:
         """Make sure the dialog's queued input gets run (idempotent)."""
-        if not dialog_id or self._stopping:
+        if not dialog_id or self.stopping:
             return
         executor = self.executors.get(dialog_id)
         if executor is not None:

@@ -211,3 +211,35 @@ async def test_shutdown_mid_turn_finishes_once_and_sends_no_fallback(connect, st
     assert sinks.sinks[0].finish_statuses == ["cancelled"]
     assert sinks.sinks[0].errors == [] and outbox.messages == []
     assert await failure_rows() == []
+
+
+class HangingFinishFactory(SinkFactory):
+    """Sinks whose ``finish`` never returns (a platform that hangs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finish_called = asyncio.Event()
+
+    async def __call__(self, start) -> CliChatSink:
+        sink = await super().__call__(start)
+        factory = self
+
+        async def hang(snapshot, payload_json: str) -> None:
+            factory.finish_called.set()
+            await asyncio.Event().wait()
+
+        sink.finish = hang
+        return sink
+
+
+async def test_shutdown_while_the_final_delivery_hangs_still_sends_exactly_one_fallback(connect, start_worker):
+    sinks, outbox = HangingFinishFactory(), Outbox()
+    worker = await start_worker(ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher)
+    client, _ = await one_turn(connect)
+    await asyncio.wait_for(sinks.finish_called.wait(), 10)  # the executor now waits for delivery
+    await worker.stop(timeout=10)  # well below the normal 35 s delivery wait
+    notice = await client.until("notification", lambda f: f.get("turn_id") is not None)
+    assert notice["content"] == ANSWER
+    assert [m.text for m in outbox.messages] == [ANSWER]
+    rows = await rows_eventually(1)
+    assert [r.stage for r in rows] == ["finish"]
