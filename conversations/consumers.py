@@ -106,9 +106,21 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.group = chat_group(CHANNEL, self.chat_id)
         self.window = SnapshotCreditWindow()
         self.groups_joined = [self.group, process_connections_group()]
-        for group in self.groups_joined:
-            await self.channel_layer.group_add(group, self.channel_name)
-        await self.accept()
+        try:
+            for group in self.groups_joined:
+                await self.channel_layer.group_add(group, self.channel_name)
+            await self.accept()
+            await self._send_ready(user)
+        except BaseException:
+            # A connect that dies half way (DB or layer down) leaves no group membership behind.
+            for group in self.groups_joined:
+                with contextlib.suppress(Exception):
+                    await self.channel_layer.group_discard(group, self.channel_name)
+            raise
+        # Started last, once connected: a failed connect must not leave it re-adding a dead channel.
+        self.refresher = asyncio.ensure_future(self._refresh_groups())
+
+    async def _send_ready(self, user: Any) -> None:
         active = await run_storage(storage.active_dialog, user, CHANNEL, self.chat_id)
         running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
         await self.send_frame(
@@ -122,8 +134,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "running": [_placeholder_snapshot(item) for item in running],
             }
         )
-        # Started only once connected: a failed connect must not leave it re-adding a dead channel.
-        self.refresher = asyncio.ensure_future(self._refresh_groups())
         if running:
             # The placeholders carry revision 0; the owning worker sends the real latest snapshot.
             await self.channel_layer.group_send(

@@ -155,9 +155,13 @@ class DialogExecutor:
         self.cancel_reason = "stopped"
         self.lease_valid_until = 0.0
 
-    def extend_lease(self, lease_seconds: float) -> None:
-        """The lease was claimed or renewed now: it is ours for ``lease_seconds`` (monotonic)."""
-        self.lease_valid_until = time.monotonic() + lease_seconds
+    def extend_lease(self, lease_seconds: float, since: float | None = None) -> None:
+        """The lease was claimed, renewed or proven by a commit: ours for ``lease_seconds``.
+
+        ``since`` is the monotonic time taken *before* the DB call that set the expiry, so the
+        local deadline never outlives the one in the database.
+        """
+        self.lease_valid_until = (time.monotonic() if since is None else since) + lease_seconds
 
     def holds_lease(self) -> bool:
         """Whether this executor may still publish: the lease was neither lost nor left to expire.
@@ -321,6 +325,7 @@ class DialogExecutor:
         controller.begin_finalizing()
         rows = turn_rows(messages, start.turn_id, start.reply_message_id, status)
         usage = result.usage.to_dict()
+        asked_at = time.monotonic()
         try:
             commit = await run_storage(
                 storage.commit_turn,
@@ -353,6 +358,8 @@ class DialogExecutor:
                 session_id=start.dialog_id,
             )
             return None
+        # The commit checked our epoch in the DB: the lease is proven, whatever the local clock said.
+        self.extend_lease(float(settings.PICOBOT["LEASE_SECONDS"]), since=asked_at)
         if cancelled:
             controller.cancel(self.cancel_reason)
         elif failure:

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 
 from channels.consumer import AsyncConsumer
@@ -225,11 +226,12 @@ class AgentWorker:
     async def _run_dialog(self, dialog_id: str, executor: DialogExecutor) -> None:
         lease_ms = int(settings.PICOBOT["LEASE_SECONDS"] * 1000)
         try:
+            asked_at = time.monotonic()
             epoch = await run_storage(storage.claim_lease, dialog_id, self.worker_id, lease_ms)
             if epoch is None:
                 return  # another live worker owns it
             executor.epoch = epoch
-            executor.extend_lease(lease_ms / 1000)
+            executor.extend_lease(lease_ms / 1000, since=asked_at)
             await executor.run()
         except storage.LeaseLostError:
             log.warning("lease of %s lost; leaving it to its new owner", dialog_id)
@@ -293,13 +295,14 @@ class AgentWorker:
             for dialog_id, executor in list(self.executors.items()):
                 if not executor.epoch:
                     continue
+                asked_at = time.monotonic()
                 try:
                     held = await run_storage(storage.renew_lease, dialog_id, self.worker_id, executor.epoch, lease_ms)
                 except Exception:
                     log.exception("lease renewal of %s failed", dialog_id)
                     continue
                 if held:
-                    executor.extend_lease(lease_ms / 1000)
+                    executor.extend_lease(lease_ms / 1000, since=asked_at)
                 if not held and self.executors.get(dialog_id) is executor and executor.epoch:
                     # Checked again after the await: the executor may have finished and a new one
                     # (with a new epoch) taken its place, which must not be stopped.

@@ -288,7 +288,11 @@ class DeliveryCoordinator:
             if snapshot.is_terminal:
                 return
             next_update_at = loop.time() + interval
-            self._check_current()
+            if self._is_current is not None and not self._is_current():
+                # Possibly stale (seed 003 §8.3): publish no running update now. Only the terminal
+                # check is final — an owner whose lease only lapsed locally and whose commit then
+                # proved the lease must still deliver its final state.
+                continue
             sent_bytes = await self._deliver_update(snapshot)
             # Bytes per second stay bounded: a long turn's big snapshots go out less often, so
             # the publishing cost per streamed token does not grow with the turn (DESIGN §7).

@@ -221,3 +221,37 @@ async def test_connections_stay_in_their_chat_group_past_the_layers_group_expiry
     await asyncio.sleep(1.5)
     await publish_notification("cli_chat", ready["chat_id"], "info", "still here")
     assert (await client.until("notification"))["content"] == "still here"
+
+
+async def test_a_connect_that_fails_half_way_leaves_no_group_refresher_behind(connect, start_worker, monkeypatch):
+    import asyncio
+
+    from channels.layers import get_channel_layer
+    from channels.testing import WebsocketCommunicator
+
+    from picobot_site.asgi import application
+    from providers.testing import ScriptedProvider, script_text
+
+    await start_worker(ScriptedProvider([script_text(" ".join(f"w{i}" for i in range(300)))], delay=0.01))
+    token = await make_token()
+    first = await connect(token)
+    await first.until("ready")
+    await first.send({"type": "message", "content": "talk", "client_msg_id": "half-1"})
+    await first.until("turn_updated")
+    layer = get_channel_layer()
+    real = layer.group_send
+
+    async def broken(group, message):  # the layer fails right after `ready` was sent
+        if message.get("type") == "turns.replay":
+            raise ConnectionError("redis down")
+        return await real(group, message)
+
+    monkeypatch.setattr(layer, "group_send", broken)
+    second = WebsocketCommunicator(application, "/ws/chat/", headers=[(b"authorization", f"Bearer {token}".encode())])
+    await second.connect(timeout=5)
+    with pytest.raises(ConnectionError):
+        while True:
+            await second.receive_output(timeout=2)
+    monkeypatch.setattr(layer, "group_send", real)
+    refreshers = [t for t in asyncio.all_tasks() if "_refresh_groups" in repr(t.get_coro()) and not t.done()]
+    assert len(refreshers) == 1, "only the first, healthy connection keeps refreshing its groups"

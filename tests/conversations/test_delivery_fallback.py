@@ -243,3 +243,22 @@ async def test_shutdown_while_the_final_delivery_hangs_still_sends_exactly_one_f
     assert [m.text for m in outbox.messages] == [ANSWER]
     rows = await rows_eventually(1)
     assert [r.stage for r in rows] == ["finish"]
+
+
+async def test_a_lease_that_only_lapsed_locally_still_delivers_the_committed_final(connect, start_worker):
+    sinks, outbox = SinkFactory(), Outbox()
+    words = " ".join(f"w{i}" for i in range(200))
+    worker = await start_worker(
+        ScriptedProvider([script_text(words)], delay=0.01), sink_factory=sinks, outbound=outbox.dispatcher
+    )
+    client, _ = await one_turn(connect)
+    await client.until("turn_updated", lambda f: any(b["type"] == "assistant" for b in f["turn"]["blocks"]))
+    [executor] = list(worker.executors.values())
+    executor.lease_valid_until = 0.0  # renewals stalled past the local deadline (a slow DB)...
+    await asyncio.sleep(0.2)
+    executor.extend_lease(15)  # ...then one succeeded: nobody else ever claimed the dialog
+    await client.until("turn_committed")
+    await settle(client)
+    terminals = [f["turn"]["status"] for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"]
+    assert terminals == ["completed"]
+    assert outbox.messages == [] and await failure_rows() == []
