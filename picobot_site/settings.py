@@ -229,6 +229,8 @@ PICOBOT = {
     # Inline <think>/<thought>/<reasoning> spans become reasoning (seed 003 §7.2, DESIGN §6).
     "LLM_THINK_TAGS": env_bool("PICOBOT_LLM_THINK_TAGS", True),
     "LLM_IMPLICIT_THINK_START": env_bool("PICOBOT_LLM_IMPLICIT_THINK_START", False),
+    # Native Anthropic reasoning arrives as thinking blocks: inline tags stay text unless enabled.
+    "LLM_ANTHROPIC_THINK_TAGS": env_bool("PICOBOT_LLM_ANTHROPIC_THINK_TAGS", False),
     "LLM_CONNECT_TIMEOUT": env_float("PICOBOT_LLM_CONNECT_TIMEOUT", 10.0),
     "LLM_FIRST_BYTE_TIMEOUT": env_float("PICOBOT_LLM_FIRST_BYTE_TIMEOUT", 60.0),
     "LLM_IDLE_TIMEOUT": env_float("PICOBOT_LLM_IDLE_TIMEOUT", 60.0),

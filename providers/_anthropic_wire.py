@@ -23,7 +23,7 @@ import json
 import logging
 from typing import Any
 
-from providers._errorbody import error_info, is_context_overflow, is_retryable_code
+from providers._errorbody import clean_message, error_info, is_context_overflow, is_retryable_code
 from providers.base import ProviderRequest
 from providers.chunks import (
     Done,
@@ -35,7 +35,14 @@ from providers.chunks import (
     ToolCallStart,
     UsageChunk,
 )
-from providers.errors import ContextOverflowError, InBandError, ProviderError, StreamTruncatedError
+from providers.errors import (
+    BadResponseError,
+    ContextOverflowError,
+    InBandError,
+    ProviderError,
+    ProviderTimeoutError,
+    StreamTruncatedError,
+)
 from providers.messages import (
     ImageBlock,
     Message,
@@ -129,7 +136,9 @@ def _blocks(message: Message, provider_name: str, endpoint: str | None) -> list[
 
 
 class _Block:
-    __slots__ = ("kind", "open", "parts", "signature", "data", "call", "id", "input", "got_arguments", "chars")
+    __slots__ = (
+        "kind", "open", "parts", "signature", "data", "call", "id", "name", "input", "got_arguments", "chars"
+    )
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -139,6 +148,7 @@ class _Block:
         self.data: str = ""
         self.call = -1
         self.id = ""
+        self.name = ""
         self.input: Any = None
         self.got_arguments = False
         self.chars = 0  # text characters emitted while this block was current
@@ -161,8 +171,14 @@ class AnthropicStreamParser:
         * Usage: ``input_tokens`` from ``message_start``, ``output_tokens`` from the last
           ``message_delta`` (cumulative: replace, never add).
         * Success needs ``message_stop``, or a ``message_delta`` stop reason with every block
-          closed; otherwise :class:`StreamTruncatedError` (SC-27). ``error`` events →
-          :class:`InBandError`. ``ping`` is ignored.
+          closed; otherwise :class:`StreamTruncatedError` (SC-27). Once that holds, a
+          connection reset or stall that follows does not fail the stream. At ``message_stop``
+          an open text or thinking block counts as closed (its text is whole as far as we can
+          tell), but an open ``tool_use`` block fails the stream (:class:`StreamTruncatedError`:
+          its input may be cut short, and a call never runs on a guess). A tool_use without a
+          name, a block started twice, or a stream with no block and no stop reason →
+          :class:`BadResponseError`. ``error`` events → :class:`InBandError`. ``ping`` is
+          ignored.
     """
 
     def __init__(
@@ -184,11 +200,24 @@ class AnthropicStreamParser:
         self._input_tokens: int | None = None
         self._output_tokens: int | None = None
         self._blocks: dict[int, _Block] = {}
+        self._started: set[int] = set()
         self._calls = 0
         self._stopped = False
 
     def feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
-        """Chunks for one event."""
+        """Chunks for one event.
+
+        A malformed event (a ``delta``/``content_block``/``message`` that is not an object, a
+        non-integer ``index``, a block started twice) ends the stream with
+        :class:`BadResponseError`; no other exception leaves this method.
+        """
+        try:
+            return self._feed(event)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+            self._malformed(f"unexpected event shape ({type(exc).__name__})")
+            return []
+
+    def _feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
         data = event.data.strip()
         if not data:
             return []
@@ -196,7 +225,7 @@ class AnthropicStreamParser:
             obj = event_json(data)
         except ValueError:
             if event.event == "error":
-                self._fail(data, None)
+                self._fail(clean_message(data), None)
             else:
                 logger.warning(
                     "%s stream: skipped a non-JSON event (%d chars)", self.provider_name, len(data)
@@ -206,14 +235,32 @@ class AnthropicStreamParser:
             return []
         kind = obj.get("type") or event.event
         out: list[ProviderChunk] = []
+        if kind in ("content_block_start", "content_block_delta", "content_block_stop"):
+            index = obj.get("index")
+            if not isinstance(index, int) or isinstance(index, bool):
+                self._malformed(f"{kind} index is not an integer")
+                return out
+            field = {"content_block_start": "content_block", "content_block_delta": "delta"}.get(kind)
+            if field is not None and not isinstance(obj.get(field), dict):
+                self._malformed(f"{kind} {field} is not an object")
+                return out
+        elif kind in ("message_start", "message_delta"):
+            field = "message" if kind == "message_start" else "delta"
+            if obj.get(field) is not None and not isinstance(obj.get(field), dict):
+                self._malformed(f"{kind} {field} is not an object")
+                return out
         if kind == "message_start":
             self._usage((obj.get("message") or {}).get("usage"), start=True)
         elif kind == "content_block_start":
-            self._start(obj.get("index"), obj.get("content_block") or {}, out)
+            if obj["index"] in self._started:
+                self._malformed(f"content_block_start repeated for index {obj['index']}")
+                return out
+            self._started.add(obj["index"])
+            self._start(obj["index"], obj["content_block"], out)
         elif kind == "content_block_delta":
-            self._delta(obj.get("index"), obj.get("delta") or {}, out)
+            self._delta(obj["index"], obj["delta"], out)
         elif kind == "content_block_stop":
-            self._stop(obj.get("index"), out)
+            self._stop(obj["index"], out)
         elif kind == "message_delta":
             stop_reason = (obj.get("delta") or {}).get("stop_reason")
             if isinstance(stop_reason, str) and stop_reason:
@@ -229,18 +276,40 @@ class AnthropicStreamParser:
     def end(self, failure: ProviderError | None = None) -> list[ProviderChunk]:
         """Trailing chunks; ``Done`` only when the stream succeeded (else ``error`` is set)."""
         out: list[ProviderChunk] = []
-        if self._splitter is not None:
-            self._split_out(self._splitter.flush(), out)
-        if self._input_tokens is not None or self._output_tokens is not None:
-            out.append(UsageChunk(Usage(self._input_tokens or 0, self._output_tokens or 0)))
         complete = self._stopped or (
             self.finish_reason is not None and not any(b.open for b in self._blocks.values())
         )
+        if isinstance(failure, (StreamTruncatedError, ProviderTimeoutError)) and complete and self.error is None:
+            failure = None  # the terminal event arrived: only the connection's tail was lost
+        open_call = next((b for b in self._blocks.values() if b.open and b.kind == "tool_use"), None)
+        nameless = next((b for b in self._blocks.values() if b.kind == "tool_use" and not b.name), None)
         if failure is not None:
             failure.finish_reason = failure.finish_reason or self.finish_reason
             self.error = failure
         elif self.error is None and not complete:
             self.error = StreamTruncatedError("stream ended without message_stop", http_status=200)
+        elif self.error is None and open_call is not None:
+            # message_stop with a tool_use block never closed: its input may be cut short.
+            self.error = StreamTruncatedError(
+                f"stream ended with tool_use block {open_call.id or '?'} still open",
+                http_status=200,
+                finish_reason=self.finish_reason,
+            )
+        elif self.error is None and nameless is not None:
+            self.error = BadResponseError(
+                f"tool_use block {nameless.id or '?'} has no name",
+                http_status=200,
+                retryable=True,
+                finish_reason=self.finish_reason,
+            )
+        elif self.error is None and not self._blocks and self.finish_reason is None:
+            self.error = BadResponseError(
+                "provider returned an empty stream", http_status=200, retryable=True
+            )
+        if self._splitter is not None:
+            self._split_out(self._splitter.flush(failed=self.error is not None), out)
+        if self._input_tokens is not None or self._output_tokens is not None:
+            out.append(UsageChunk(Usage(self._input_tokens or 0, self._output_tokens or 0)))
         if self.error is None:
             layout = self._layout()
             if layout is not None:
@@ -269,6 +338,14 @@ class AnthropicStreamParser:
         return layout if replayable or interleaved else None
 
     # --- internals ----------------------------------------------------------------------------
+
+    def _malformed(self, what: str) -> None:
+        if self.error is None:
+            logger.warning("%s stream: malformed event (%s)", self.provider_name, what)
+            self.error = BadResponseError(
+                f"malformed stream event: {what}", http_status=200, finish_reason=self.finish_reason
+            )
+        self.finished = True
 
     def _fail(self, message: str | None, code: Any) -> None:
         message = message or "provider reported an error in the stream"
@@ -305,6 +382,7 @@ class AnthropicStreamParser:
             self._text_block = block
             self._text(content.get("text"), out)
         elif kind == "thinking":
+            self._server_reasoning(out)
             if isinstance(content.get("thinking"), str) and content["thinking"]:
                 block.parts.append(content["thinking"])
                 out.append(ReasoningDelta(content["thinking"]))
@@ -316,8 +394,9 @@ class AnthropicStreamParser:
             block.call = self._calls
             self._calls += 1
             block.id = str(content.get("id") or "")
+            block.name = str(content.get("name") or "")
             block.input = content.get("input")
-            out.append(ToolCallStart(block.call, block.id, str(content.get("name") or "")))
+            out.append(ToolCallStart(block.call, block.id, block.name))
 
     def _delta(self, index: Any, delta: dict[str, Any], out: list[ProviderChunk]) -> None:
         kind = delta.get("type")
@@ -327,6 +406,7 @@ class AnthropicStreamParser:
         elif kind == "thinking_delta":
             text = delta.get("thinking")
             if isinstance(text, str) and text:
+                self._server_reasoning(out)
                 self._block(index, "thinking").parts.append(text)
                 out.append(ReasoningDelta(text))
         elif kind == "signature_delta":
@@ -368,6 +448,11 @@ class AnthropicStreamParser:
             self._text_block.chars += chars
         else:
             self._tail_chars += chars
+
+    def _server_reasoning(self, out: list[ProviderChunk]) -> None:
+        """Thinking comes as blocks: text no longer starts inside an implicit think span."""
+        if self._splitter is not None:
+            self._split_out(self._splitter.cancel_implicit_start(), out)
 
     def _split_out(self, pieces: list[tuple[str, str]], out: list[ProviderChunk]) -> None:
         for kind, piece in pieces:

@@ -20,6 +20,7 @@ from providers.errors import (
     AuthenticationError,
     BadResponseError,
     ContextOverflowError,
+    InBandError,
     OverloadedError,
     ProviderError,
     RateLimitedError,
@@ -28,9 +29,12 @@ from providers.errors import (
 )
 
 _OVERFLOW_CODES = frozenset({"context_length_exceeded", "context_window_exceeded", "string_above_max_length"})
+# Known phrasings: OpenAI "This model's maximum context length is …" / code
+# context_length_exceeded; Anthropic "prompt is too long: … > … maximum" and "input length and
+# `max_tokens` exceed context limit: …"; vLLM/OpenRouter/Gemini variants.
 _OVERFLOW_TEXT = re.compile(
-    r"context[ _-]?(length|window)|maximum context|prompt is too long|input is too long|"
-    r"reduce the length|too many (input )?tokens|exceeds? the (model'?s? )?(max|maximum|context)",
+    r"context[ _-]?(length|window|limit)|maximum context|prompt is too long|input is too long|"
+    r"reduce the length|too many (input )?tokens|exceeds? (the )?(model'?s? )?(max|maximum|context)",
     re.IGNORECASE,
 )
 _MAX_MESSAGE_CHARS = 500
@@ -43,12 +47,14 @@ def error_info(obj: Any) -> tuple[str | None, Any]:
         ``(None, None)`` when ``obj`` has no recognisable error.
     """
     if isinstance(obj, str):
-        return obj[:_MAX_MESSAGE_CHARS] or None, None
+        return clean_message(obj) or None, None
+    if isinstance(obj, list) and len(obj) == 1:  # Gemini's OpenAI endpoint: [{"error": {...}}]
+        obj = obj[0]
     if not isinstance(obj, Mapping):
         return None, None
     inner = obj.get("error")
     if isinstance(inner, str):
-        return inner[:_MAX_MESSAGE_CHARS] or None, obj.get("code")
+        return clean_message(inner) or None, obj.get("code")
     if isinstance(inner, Mapping):
         source: Mapping[str, Any] = inner
     elif obj.get("object") == "error" or "message" in obj or "detail" in obj:
@@ -62,7 +68,55 @@ def error_info(obj: Any) -> tuple[str | None, Any]:
     if code is None:
         kind = source.get("type")
         code = kind if kind != "error" else None
-    return (message or "")[:_MAX_MESSAGE_CHARS] or None, code
+    return clean_message(message or "") or None, code
+
+
+_HTML = re.compile(r"^\s*(<!doctype\s+html|<html|<head|<body|<\?xml|<[a-z][a-z0-9]*[\s>])", re.IGNORECASE)
+_HTML_TITLE = re.compile(r"<(title|h1)[^>]*>(.*?)</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+_SECRET_PATTERNS = (
+    re.compile(r"\bsk-(?:ant-)?[A-Za-z0-9_\-]{6,}"),  # OpenAI / Anthropic style keys
+    re.compile(r"(?<=[?&])((?:api[_-]?)?key|token|access_token)=[^&#\s]+", re.IGNORECASE),
+)
+_USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
+
+
+def clean_message(text: str, *, status: int | None = None) -> str:
+    """A short, user-presentable message: an HTML page is summarised (``HTTP 502 with an HTML
+    body: 502 Bad Gateway``) instead of passing markup on; at most 500 characters."""
+    if _HTML.match(text):
+        match = _HTML_TITLE.search(text)
+        title = " ".join(_TAG.sub(" ", match.group(2)).split())[:120] if match else ""
+        lead = f"HTTP {status} with an HTML body" if status else "an HTML body"
+        text = f"{lead}: {title}" if title else lead
+    return text[:_MAX_MESSAGE_CHARS]
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with anything that looks like a credential replaced: the given ``secrets``
+    (the configured key), ``sk-…``/``sk-ant-…`` keys, ``key=``/``token=`` query values and URL
+    userinfo (``//user:pass@``)."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    text = _SECRET_PATTERNS[0].sub("sk-[redacted]", text)
+    text = _SECRET_PATTERNS[1].sub(lambda m: f"{m.group(1)}=[redacted]", text)
+    return _USERINFO.sub("[redacted]@", text)
+
+
+def error_from_unframed(status: int, body: bytes) -> ProviderError | None:
+    """The error a JSON error body sent as ``text/event-stream`` without ``data:`` framing
+    carries (no SSE event at all), or None when ``body`` is not such an error."""
+    value, is_json = parse_body(body)
+    if not is_json:
+        return None
+    message, code = error_info(value)
+    if message is None:
+        return None
+    common: dict[str, Any] = {"http_status": status, "provider_code": code}
+    if is_context_overflow(message, code):
+        return ContextOverflowError(message, **common)
+    return InBandError(message, retryable=is_retryable_code(code), **common)
 
 
 def is_context_overflow(message: str | None, code: Any) -> bool:
@@ -90,8 +144,8 @@ def error_from_http(status: int, headers: Mapping[str, str], body: bytes, *, ven
         body: the (bounded) response body.
         vendor: provider name for messages (``"openai"``, ``"anthropic"``).
     """
-    value, _ = parse_body(body)
-    message, code = error_info(value)
+    value, is_json = parse_body(body)
+    message, code = error_info(value) if is_json else (clean_message(value, status=status) or None, None)
     message = message or f"{vendor} returned HTTP {status}"
     retry_after = parse_retry_after(headers)
     common: dict[str, Any] = {"http_status": status, "provider_code": code, "retry_after_s": retry_after}

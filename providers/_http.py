@@ -22,10 +22,11 @@ import random
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
-from providers._errorbody import error_from_http, error_from_non_sse
+from providers._errorbody import error_from_http, error_from_non_sse, error_from_unframed, redact
 from providers.base import LLMProvider, ProviderRequest
 from providers.chunks import ProviderChunk, UsageChunk
 from providers.errors import (
@@ -213,6 +214,7 @@ class HTTPStreamProvider(LLMProvider):
                             yield chunk
                 return
             except ProviderError as exc:
+                self._redact(exc)
                 if yielded or not exc.retryable or attempt >= self.max_retries:
                     raise
                 delay = self._retry_delay(exc, attempt)
@@ -228,6 +230,21 @@ class HTTPStreamProvider(LLMProvider):
                 )
             attempt += 1
             await asyncio.sleep(delay)
+
+    def _redact(self, exc: ProviderError) -> None:
+        """Remove credentials from a user-facing error message (the configured key, key-like
+        strings, URL userinfo): vendors echo keys back ("Invalid API key: sk-…")."""
+        message = redact(exc.message, (getattr(self, "_api_key", ""),))
+        if message != exc.message:
+            exc.message = message
+            exc.args = (message, *exc.args[1:])
+
+    @property
+    def display_url(self) -> str:
+        """``base_url`` without userinfo and query (for ``repr()`` and logs)."""
+        parts = urlsplit(self.base_url)
+        netloc = parts.netloc.rpartition("@")[2]
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
     def _retry_delay(self, exc: ProviderError, attempt: int) -> float:
         if exc.retry_after_s is not None:
@@ -284,6 +301,8 @@ class HTTPStreamProvider(LLMProvider):
         timer = _ReadDeadline()
         loop = asyncio.get_running_loop()
         deadline: float | None = first_byte_deadline
+        head = bytearray()  # the body while no SSE event arrived (an unframed JSON error?)
+        saw_event = False
         try:
             while not parser.finished:
                 data = await self._next_read(
@@ -295,6 +314,15 @@ class HTTPStreamProvider(LLMProvider):
                 )
                 deadline = None
                 events = reader.close() if data is None else reader.feed(data)
+                if not saw_event:
+                    saw_event = bool(events)
+                    if not saw_event and data is not None and len(head) < MAX_ERROR_BODY_BYTES:
+                        head += data
+                    if data is None and not saw_event and head:
+                        # A JSON error body sent as text/event-stream without `data:` framing.
+                        unframed = error_from_unframed(response.status_code, bytes(head))
+                        if unframed is not None:
+                            raise unframed
                 batch: list[ProviderChunk] = []
                 for event in events:
                     batch += parser.feed(event)

@@ -21,7 +21,7 @@ import json
 import logging
 from typing import Any
 
-from providers._errorbody import error_info, is_context_overflow, is_retryable_code
+from providers._errorbody import clean_message, error_info, is_context_overflow, is_retryable_code
 from providers.base import ProviderRequest
 from providers.chunks import (
     Done,
@@ -237,7 +237,7 @@ class OpenAIStreamParser:
             obj = event_json(data)
         except ValueError:
             if event.event == "error":
-                self._fail(data, None)
+                self._fail(clean_message(data), None)
             else:
                 logger.warning(
                     "%s stream: skipped a non-JSON event (%d chars)", self.provider_name, len(data)

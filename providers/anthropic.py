@@ -11,11 +11,12 @@ from typing import Any
 
 import httpx2
 
-from providers._anthropic_wire import AnthropicStreamParser, build_messages_request
+from providers._anthropic_wire import DEFAULT_MAX_TOKENS, AnthropicStreamParser, build_messages_request
 from providers._http import HTTPStreamProvider, StreamParser
 from providers.base import ProviderRequest
 
 ANTHROPIC_VERSION = "2023-06-01"
+MIN_THINKING_BUDGET = 1024  # the API's minimum budget_tokens
 
 
 class AnthropicProvider(HTTPStreamProvider):
@@ -26,13 +27,15 @@ class AnthropicProvider(HTTPStreamProvider):
             is tolerated).
         api_key: sent as ``x-api-key``.
         model: model id.
-        think_tags: also extract inline ``<think>`` spans from text (Anthropic-compatible
-            endpoints of other vendors leak them).
+        think_tags: also extract inline ``<think>`` spans from text (off by default: the
+            native API sends reasoning as thinking blocks, and a literal ``<think>`` in an
+            answer is text; turn on for Anthropic-compatible endpoints that leak tags).
         implicit_think_start: text starts inside a think span.
         connect_timeout, first_byte_timeout, idle_timeout, max_retries, transport,
         retry_backoff, max_retry_delay: see :class:`providers._http.HTTPStreamProvider`.
         max_tokens: default output cap (the API requires one; 4096 when None).
-        thinking_budget: enable extended thinking with this many budget tokens (None = off).
+        thinking_budget: enable extended thinking with this many budget tokens (None or 0 =
+            off); must be at least 1024 and below ``max_tokens`` (4096 when None).
         api_version: the ``anthropic-version`` header.
         name: provider name, also the ``provider`` key of replay state; with the normalised
             ``base_url`` (:attr:`endpoint`) it is the replay identity: signed and redacted
@@ -48,7 +51,7 @@ class AnthropicProvider(HTTPStreamProvider):
         api_key: str,
         model: str,
         *,
-        think_tags: bool = True,
+        think_tags: bool = False,
         implicit_think_start: bool = False,
         connect_timeout: float = 10.0,
         first_byte_timeout: float = 60.0,
@@ -62,6 +65,13 @@ class AnthropicProvider(HTTPStreamProvider):
         api_version: str = ANTHROPIC_VERSION,
         name: str = "anthropic",
     ) -> None:
+        if thinking_budget:
+            limit = max_tokens or DEFAULT_MAX_TOKENS
+            if thinking_budget < MIN_THINKING_BUDGET or thinking_budget >= limit:
+                raise ValueError(
+                    f"PICOBOT_LLM_THINKING_BUDGET={thinking_budget} must be at least "
+                    f"{MIN_THINKING_BUDGET} and below PICOBOT_LLM_MAX_TOKENS ({limit})"
+                )
         base_url = base_url.rstrip("/")
         if base_url.endswith("/v1"):
             base_url = base_url[: -len("/v1")]
@@ -85,7 +95,7 @@ class AnthropicProvider(HTTPStreamProvider):
         self._api_key = api_key
 
     def __repr__(self) -> str:
-        return f"AnthropicProvider(base_url={self.base_url!r}, model={self.model!r})"  # never the key
+        return f"AnthropicProvider(base_url={self.display_url!r}, model={self.model!r})"  # never the key
 
     def _url(self) -> str:
         return f"{self.base_url}/v1/messages"

@@ -28,6 +28,7 @@ JSON value). Messages are short and never contain request payloads or keys.
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -176,20 +177,23 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     the past gives 0.0. ``headers`` lookups must be case-insensitive (httpx2 headers are).
 
     Returns:
-        Seconds (float, ≥ 0), or None when neither header is present or parseable.
+        Seconds (float, 0 … ``MAX_RETRY_AFTER_S``: an infinite value is clamped), or None
+        when neither header is present or parseable (NaN is not).
     """
     raw_ms = headers.get("retry-after-ms")
     if raw_ms:
         try:
-            return max(0.0, float(raw_ms) / 1000.0)
+            seconds = _finite(float(raw_ms) / 1000.0)
         except ValueError:
-            pass
+            seconds = None
+        if seconds is not None:
+            return seconds
     raw = headers.get("retry-after")
     if not raw:
         return None
     raw = raw.strip()
     try:
-        return max(0.0, float(raw))
+        return _finite(float(raw))
     except ValueError:
         pass
     try:
@@ -199,4 +203,14 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     if when is None:
         return None
     current = time.time() if now is None else now
-    return max(0.0, when.timestamp() - current)
+    return _finite(when.timestamp() - current)
+
+
+MAX_RETRY_AFTER_S = 86400.0  # a longer (or infinite) Retry-After is reported as one day
+
+
+def _finite(seconds: float) -> float | None:
+    """``seconds`` clamped to ``[0, MAX_RETRY_AFTER_S]``; None for NaN (unparseable)."""
+    if math.isnan(seconds):
+        return None
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_S)

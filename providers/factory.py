@@ -22,10 +22,12 @@ def build_provider(config: dict[str, Any]) -> LLMProvider:
     Args:
         config: keys ``LLM_PROVIDER`` (``"openai"``, ``"anthropic"``, ``"replay"`` or ``""`` for
             replay), ``LLM_BASE_URL``, ``LLM_API_KEY``, ``LLM_MODEL``, ``LLM_MAX_TOKENS``,
-            ``LLM_THINK_TAGS``, ``LLM_IMPLICIT_THINK_START``, ``LLM_CONNECT_TIMEOUT``,
+            ``LLM_THINK_TAGS`` (OpenAI-compatible only), ``LLM_IMPLICIT_THINK_START``, ``LLM_CONNECT_TIMEOUT``,
             ``LLM_FIRST_BYTE_TIMEOUT``, ``LLM_IDLE_TIMEOUT``, ``LLM_MAX_RETRIES``, ``REPLAY_DIR``;
             optional ``REPLAY_EVENT_DELAY`` (seconds), ``LLM_THINKING_BUDGET`` (Anthropic
-            thinking tokens), ``LLM_REPLAY_REASONING`` (OpenAI-compatible: send streamed
+            thinking tokens; ≥ 1024 and below ``LLM_MAX_TOKENS``), ``LLM_ANTHROPIC_THINK_TAGS``
+            (extract ``<think>`` spans from Anthropic text; default off: the native API sends
+            thinking blocks), ``LLM_REPLAY_REASONING`` (OpenAI-compatible: send streamed
             ``reasoning_content`` back on tool-call turns, default on) and ``LLM_HOOKS`` (dotted
             paths ``"pkg.module.install"`` of functions called with the provider's
             :class:`~providers.hooks.ProviderHooks` to register hooks). Missing keys take the
@@ -75,7 +77,6 @@ def _build(config: dict[str, Any]) -> LLMProvider:
         raise ValueError(f"PICOBOT_LLM_PROVIDER={kind} at {base_url} needs a key: set PICOBOT_LLM_API_KEY")
     max_tokens = config.get("LLM_MAX_TOKENS")
     common: dict[str, Any] = {
-        "think_tags": bool(config.get("LLM_THINK_TAGS", True)),
         "connect_timeout": float(config.get("LLM_CONNECT_TIMEOUT", 10.0)),
         "first_byte_timeout": float(config.get("LLM_FIRST_BYTE_TIMEOUT", 60.0)),
         "idle_timeout": float(config.get("LLM_IDLE_TIMEOUT", 60.0)),
@@ -89,6 +90,7 @@ def _build(config: dict[str, Any]) -> LLMProvider:
             base_url,
             api_key,
             model,
+            think_tags=bool(config.get("LLM_THINK_TAGS", True)),
             implicit_think_start=bool(config.get("LLM_IMPLICIT_THINK_START", False)),
             replay_reasoning=bool(config.get("LLM_REPLAY_REASONING", True)),
             **common,
@@ -97,5 +99,10 @@ def _build(config: dict[str, Any]) -> LLMProvider:
 
     budget = config.get("LLM_THINKING_BUDGET")
     return AnthropicProvider(
-        base_url, api_key, model, thinking_budget=int(budget) if budget else None, **common
+        base_url,
+        api_key,
+        model,
+        thinking_budget=int(budget) if budget else None,
+        think_tags=bool(config.get("LLM_ANTHROPIC_THINK_TAGS", False)),
+        **common,
     )

@@ -84,7 +84,7 @@ class OpenAICompatProvider(HTTPStreamProvider):
         self._extra_headers = dict(extra_headers or {})
 
     def __repr__(self) -> str:
-        return f"OpenAICompatProvider(base_url={self.base_url!r}, model={self.model!r})"  # never the key
+        return f"OpenAICompatProvider(base_url={self.display_url!r}, model={self.model!r})"  # never the key
 
     def _url(self) -> str:
         return f"{self.base_url}/chat/completions"
