@@ -265,7 +265,9 @@ class OpenAIStreamParser:
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = _usage(usage)
-        if obj.get("error") or obj.get("object") == "error" or event.event == "error":
+        error = obj.get("error")
+        # An empty error object is still an error ({"error": {}}); only null/absent means none.
+        if isinstance(error, dict) or error or obj.get("object") == "error" or event.event == "error":
             self._fail(*error_info(obj))
         return out
 

@@ -472,3 +472,14 @@ def test_infinite_retry_after_is_clamped() -> None:
     assert parse_retry_after({"retry-after": "inf"}) == 86400.0
     assert parse_retry_after({"retry-after-ms": "1e400"}) == 86400.0
     assert parse_retry_after({"retry-after": "nan"}) is None
+
+
+async def test_an_empty_error_object_mid_stream_is_still_an_error_but_a_null_one_is_not():
+    ok_chunk = {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Hi"}}]}
+    failing = sse_body([{**ok_chunk, "error": None}, {"error": {}}, "[DONE]"])
+    for mode, result, _ in await all_modes(failing):
+        assert result.error is not None and result.error.kind == "provider_error", mode
+        assert result.text == "Hi", mode
+    fine = sse_body([{**ok_chunk, "error": None}, {**ok_chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, "[DONE]"])
+    for mode, result, _ in await all_modes(fine):
+        assert result.error is None and result.text == "Hi", mode
