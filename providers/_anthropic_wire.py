@@ -98,7 +98,8 @@ def build_messages_request(
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
         ]
-    if request.temperature is not None:
+    # With extended thinking Anthropic accepts only the default temperature (1): never send another.
+    if request.temperature is not None and not thinking_budget:
         body["temperature"] = request.temperature
     if thinking_budget:
         body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
@@ -416,7 +417,9 @@ class AnthropicStreamParser:
             block = self._blocks.get(index)
             fragment = delta.get("partial_json")
             if block is None or block.kind != "tool_use":
-                logger.warning("%s stream: input_json_delta for unknown block %r", self.provider_name, index)
+                # Arguments of a call that never started: running it (or silently dropping it)
+                # would both be wrong; the stream is malformed.
+                self._malformed(f"input_json_delta for block {index!r}, which is not an open tool_use")
             elif isinstance(fragment, str) and fragment:
                 block.got_arguments = True
                 out.append(ToolCallArgumentsDelta(block.call, fragment))

@@ -28,13 +28,17 @@ from providers.errors import (
     parse_retry_after,
 )
 
-_OVERFLOW_CODES = frozenset({"context_length_exceeded", "context_window_exceeded", "string_above_max_length"})
+_OVERFLOW_CODES = frozenset(
+    {"context_length_exceeded", "context_window_exceeded", "string_above_max_length", "exceed_context_size_error"}
+)
 # Known phrasings: OpenAI "This model's maximum context length is …" / code
 # context_length_exceeded; Anthropic "prompt is too long: … > … maximum" and "input length and
-# `max_tokens` exceed context limit: …"; vLLM/OpenRouter/Gemini variants.
+# `max_tokens` exceed context limit: …"; llama.cpp "exceeds the available context size"
+# (type exceed_context_size_error); xAI "maximum prompt length"; vLLM/OpenRouter/Gemini variants.
 _OVERFLOW_TEXT = re.compile(
     r"context[ _-]?(length|window|limit)|maximum context|prompt is too long|input is too long|"
-    r"reduce the length|too many (input )?tokens|exceeds? (the )?(model'?s? )?(max|maximum|context)",
+    r"reduce the length|too many (input )?tokens|exceeds? (the )?(model'?s? )?(max|maximum|context)|"
+    r"exceeds the available context|maximum prompt length|exceed_context_size",
     re.IGNORECASE,
 )
 _MAX_MESSAGE_CHARS = 500

@@ -60,6 +60,7 @@ class ThinkTagSplitter:
         self._held_ws = ""  # trailing reasoning whitespace not yet released
         self._pending = self._implicit_start  # inside the implicit span, its text held back
         self._pending_text = ""
+        self._explicit_open = False  # the model wrote the opening tag itself (no doubt it reasons)
 
     def feed(self, text: str) -> list[tuple[Kind, str]]:
         """Consume a delta.
@@ -94,7 +95,10 @@ class ThinkTagSplitter:
             if self._pending and tag in self._opens:
                 if self._pending_text.strip():
                     self._emit(out, tag)  # inside the span other tags are literal
-                # else: an explicit opening tag where the implicit one was assumed: swallowed
+                else:
+                    # An explicit opening tag where the implicit one was assumed: swallowed, and
+                    # the span is certain now (an unclosed one stays reasoning at the end).
+                    self._explicit_open = True
                 continue
             if self._pending:
                 self._pending = False
@@ -132,7 +136,7 @@ class ThinkTagSplitter:
         if self._pending:
             pending, self._pending_text = self._pending_text, ""
             self._pending = False
-            if not failed:
+            if not failed and not self._explicit_open:
                 self._in_span = False
                 self._closes = ()
             self._emit(out, pending)

@@ -483,3 +483,59 @@ async def test_an_empty_error_object_mid_stream_is_still_an_error_but_a_null_one
     fine = sse_body([{**ok_chunk, "error": None}, {**ok_chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, "[DONE]"])
     for mode, result, _ in await all_modes(fine):
         assert result.error is None and result.text == "Hi", mode
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, {"error": {"code": 400, "type": "exceed_context_size_error",
+                         "message": "request (9412 tokens) exceeds the available context size (8192 tokens)"}}),
+        (400, {"code": "invalid-argument",
+               "error": "This model's maximum prompt length is 131072 but the request contains 140000 tokens."}),
+    ],
+    ids=["llama.cpp", "xai"],
+)
+async def test_context_overflow_of_llama_cpp_and_xai_is_recognised(status, body):
+    from providers.errors import ContextOverflowError
+
+    provider = _provider("openai", _transport([(status, {"content-type": "application/json"}, [json.dumps(body).encode()])]))
+    result, _ = await run_stream(provider)
+    assert isinstance(result.error, ContextOverflowError)
+
+
+def test_an_explicit_unclosed_think_span_stays_reasoning_in_implicit_start_mode():
+    from providers.think import ThinkTagSplitter
+
+    splitter = ThinkTagSplitter(implicit_start=True)
+    pieces = splitter.feed("<think>r only") + splitter.flush()
+    assert "".join(t for k, t in pieces if k == "text") == ""
+    assert "".join(t for k, t in pieces if k == "reasoning").strip() == "r only"
+    # Without the explicit tag and without a closing one, the held text is the answer (SC-02 rule).
+    splitter = ThinkTagSplitter(implicit_start=True)
+    pieces = splitter.feed("just an answer") + splitter.flush()
+    assert "".join(t for k, t in pieces if k == "text") == "just an answer"
+
+
+async def test_anthropic_arguments_for_a_tool_use_that_never_started_fail_the_stream():
+    body = sse_body([
+        ("message_start", {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 3}}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "input_json_delta", "partial_json": "{\"a\": 1}"}}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 2}}),
+        ("message_stop", {"type": "message_stop"}),
+    ])
+    for mode, result, _ in await all_modes(body, vendor="anthropic"):
+        assert result.error is not None and "not an open tool_use" in result.error.message, mode
+        assert result.tool_calls == [], mode
+
+
+def test_anthropic_requests_with_thinking_never_carry_a_temperature():
+    from providers._anthropic_wire import build_messages_request
+    from providers.base import ProviderRequest
+    from providers.messages import Message
+
+    request = ProviderRequest([Message.user("hi")], temperature=0.2)
+    with_thinking = build_messages_request(request, model="c", max_tokens=4096, thinking_budget=2048)
+    without = build_messages_request(request, model="c", max_tokens=4096, thinking_budget=None)
+    assert "temperature" not in with_thinking and with_thinking["thinking"]["budget_tokens"] == 2048
+    assert without["temperature"] == 0.2
