@@ -23,7 +23,8 @@ import json
 import logging
 from typing import Any
 
-from providers._errorbody import clean_message, error_info, is_context_overflow, is_retryable_code
+from providers._errorbody import clean_message, error_info
+from providers._wire_base import StreamParserBase
 from providers.base import ProviderRequest
 from providers.chunks import (
     Done,
@@ -37,8 +38,6 @@ from providers.chunks import (
 )
 from providers.errors import (
     BadResponseError,
-    ContextOverflowError,
-    InBandError,
     ProviderError,
     ProviderTimeoutError,
     StreamTruncatedError,
@@ -155,7 +154,7 @@ class _Block:
         self.chars = 0  # text characters emitted while this block was current
 
 
-class AnthropicStreamParser:
+class AnthropicStreamParser(StreamParserBase):
     """Anthropic Messages events → provider chunks (one response; pure).
 
     Rules:
@@ -205,18 +204,6 @@ class AnthropicStreamParser:
         self._calls = 0
         self._stopped = False
 
-    def feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
-        """Chunks for one event.
-
-        A malformed event (a ``delta``/``content_block``/``message`` that is not an object, a
-        non-integer ``index``, a block started twice) ends the stream with
-        :class:`BadResponseError`; no other exception leaves this method.
-        """
-        try:
-            return self._feed(event)
-        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
-            self._malformed(f"unexpected event shape ({type(exc).__name__})")
-            return []
 
     def _feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
         data = event.data.strip()
@@ -340,26 +327,7 @@ class AnthropicStreamParser:
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _malformed(self, what: str) -> None:
-        if self.error is None:
-            logger.warning("%s stream: malformed event (%s)", self.provider_name, what)
-            self.error = BadResponseError(
-                f"malformed stream event: {what}", http_status=200, finish_reason=self.finish_reason
-            )
-        self.finished = True
 
-    def _fail(self, message: str | None, code: Any) -> None:
-        message = message or "provider reported an error in the stream"
-        kwargs: dict[str, Any] = {
-            "http_status": 200,
-            "provider_code": code,
-            "finish_reason": self.finish_reason,
-        }
-        if is_context_overflow(message, code):
-            self.error = ContextOverflowError(message, **kwargs)
-        else:
-            self.error = InBandError(message, retryable=is_retryable_code(code), **kwargs)
-        self.finished = True
 
     def _usage(self, usage: Any, *, start: bool) -> None:
         if not isinstance(usage, dict):

@@ -21,7 +21,8 @@ import json
 import logging
 from typing import Any
 
-from providers._errorbody import clean_message, error_info, is_context_overflow, is_retryable_code
+from providers._errorbody import clean_message, error_info
+from providers._wire_base import StreamParserBase
 from providers.base import ProviderRequest
 from providers.chunks import (
     Done,
@@ -35,7 +36,6 @@ from providers.chunks import (
 )
 from providers.errors import (
     BadResponseError,
-    ContextOverflowError,
     InBandError,
     ProviderError,
     ProviderTimeoutError,
@@ -164,7 +164,7 @@ def _usage(raw: dict[str, Any]) -> Usage:
     return Usage(count("prompt_tokens", "input_tokens"), count("completion_tokens", "output_tokens"))
 
 
-class OpenAIStreamParser:
+class OpenAIStreamParser(StreamParserBase):
     """``chat.completion.chunk`` events → provider chunks (one response; pure).
 
     Rules:
@@ -212,18 +212,6 @@ class OpenAIStreamParser:
         self._names: list[str] = []
         self._last_call: int | None = None
 
-    def feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
-        """Chunks for one event (``[]`` for keep-alives, empty data, ``[DONE]``).
-
-        A malformed event (``choices`` not a list, a ``delta`` or tool-call fragment not an
-        object, a non-integer ``index``…) ends the stream with :class:`BadResponseError`; no
-        other exception leaves this method.
-        """
-        try:
-            return self._feed(event)
-        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
-            self._malformed(f"unexpected event shape ({type(exc).__name__})")
-            return []
 
     def _feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
         data = event.data.strip()
@@ -326,26 +314,7 @@ class OpenAIStreamParser:
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _malformed(self, what: str) -> None:
-        if self.error is None:
-            logger.warning("%s stream: malformed event (%s)", self.provider_name, what)
-            self.error = BadResponseError(
-                f"malformed stream event: {what}", http_status=200, finish_reason=self.finish_reason
-            )
-        self.finished = True
 
-    def _fail(self, message: str | None, code: Any) -> None:
-        message = message or "provider reported an error in the stream"
-        kwargs: dict[str, Any] = {
-            "http_status": 200,
-            "provider_code": code,
-            "finish_reason": self.finish_reason,
-        }
-        if is_context_overflow(message, code):
-            self.error = ContextOverflowError(message, **kwargs)
-        else:
-            self.error = InBandError(message, retryable=is_retryable_code(code), **kwargs)
-        self.finished = True
 
     def _apply_choice(self, choice: dict[str, Any], out: list[ProviderChunk]) -> None:
         delta = choice.get("delta")

@@ -1,0 +1,59 @@
+"""What both vendors' stream parsers share: the no-exception ``feed`` guard and how a stream
+error is recorded (pure; the provider raises ``parser.error`` after yielding the partial chunks).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from httpx_sse import ServerSentEvent
+
+from providers._errorbody import is_context_overflow, is_retryable_code
+from providers.chunks import ProviderChunk
+from providers.errors import BadResponseError, ContextOverflowError, InBandError, ProviderError
+
+logger = logging.getLogger("providers")
+
+
+class StreamParserBase:
+    """Base of ``OpenAIStreamParser`` and ``AnthropicStreamParser``.
+
+    Subclasses implement ``_feed(event)`` and set ``provider_name``, ``error``, ``finished`` and
+    ``finish_reason`` in their ``__init__``.
+    """
+
+    provider_name: str
+    error: ProviderError | None
+    finished: bool
+    finish_reason: str | None
+
+    def feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
+        """Chunks for one event. A malformed event ends the stream with
+        :class:`BadResponseError`; no other exception leaves this method."""
+        try:
+            return self._feed(event)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+            self._malformed(f"unexpected event shape ({type(exc).__name__})")
+            return []
+
+    def _feed(self, event: ServerSentEvent) -> list[ProviderChunk]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _malformed(self, what: str) -> None:
+        if self.error is None:
+            logger.warning("%s stream: malformed event (%s)", self.provider_name, what)
+            self.error = BadResponseError(
+                f"malformed stream event: {what}", http_status=200, finish_reason=self.finish_reason
+            )
+        self.finished = True
+
+    def _fail(self, message: str | None, code: Any) -> None:
+        """An in-band error (HTTP 200): a context overflow, or a typed ``InBandError``."""
+        message = message or "provider reported an error in the stream"
+        kwargs: dict[str, Any] = {"http_status": 200, "provider_code": code, "finish_reason": self.finish_reason}
+        if is_context_overflow(message, code):
+            self.error = ContextOverflowError(message, **kwargs)
+        else:
+            self.error = InBandError(message, retryable=is_retryable_code(code), **kwargs)
+        self.finished = True
