@@ -91,6 +91,18 @@ async def one_turn(connect, text: str = "question", msg_id: str = "m-1"):
     return client, ready
 
 
+async def answer_streaming(connect, start_worker, words: int):
+    """A long turn whose answer is streaming now: ``(worker, client, ready, sinks, outbox)``."""
+    sinks, outbox = SinkFactory(), Outbox()
+    text = " ".join(f"w{i}" for i in range(words))
+    worker = await start_worker(
+        ScriptedProvider([script_text(text)], delay=0.01), sink_factory=sinks, outbound=outbox.dispatcher
+    )
+    client, ready = await one_turn(connect)
+    await client.until("turn_updated", lambda f: any(b["type"] == "assistant" for b in f["turn"]["blocks"]))
+    return worker, client, ready, sinks, outbox
+
+
 async def settle(client) -> None:
     """Everything published before now has reached the client (a ping round trip after it)."""
     await client.send({"type": "ping", "nonce": "sync"})
@@ -180,13 +192,7 @@ async def test_a_failed_commit_never_sends_the_shown_text_as_a_completed_fallbac
 
 
 async def test_stop_ends_the_turn_with_one_terminal_and_no_fallback(connect, start_worker):
-    sinks, outbox = SinkFactory(), Outbox()
-    words = " ".join(f"w{i}" for i in range(400))
-    await start_worker(
-        ScriptedProvider([script_text(words)], delay=0.01), sink_factory=sinks, outbound=outbox.dispatcher
-    )
-    client, ready = await one_turn(connect)
-    await client.until("turn_updated", lambda f: any(b["type"] == "assistant" for b in f["turn"]["blocks"]))
+    _, client, ready, sinks, outbox = await answer_streaming(connect, start_worker, 400)
     await client.send({"type": "stop", "session_id": ready["active_session_id"]})
     await client.send({"type": "stop", "session_id": ready["active_session_id"]})  # a double click
     await client.until("turn_committed")
@@ -198,13 +204,7 @@ async def test_stop_ends_the_turn_with_one_terminal_and_no_fallback(connect, sta
 
 
 async def test_shutdown_mid_turn_finishes_once_and_sends_no_fallback(connect, start_worker):
-    sinks, outbox = SinkFactory(), Outbox()
-    words = " ".join(f"w{i}" for i in range(400))
-    worker = await start_worker(
-        ScriptedProvider([script_text(words)], delay=0.01), sink_factory=sinks, outbound=outbox.dispatcher
-    )
-    client, _ = await one_turn(connect)
-    await client.until("turn_updated", lambda f: any(b["type"] == "assistant" for b in f["turn"]["blocks"]))
+    worker, client, _, sinks, outbox = await answer_streaming(connect, start_worker, 400)
     await worker.stop(timeout=5)
     final = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running")
     assert final["turn"]["status"] == "cancelled"
@@ -246,13 +246,7 @@ async def test_shutdown_while_the_final_delivery_hangs_still_sends_exactly_one_f
 
 
 async def test_a_lease_that_only_lapsed_locally_still_delivers_the_committed_final(connect, start_worker):
-    sinks, outbox = SinkFactory(), Outbox()
-    words = " ".join(f"w{i}" for i in range(200))
-    worker = await start_worker(
-        ScriptedProvider([script_text(words)], delay=0.01), sink_factory=sinks, outbound=outbox.dispatcher
-    )
-    client, _ = await one_turn(connect)
-    await client.until("turn_updated", lambda f: any(b["type"] == "assistant" for b in f["turn"]["blocks"]))
+    worker, client, _, sinks, outbox = await answer_streaming(connect, start_worker, 200)
     [executor] = list(worker.executors.values())
     executor.lease_valid_until = 0.0  # renewals stalled past the local deadline (a slow DB)...
     await asyncio.sleep(0.2)
