@@ -54,6 +54,8 @@ class Dialog(models.Model):
     summary = models.TextField(blank=True, default="")
     summary_seq = models.PositiveBigIntegerField(default=0)
     auto_compact_failures = models.PositiveSmallIntegerField(default=0)
+    # Titles (seed 004 §5.4): the message_count at the last automatic title attempt.
+    title_attempted_at = models.PositiveIntegerField(default=0)
     deleted_at = models.BigIntegerField(null=True, blank=True)
     inbox_position = models.PositiveBigIntegerField(default=0, help_text="last InboxMessage.position")
 
@@ -112,12 +114,16 @@ class InboxMessage(models.Model):
     media = models.JSONField(default=list, blank=True)
     received_at = models.BigIntegerField(default=now_ms)
     source = models.JSONField(default=dict, blank=True)
+    # The platform's opaque context (seed 000 §10.1): passed to the turn's sink, never interpreted.
+    channel_context = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     turn_id = models.UUIDField(null=True, blank=True)
     reply_message_id = models.UUIDField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     started_at = models.BigIntegerField(null=True, blank=True)
     finished_at = models.BigIntegerField(null=True, blank=True)
+    # An ``interrupted`` row's notice reached a connecting client (sent again on ``ready`` until then).
+    notice_sent_at = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

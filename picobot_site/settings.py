@@ -265,6 +265,20 @@ PICOBOT = {
     "STORAGE_RETRY_DELAYS_MS": [int(x) for x in env_list("PICOBOT_STORAGE_RETRY_DELAYS_MS", ["100", "200", "300"])],
     # Threads for the agent's own DB calls (SQLite always uses one: it has one writer).
     "STORAGE_THREADS": env_int("PICOBOT_STORAGE_THREADS", 4),
+    # Sessions (seed 004 §9, DESIGN §6): a chat's active dialog idle longer than the TTL is replaced
+    # by a new one on the next message, and runtime sessions idle that long leave memory. 0 = never.
+    "SESSION_TTL_HOURS": env_float("PICOBOT_SESSION_TTL_HOURS", 24.0),
+    "SESSION_CLEANUP_MINUTES": env_float("PICOBOT_SESSION_CLEANUP_MINUTES", 60.0),
+    # Titles (seed 004 §5.4): generated after N user messages while the title is the default
+    # (0 = never), and optionally for a dialog's first message.
+    "AUTO_TITLE_AFTER": env_int("PICOBOT_AUTO_TITLE_AFTER", 10),
+    "AUTO_TITLE_ON_FIRST_MESSAGE": env_bool("PICOBOT_AUTO_TITLE_ON_FIRST_MESSAGE", False),
+    "TITLE_TIMEOUT": env_float("PICOBOT_TITLE_TIMEOUT", 30.0),
+    # Manual /compact (seed 004 §7, seed 002 Task 6): the newest rows kept verbatim, the time bound.
+    "COMPACT_KEEP_MESSAGES": env_int("PICOBOT_COMPACT_KEEP_MESSAGES", 20),
+    "COMPACT_TIMEOUT": env_float("PICOBOT_COMPACT_TIMEOUT", 120.0),
+    # Dotted module paths whose ``register(registry)`` adds tools to the built-in ones.
+    "TOOL_MODULES": env_list("PICOBOT_TOOL_MODULES", []),
 }
 
 LOGGING = {

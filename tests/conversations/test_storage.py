@@ -92,11 +92,11 @@ def test_a_concurrent_send_with_the_same_client_msg_id_is_answered_with_the_winn
     winner: list[storage.AcceptedMessage] = []
 
     def racing_active_dialog(owner, channel, chat_id):
-        monkeypatch.setattr(storage, "active_dialog", real_active_dialog)  # race only once
+        monkeypatch.setattr(storage.inbox, "active_dialog", real_active_dialog)  # race only once
         winner.append(accept(alice, "from the other tab", client_msg_id="c-race"))
         return real_active_dialog(owner, channel, chat_id)
 
-    monkeypatch.setattr(storage, "active_dialog", racing_active_dialog)
+    monkeypatch.setattr(storage.inbox, "active_dialog", racing_active_dialog)
 
     loser = accept(alice, "from this tab", client_msg_id="c-race")
 

@@ -1,0 +1,73 @@
+"""Storage service functions: every transaction boundary of a dialog lives here (DESIGN §3).
+
+All functions are synchronous and touch the DB; async callers go through
+``conversations.storage_runner.run_storage`` (own thread pool, bounded retry). Persist first,
+notify later: nothing here talks to the channel layer. Callers outside use the package namespace
+(``storage.commit_turn``), so a test can replace one function for every outside caller.
+
+Modules: ``shapes`` (errors, protocol/history rows, result records), ``dialogs`` (chats and their
+dialogs), ``inbox`` (accepted user messages), ``lease`` (per-dialog ownership), ``turns`` (start,
+commit, abandon, interrupt).
+
+Errors: ``NotFoundError`` (unknown or foreign dialog — answer 404 / ``not_found``),
+``InboxFullError`` (the dialog already has ``INBOX_CAPACITY`` queued messages), ``LeaseLostError``
+(a stale owner tried to write; its turn must stop without publishing).
+"""
+
+from conversations.storage.dialogs import (
+    active_dialog,
+    create_dialog,
+    dialog_for_user,
+    history_page,
+    list_sessions,
+    switch_dialog,
+)
+from conversations.storage.inbox import accept_message, dialogs_needing_work, running_inbox
+from conversations.storage.lease import check_lease, claim_lease, release_lease, renew_lease
+from conversations.storage.shapes import (
+    DEFAULT_TITLE,
+    AcceptedMessage,
+    CommitResult,
+    InboxFullError,
+    LeaseLostError,
+    NotFoundError,
+    StorageError,
+    TurnStart,
+    dialog_summary,
+    message_to_history_row,
+    message_to_protocol,
+    scrub_nul,
+)
+from conversations.storage.turns import abandon_turn, commit_turn, interrupt_started, start_next_turn
+
+__all__ = [
+    "DEFAULT_TITLE",
+    "AcceptedMessage",
+    "CommitResult",
+    "InboxFullError",
+    "LeaseLostError",
+    "NotFoundError",
+    "StorageError",
+    "TurnStart",
+    "abandon_turn",
+    "accept_message",
+    "active_dialog",
+    "check_lease",
+    "claim_lease",
+    "commit_turn",
+    "create_dialog",
+    "dialog_for_user",
+    "dialog_summary",
+    "dialogs_needing_work",
+    "history_page",
+    "interrupt_started",
+    "list_sessions",
+    "message_to_history_row",
+    "message_to_protocol",
+    "release_lease",
+    "renew_lease",
+    "running_inbox",
+    "scrub_nul",
+    "start_next_turn",
+    "switch_dialog",
+]

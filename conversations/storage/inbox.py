@@ -1,0 +1,108 @@
+"""The durable inbox of accepted user messages (DESIGN §3, seed 000 §6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+
+from conversations.models import Dialog, InboxMessage, now_ms
+from conversations.storage.dialogs import active_dialog, dialog_for_user
+from conversations.storage.shapes import AcceptedMessage, InboxFullError, scrub_nul
+
+
+def _queued_ahead(dialog_id: str, position: int) -> int:
+    return InboxMessage.objects.filter(
+        dialog_id=dialog_id,
+        position__lt=position,
+        status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED],
+    ).count()
+
+
+def accept_message(
+    owner: Any,
+    channel: str,
+    chat_id: str,
+    content: str,
+    *,
+    session_id: str | None = None,
+    client_msg_id: str | None = None,
+    media: list | None = None,
+    received_at: int | None = None,
+    source: dict | None = None,
+) -> AcceptedMessage:
+    """Durably accept a user message into its dialog's inbox (the ``ack`` point, DESIGN §5).
+
+    The dialog is ``session_id`` (which must be the owner's) or the chat's active dialog. A
+    repeated ``client_msg_id`` returns the existing row with ``duplicate=True`` and creates nothing.
+
+    Raises:
+        NotFoundError: ``session_id`` is unknown, deleted or foreign.
+        InboxFullError: the dialog already has ``INBOX_CAPACITY`` queued messages.
+    """
+    client_msg_id, content, source = scrub_nul(client_msg_id), scrub_nul(content), scrub_nul(source)
+    if client_msg_id:
+        existing = InboxMessage.objects.filter(user=owner, client_msg_id=client_msg_id).first()
+        if existing is not None:
+            return AcceptedMessage(
+                str(existing.id), existing.dialog_id, _queued_ahead(existing.dialog_id, existing.position), True
+            )
+    dialog = dialog_for_user(owner, session_id) if session_id else active_dialog(owner, channel, chat_id)
+    capacity = int(settings.PICOBOT["INBOX_CAPACITY"])
+    try:
+        with transaction.atomic():
+            # Bump the position first: the UPDATE locks the dialog row, so concurrent sends count
+            # the queue one after the other (on PostgreSQL both could otherwise see 31 and both
+            # insert). Raising rolls the bump back.
+            Dialog.objects.filter(pk=dialog.pk).update(inbox_position=F("inbox_position") + 1)
+            queued = InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.QUEUED).count()
+            if queued >= capacity:
+                raise InboxFullError(f"the dialog already has {queued} queued messages")
+            position = Dialog.objects.values_list("inbox_position", flat=True).get(pk=dialog.pk)
+            row = InboxMessage.objects.create(
+                user=owner,
+                dialog=dialog,
+                position=position,
+                client_msg_id=client_msg_id or None,
+                content=content,
+                media=media or [],
+                received_at=received_at or now_ms(),
+                source=source or {},
+            )
+    except IntegrityError:
+        # A concurrent send with the same client_msg_id won the race: answer with its row.
+        if not client_msg_id:
+            raise
+        existing = InboxMessage.objects.get(user=owner, client_msg_id=client_msg_id)
+        return AcceptedMessage(
+            str(existing.id), existing.dialog_id, _queued_ahead(existing.dialog_id, existing.position), True
+        )
+    return AcceptedMessage(str(row.id), dialog.id, _queued_ahead(dialog.id, position), False)
+
+
+def running_inbox(channel: str, chat_id: str) -> list[dict]:
+    """Started turns of a chat: ``[{turn_id, session_id, message_id}]`` (for ``ready.running``)."""
+    rows = InboxMessage.objects.filter(
+        dialog__channel=channel, dialog__chat_id=chat_id, status=InboxMessage.Status.STARTED
+    ).values_list("turn_id", "dialog_id", "reply_message_id")
+    return [
+        {"turn_id": str(t), "session_id": d, "message_id": str(r)} for t, d, r in rows if t is not None
+    ]
+
+
+def dialogs_needing_work(worker_id: str, limit: int = 100) -> list[str]:
+    """Dialogs with queued or orphaned started inbox rows whose lease is free, expired or ours."""
+    now = now_ms()
+    ids = (
+        InboxMessage.objects.filter(status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED])
+        .filter(
+            Q(dialog__lease_owner__isnull=True)
+            | Q(dialog__lease_expires_at__lt=now)
+            | Q(dialog__lease_owner=worker_id)
+        )
+        .values_list("dialog_id", flat=True)
+        .distinct()[:limit]
+    )
+    return list(ids)

@@ -1,0 +1,163 @@
+"""Turn boundaries: start (user row enters history), commit (one transaction), abandon, interrupt."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import transaction
+from django.db.models import F
+
+from conversations.models import Dialog, InboxMessage, Message, now_ms
+from conversations.storage.lease import check_lease
+from conversations.storage.shapes import (
+    CommitResult,
+    LeaseLostError,
+    TurnStart,
+    message_to_history_row,
+    message_to_protocol,
+    scrub_nul,
+)
+
+
+def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
+    """Mark inbox rows left ``started`` by a dead owner as ``interrupted`` (DESIGN §3).
+
+    Call right after ``claim_lease``. Returns ``[{turn_id, session_id, message_id, chat_id}]`` so
+    the caller can publish a terminal ``failed`` snapshot and a notice for each.
+    """
+    with transaction.atomic():
+        dialog = check_lease(dialog_id, worker_id, epoch)
+        rows = list(InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED))
+        InboxMessage.objects.filter(pk__in=[r.pk for r in rows]).update(
+            status=InboxMessage.Status.INTERRUPTED, finished_at=now_ms(), error="interrupted by a restart"
+        )
+    return [
+        {
+            "turn_id": str(r.turn_id),
+            "session_id": dialog.id,
+            "message_id": str(r.reply_message_id),
+            "chat_id": dialog.chat_id,
+            "channel": dialog.channel,
+        }
+        for r in rows
+        if r.turn_id
+    ]
+
+
+def start_next_turn(dialog_id: str, worker_id: str, epoch: int) -> TurnStart | None:
+    """Start the dialog's oldest queued message: it enters history with the next ``seq``.
+
+    Returns None when nothing is queued. Raises LeaseLostError when the epoch is stale.
+    """
+    with transaction.atomic():
+        dialog = check_lease(dialog_id, worker_id, epoch)
+        row = (
+            InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.QUEUED)
+            .order_by("position")
+            .first()
+        )
+        if row is None:
+            return None
+        now = now_ms()
+        row.status = InboxMessage.Status.STARTED
+        row.turn_id = uuid.uuid4()
+        row.reply_message_id = uuid.uuid4()
+        row.started_at = now
+        row.save(update_fields=["status", "turn_id", "reply_message_id", "started_at"])
+        seq = dialog.history_revision + 1
+        user_row = Message.objects.create(
+            id=row.id,
+            dialog=dialog,
+            seq=seq,
+            role=Message.Role.USER,
+            content=row.content,
+            media_refs=row.media,
+            turn_id=row.turn_id,
+            source=row.source,
+            created_at=row.received_at,
+        )
+        Dialog.objects.filter(pk=dialog.pk).update(
+            history_revision=seq,
+            message_count=F("message_count") + 1,
+            total_message_count=F("total_message_count") + 1,
+            last_active_at=now,
+            state_version=F("state_version") + 1,
+        )
+        history = [
+            message_to_history_row(m)
+            for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq).order_by("seq")
+        ]
+    return TurnStart(
+        dialog_id=dialog.id,
+        channel=dialog.channel,
+        chat_id=dialog.chat_id,
+        title=dialog.title,
+        inbox_id=str(row.id),
+        turn_id=str(row.turn_id),
+        reply_message_id=str(row.reply_message_id),
+        user_message=message_to_protocol(user_row),
+        history=history,
+        summary=dialog.summary,
+    )
+
+
+def commit_turn(
+    dialog_id: str,
+    worker_id: str,
+    epoch: int,
+    inbox_id: str,
+    rows: list[dict],
+    *,
+    usage: dict | None = None,
+    inbox_status: str = InboxMessage.Status.DONE,
+    error: str = "",
+) -> CommitResult:
+    """Commit a turn's assistant and tool rows in ONE transaction with the dialog counters.
+
+    ``rows`` are dicts with Message field names (``id`` optional; ``seq`` assigned here, gap-free).
+    The inbox row ends ``done`` (or ``inbox_status``). Returns the committed rows, including the
+    user message that started the turn, in protocol form (for ``turn_committed``).
+
+    Raises:
+        LeaseLostError: a stale owner; nothing is written.
+    """
+    with transaction.atomic():
+        dialog = check_lease(dialog_id, worker_id, epoch)
+        seq = dialog.history_revision
+        created = []
+        for data in rows:
+            seq += 1
+            created.append(Message(dialog=dialog, seq=seq, **scrub_nul(data)))
+        Message.objects.bulk_create(created)
+        usage = usage or {}
+        Dialog.objects.filter(pk=dialog.pk).update(
+            history_revision=seq,
+            total_message_count=F("total_message_count") + len(created),
+            last_active_at=now_ms(),
+            state_version=F("state_version") + 1,
+            usage_input_tokens=F("usage_input_tokens") + int(usage.get("input_tokens") or 0),
+            usage_output_tokens=F("usage_output_tokens") + int(usage.get("output_tokens") or 0),
+        )
+        InboxMessage.objects.filter(pk=inbox_id).update(
+            status=inbox_status, finished_at=now_ms(), error=scrub_nul(error)
+        )
+        user_row = Message.objects.filter(pk=inbox_id).first()
+    committed = ([message_to_protocol(user_row)] if user_row else []) + [message_to_protocol(m) for m in created]
+    return CommitResult(messages=committed, history_revision=seq)
+
+
+def abandon_turn(dialog_id: str, worker_id: str, epoch: int, inbox_id: str, error: str) -> bool:
+    """End a turn whose commit failed: its inbox row is ``done`` with the error, nothing else.
+
+    Without this the row would stay ``started`` and every new connection would see a phantom
+    running turn until a restart. Returns False when the lease was lost (nothing written).
+    """
+    with transaction.atomic():
+        try:
+            check_lease(dialog_id, worker_id, epoch)
+        except LeaseLostError:
+            return False
+        InboxMessage.objects.filter(pk=inbox_id, status=InboxMessage.Status.STARTED).update(
+            status=InboxMessage.Status.DONE, finished_at=now_ms(), error=scrub_nul(error)[:2000]
+        )
+    return True
