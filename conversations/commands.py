@@ -1,40 +1,65 @@
-"""Slash commands on the control path (seed 004 §7, PROTOCOL "Slash commands").
+"""Slash commands on the control path (seed 004 §7, seed 000 §6, PROTOCOL "Slash commands").
 
 Commands are answered by the control path: never queued behind a running turn, never a model
-call. This version answers ``/help``, ``/new``, ``/sessions``, ``/switch`` and ``/stop``; the other
-session commands (``/rename``, ``/delete``, ``/compact``, ``/info``) come with the sessions issue and
-answer with an error saying so until then.
+call (``/compact`` calls the model for its summary, in a supervised background task, and answers
+when done). Every channel calls ``handle_command`` with a ``CommandClient``: cli_chat connections
+send the answer frames as they are; text platforms render them with ``command_text.render_text``
+— so a command means the same everywhere.
+
+Errors are answered, not raised: unknown commands and wrong arguments get an ``error`` frame with
+a hint; another user's or another chat's dialog answers ``not_found`` (the caller maps
+``storage.NotFoundError``).
 """
 
 from __future__ import annotations
 
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from conversations import storage
-from conversations.notify import publish_frame
-from conversations.storage_runner import run_storage
+from django.conf import settings
 
-HELP_TEXT = "\n".join(
-    [
-        "Commands:",
-        "/help — this list",
-        "/new [title] — start a new dialog",
-        "/sessions — your 10 most recent dialogs",
-        "/switch <dialog_id> — make a dialog active",
-        "/rename <title> — rename the active dialog",
-        "/delete — delete the active dialog",
-        "/compact — summarise older history now",
-        "/info — about this dialog",
-        "/stop — stop the running turn",
-    ]
+from conversations import notify, storage
+from conversations.notify import session_changed
+from conversations.sessions import session_manager
+from conversations.storage_runner import run_storage
+from conversations.worker import request_stop
+
+log = logging.getLogger(__name__)
+
+WELCOME = "New dialog started ({dialog_id}). Ask me anything; /sessions lists your dialogs, /help the commands."
+IDLE_RESET_NOTICE = (
+    "Your previous dialog “{title}” was idle for more than {hours:g} h, so this message started a new "
+    "one; /sessions lists both, /switch {dialog_id} goes back."
 )
-NOT_YET = {"/rename", "/delete", "/compact", "/info"}
-WELCOME = "New dialog started. Ask me anything; /help lists the commands."
-MAX_TITLE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """One slash command: its usage line and what it does (for ``/help`` and error hints)."""
+
+    usage: str
+    summary: str
+
+
+COMMANDS: dict[str, CommandSpec] = {
+    "/help": CommandSpec("/help", "this list"),
+    "/new": CommandSpec("/new [title]", "start a new dialog and make it active"),
+    "/sessions": CommandSpec("/sessions", "your 10 most recent dialogs"),
+    "/switch": CommandSpec("/switch <dialog_id>", "make another dialog active"),
+    "/rename": CommandSpec("/rename <title>", "rename the current dialog"),
+    "/delete": CommandSpec("/delete [dialog_id]", "delete the current (or the given) dialog"),
+    "/compact": CommandSpec("/compact", "summarise older history now to free context"),
+    "/info": CommandSpec("/info", "about the current dialog: ids, counts, model, token usage"),
+    "/stop": CommandSpec("/stop", "stop the running turn"),
+}
+HELP_TEXT = "Commands:\n" + "\n".join(f"{c.usage} — {c.summary}" for c in COMMANDS.values())
 
 
 class CommandClient(Protocol):
-    """What a command needs from a connection (``ChatConsumer`` provides it)."""
+    """What a command needs from the channel that received it (``ChatConsumer`` provides it)."""
 
     user: Any
     chat_id: str
@@ -48,55 +73,201 @@ class CommandClient(Protocol):
     async def stop_turn(self, session_id: str) -> None: ...
 
 
-def session_changed(dialog: Any, *, active: bool) -> dict:
-    """A ``session_changed`` frame for ``dialog`` (PROTOCOL §1)."""
-    return {
-        "type": "session_changed",
-        "session_id": dialog.id,
-        "dialog_id": dialog.dialog_id,
-        "title": dialog.title,
-        "active": active,
-    }
+def welcome(dialog: Any) -> dict:
+    """The welcome ``notification`` of a new dialog (seed 004 §6.2; a notice, never history)."""
+    return {"type": "notification", "level": "info", "content": WELCOME.format(dialog_id=dialog.dialog_id),
+            "session_id": dialog.id}
+
+
+def idle_reset_notice(new: Any, replaced: Any) -> dict:
+    """The notice of DESIGN §6 "idle reset": a new dialog replaced the chat's idle one."""
+    hours = float(settings.PICOBOT.get("SESSION_TTL_HOURS", 24.0))
+    content = IDLE_RESET_NOTICE.format(title=replaced.title, hours=hours, dialog_id=replaced.dialog_id)
+    return {"type": "notification", "level": "info", "content": content, "session_id": new.id}
+
+
+class UsageError(Exception):
+    """A command was called with wrong arguments; the message says how to call it."""
 
 
 async def handle_command(client: CommandClient, channel: str, content: str, session_id: str | None) -> None:
-    """Answer one slash command on ``client``; unknown commands get an ``error`` with a hint.
+    """Answer one slash command on ``client`` (PROTOCOL "Slash commands").
 
-    Raises:
-        storage.NotFoundError: ``/switch`` to a dialog that is not the chat's (answered by the caller).
+    ``session_id`` is the dialog the client is looking at (the frame's), else the chat's active
+    dialog is meant. Raises storage.NotFoundError for a dialog that is not the chat's (the caller
+    answers ``not_found``).
     """
     name, _, argument = content.strip().partition(" ")
     name, argument = name.lower(), argument.strip()
-    if name == "/help":
-        await client.send_frame({"type": "notification", "level": "info", "content": HELP_TEXT})
-    elif name == "/new":
-        if len(argument) > MAX_TITLE_CHARS:
-            await client.send_error("invalid_command", f"a title has at most {MAX_TITLE_CHARS} characters")
-            return
-        dialog = await run_storage(storage.create_dialog, client.user, channel, client.chat_id, argument or None)
-        await _announce(client, channel, session_changed(dialog, active=True))
-        await client.send_frame({"type": "notification", "level": "info", "content": WELCOME, "session_id": dialog.id})
-    elif name == "/sessions":
-        items = await run_storage(storage.list_sessions, client.user, channel, client.chat_id)
-        await client.send_frame({"type": "sessions", "items": items})
-    elif name == "/switch":
-        if not argument:
-            await client.send_error("invalid_command", "usage: /switch <dialog_id> (see /sessions)")
-            return
-        dialog = await run_storage(storage.switch_dialog, client.user, channel, client.chat_id, argument)
-        await _announce(client, channel, session_changed(dialog, active=True))
-        page = await run_storage(storage.history_page, client.user, dialog.id)
-        await client.send_frame({"type": "session_history", **page})
-    elif name == "/stop":
-        target = session_id or (await run_storage(storage.active_dialog, client.user, channel, client.chat_id)).id
-        await client.stop_turn(target)
-    elif name in NOT_YET:
-        await client.send_error("command_unavailable", f"{name} is not available yet on this server; see /help")
-    else:
+    handler = _HANDLERS.get(name)
+    if handler is None:
         await client.send_error("unknown_command", f"unknown command {name}; type /help for the list")
+        return
+    try:
+        await handler(client, channel, argument, session_id)
+    except UsageError as exc:
+        await client.send_error("invalid_command", f"{exc} — usage: {COMMANDS[name].usage}")
 
 
-async def _announce(client: CommandClient, channel: str, frame: dict) -> None:
+async def _target(client: CommandClient, channel: str, session_id: str | None) -> Any:
+    """The dialog a command acts on: the frame's ``session_id`` (must be the user's) or the active one."""
+    if session_id:
+        return await run_storage(storage.dialog_for_user, client.user, session_id)
+    return await run_storage(storage.active_dialog, client.user, channel, client.chat_id)
+
+
+def _no_argument(argument: str) -> None:
+    if argument:
+        raise UsageError("this command takes no argument")
+
+
+async def _help(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    await client.send_frame({"type": "notification", "level": "info", "content": HELP_TEXT})
+
+
+async def _new(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    try:
+        dialog = await run_storage(storage.create_dialog, client.user, channel, client.chat_id, argument or None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    await announce(client, channel, session_changed(dialog, active=True))
+    await client.send_frame(welcome(dialog))
+
+
+async def _sessions(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    _no_argument(argument)
+    items = await run_storage(storage.list_sessions, client.user, channel, client.chat_id)
+    await client.send_frame({"type": "sessions", "items": items})
+
+
+async def _switch(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    if not argument or " " in argument:
+        raise UsageError("name one dialog (see /sessions)")
+    dialog = await run_storage(storage.switch_dialog, client.user, channel, client.chat_id, argument)
+    await announce(client, channel, session_changed(dialog, active=True))
+    page = await run_storage(storage.history_page, client.user, dialog.id)
+    await client.send_frame({"type": "session_history", **page})
+
+
+async def _rename(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    if not argument:
+        raise UsageError("give the new title")
+    target = await _target(client, channel, session_id)
+    try:
+        dialog = await run_storage(storage.rename_dialog, client.user, target.id, argument)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    active = await run_storage(storage.active_dialog, client.user, channel, client.chat_id)
+    await announce(client, channel, session_changed(dialog, active=dialog.id == active.id))
+
+
+async def _delete(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    if " " in argument:
+        raise UsageError("name at most one dialog")
+    if argument:
+        target = await run_storage(storage.dialog_in_chat, client.user, channel, client.chat_id, argument)
+    else:
+        target = await _target(client, channel, session_id)
+    result = await run_storage(storage.delete_dialog, client.user, channel, client.chat_id, target.id)
+    session_manager().evict(result.deleted.id)  # this process's runtime session (others expire by TTL)
+    if result.running_turn:
+        await request_stop(result.deleted.id)
+    await announce(client, channel, session_changed(result.deleted, active=False, deleted=True))
+    if result.active_changed:
+        await announce(client, channel, session_changed(result.active, active=True))
+    if result.active_created:
+        await client.send_frame(welcome(result.active))
+
+
+async def _info(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    _no_argument(argument)
+    target = await _target(client, channel, session_id)
+    info = await run_storage(storage.dialog_info, client.user, target.id)
+    await client.send_frame(
+        {"type": "notification", "level": "info", "content": format_info(info), "session_id": info["session_id"],
+         "info": info}
+    )
+
+
+async def _stop(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    _no_argument(argument)
+    target = await _target(client, channel, session_id)
+    await client.stop_turn(target.id)
+
+
+async def _compact(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    _no_argument(argument)
+    from conversations.supervisor import SupervisorClosedError, control_supervisor
+
+    target = await _target(client, channel, session_id)
+    try:
+        control_supervisor().spawn(
+            _compact_and_report(channel, client.chat_id, target.id),
+            name=f"compact {target.id}",
+            timeout=float(settings.PICOBOT["COMPACT_TIMEOUT"]) + 10,
+        )
+    except SupervisorClosedError:
+        await client.send_error("unavailable", "the server is shutting down; try /compact again in a moment")
+
+
+async def _compact_and_report(channel: str, chat_id: str, dialog_id: str) -> None:
+    """Run a manual compaction and tell the chat how it went (seed 004 §7 ``/compact``)."""
+    from conversations.compaction_service import CompactionError, compact_dialog
+    from conversations.runtime import get_provider
+
+    try:
+        outcome = await compact_dialog(dialog_id, get_provider())  # keep/timeout from settings
+    except CompactionError as exc:
+        await notify.publish_notification(channel, chat_id, "error", f"Compaction failed: {exc}", session_id=dialog_id)
+        return
+    except storage.NotFoundError:
+        return  # deleted meanwhile: nobody to tell
+    except Exception:
+        ref = secrets.token_hex(4)
+        log.exception("compaction of %s crashed (ref %s)", dialog_id, ref)
+        await notify.publish_notification(
+            channel, chat_id, "error", f"Compaction failed: internal error (ref {ref}).", session_id=dialog_id
+        )
+        return
+    await notify.publish_notification(channel, chat_id, "info", outcome.notice, session_id=dialog_id)
+
+
+_HANDLERS = {
+    "/help": _help,
+    "/new": _new,
+    "/sessions": _sessions,
+    "/switch": _switch,
+    "/rename": _rename,
+    "/delete": _delete,
+    "/compact": _compact,
+    "/info": _info,
+    "/stop": _stop,
+}
+
+
+def format_info(info: dict) -> str:
+    """``/info`` as text: title, ids, counts, times (UTC), model and token usage."""
+    usage = info["usage"]
+    lines = [
+        f"“{info['title']}”" + (" (active)" if info["active"] else ""),
+        f"id: {info['dialog_id']} ({info['session_id']})",
+        f"messages: {info['total_message_count']} in history, {info['message_count']} from you"
+        + (f"; {info['queued']} queued" if info["queued"] else "")
+        + ("; a turn is running" if info["running"] else ""),
+        f"created: {_when(info['created_at'])} · last active: {_when(info['last_active_at'])}",
+        f"model: {info['model'] or 'default'}",
+        f"tokens used: {usage['input_tokens']:,} in, {usage['output_tokens']:,} out",
+    ]
+    if info["compacted_through_seq"]:
+        lines.append(f"compacted: messages up to #{info['compacted_through_seq']} are summarised")
+    return "\n".join(lines)
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+async def announce(client: CommandClient, channel: str, frame: dict) -> None:
     """``frame`` to the client now (in order with its other answers) and to the chat's others."""
     await client.send_frame(frame)
-    await publish_frame(channel, client.chat_id, frame, skip_channel=client.channel_name)
+    await notify.publish_frame(channel, client.chat_id, frame, skip_channel=client.channel_name)

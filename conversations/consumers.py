@@ -23,14 +23,18 @@ from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.db import DatabaseError
 
 from conversations import storage
-from conversations.commands import handle_command
+from conversations.commands import announce, handle_command, idle_reset_notice, welcome
+from conversations.inbound import InboundMessage
 from conversations.media import MediaError, validate_media
-from conversations.notify import dumps
+from conversations.models import now_ms
+from conversations.notify import dumps, interrupted_notice, session_changed
 from conversations.runtime import provider_info
+from conversations.sessions import session_manager
 from conversations.storage_runner import run_storage
-from conversations.worker import WORKERS_GROUP, wake_dialog
+from conversations.worker import WORKERS_GROUP, request_stop, wake_dialog
 from delivery.flow import SnapshotCreditWindow
 from delivery.groups import chat_group
 from delivery.platforms.cli_chat import turn_updated_frame
@@ -121,6 +125,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.refresher = asyncio.ensure_future(self._refresh_groups())
 
     async def _send_ready(self, user: Any) -> None:
+        # A first dialog made here gets no welcome: the WebUI/TUI show their own empty-dialog hint,
+        # and every dialog made by a command or an idle reset is welcomed (seed 004 §6.2).
         active = await run_storage(storage.active_dialog, user, CHANNEL, self.chat_id)
         running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
         await self.send_frame(
@@ -134,12 +140,37 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "running": [_placeholder_snapshot(item) for item in running],
             }
         )
+        await self._send_interrupted_notices()
         if running:
             # The placeholders carry revision 0; the owning worker sends the real latest snapshot.
             await self.channel_layer.group_send(
                 WORKERS_GROUP,
                 {"type": "turns.replay", "channel": CHANNEL, "chat_id": self.chat_id, "reply_channel": self.channel_name},
             )
+
+    async def _send_interrupted_notices(self) -> None:
+        """Tell this connection about turns a dead process left behind that no client heard of.
+
+        DESIGN §3 / issue 5: the takeover's group broadcast (``notify.publish_interrupted``) is
+        best effort and usually finds nobody connected after a restart, so every ``ready`` also
+        sends the chat's pending notices — the terminal ``failed`` snapshot (through the credit
+        window, so a later broadcast copy is dropped) and the warning ``notification`` (same
+        ``id`` as the broadcast's) — and then marks them sent. If a row is still ``started`` here
+        (``ready.running`` showed it) and the new owner interrupts it a moment later, the group
+        broadcast reaches this connection instead. Best effort: a failure leaves the notices
+        pending for the next connection and never fails the connect.
+        """
+        try:
+            pending = await run_storage(storage.pending_interrupted_notices, CHANNEL, self.chat_id)
+            for item in pending:
+                notice = interrupted_notice(item)
+                for payload in self.window.offer(notice.turn_id, notice.revision, True, notice.payload):
+                    await self.send(text_data=turn_updated_frame(payload))
+                await self.send(text_data=notice.notification_text)
+            if pending:
+                await run_storage(storage.mark_notices_sent, [item["inbox_id"] for item in pending])
+        except Exception:
+            log.exception("could not send the chat's interrupted-turn notices; the next connection retries")
 
     async def disconnect(self, code: int) -> None:
         refresher = getattr(self, "refresher", None)
@@ -200,6 +231,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         return frame
 
     async def on_message(self, frame: dict) -> None:
+        received_at = now_ms()  # the user row's created_at (seed 000 §10.2)
         client_msg_id = _optional_str(frame, "client_msg_id", MAX_CLIENT_MSG_ID)
         content = frame.get("content")
         if not isinstance(content, str) or not content.strip():
@@ -216,17 +248,24 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if content.startswith("/"):
             await handle_command(self, CHANNEL, content, session_id)
             return
-        accepted = await run_storage(
-            storage.accept_message,
-            self.user,
-            CHANNEL,
-            self.chat_id,
-            content,
+        inbound = InboundMessage(
+            channel=CHANNEL,
+            chat_id=self.chat_id,
+            sender_id=self.chat_id,
+            content=content,
+            received_at=received_at,
+            media=tuple(media or ()),
             session_id=session_id,
             client_msg_id=client_msg_id,
-            media=media,
-            source={"kind": "user_input", "from_channel": CHANNEL, "from_user_id": self.chat_id, "reply_to": None},
         )
+        accepted = await run_storage(storage.accept_inbound, self.user, inbound)
+        if accepted.created_dialog is not None:
+            # A dialog made for this message (idle reset, DESIGN §6): announced before its ack.
+            new = accepted.created_dialog
+            await announce(self, CHANNEL, session_changed(new, active=True))
+            if accepted.replaced_dialog is not None:
+                await self.send_frame(idle_reset_notice(new, accepted.replaced_dialog))
+            await self.send_frame(welcome(new))
         await self.send_frame(
             {
                 "type": "ack",
@@ -244,7 +283,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
             raise FrameError("invalid_frame", "history needs a session_id")
         before_seq = _optional_int(frame, "before_seq", 1)
         limit = _optional_int(frame, "limit", 1, MAX_HISTORY_LIMIT) or 50
-        page = await run_storage(storage.history_page, self.user, session_id, before_seq, limit)
+        try:
+            page = await run_storage(storage.history_page, self.user, session_id, before_seq, limit)
+        except DatabaseError:
+            # Seed 004 §8: a failed read of a dialog live in this process is served from memory.
+            # A cli_chat dialog id names its chat, so ownership needs no DB read.
+            page = None
+            if session_id.startswith(f"{CHANNEL}:{self.chat_id}:"):
+                page = session_manager().history_page_from_memory(session_id, before_seq, limit)
+            if page is None:
+                raise
+            log.warning("history of %s served from memory: the database read failed", session_id)
         await self.send_frame({"type": "session_history", **page})
 
     async def on_sessions(self, frame: dict) -> None:
@@ -268,7 +317,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.send_frame({"type": "notification", "level": "info", "content": "Nothing is running.",
                                    "session_id": session_id})
             return
-        await self.channel_layer.group_send(WORKERS_GROUP, {"type": "dialog.stop", "dialog_id": session_id})
+        await request_stop(session_id)
 
     async def on_seen(self, frame: dict) -> None:
         turn_id = _optional_str(frame, "turn_id", 64)

@@ -13,28 +13,29 @@ import contextlib
 import logging
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import DatabaseError
 
 from conversations import notify, storage
-from conversations.agent_loop import AgentLoop, AgentResult, TurnMessage
-from conversations.history import build_turn_input, reasoning_of
+from conversations.agent_loop import AgentLoop, AgentResult
+from conversations.history import build_turn_input
 from conversations.models import Message
+from conversations.sessions import Session
 from conversations.storage_runner import run_storage
 from conversations.tools.registry import ToolFatalError
+from conversations.turn_rows import complete_tool_chains, provider_failure_lead, turn_rows
 from delivery.failures import record_delivery_failure
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy
 from delivery.sinks import TurnSink
 from delivery.turn import TurnController
 from delivery.turn_delivery import DeliveryOutcome, FailureReport, TurnDelivery
-from providers.errors import ProviderError, RequestBlockedError
-from providers.messages import Message as ProviderMessage
-from providers.messages import ToolUseBlock
+from providers.errors import RequestBlockedError
 
 if TYPE_CHECKING:
     from conversations.worker import AgentWorker
@@ -53,11 +54,18 @@ class RunningTurn:
     task: asyncio.Task | None = None
 
 
-CANCELLED_TOOL_RESULT = "Error: the turn was stopped before this tool call returned a result."
 # Seconds the executor waits for a turn's terminal delivery (the coordinator's own retries are
 # shorter); past it delivery counts as failed and the one plain fallback goes out.
 DELIVERY_WAIT_SECONDS = 35.0  # above the coordinator's worst case (3 finish attempts of 10 s + delays)
 SHUTDOWN_DELIVERY_WAIT_SECONDS = 3.0
+# Seconds between two "storage is failing" notices of one dialog (the inbox scan retries often).
+STORAGE_ALERT_INTERVAL = 60.0
+
+
+def split_session_id(session_id: str) -> tuple[str, str]:
+    """``(channel, chat_id)`` of a unified id ``"{channel}:{chat_id}:{dialog_id}"`` (seed 004 §2.2)."""
+    channel, _, rest = session_id.partition(":")
+    return channel, rest.rpartition(":")[0]
 
 
 async def open_cli_chat_sink(start: storage.TurnStart) -> TurnSink:
@@ -74,72 +82,8 @@ def presentation_for(channel: str) -> PresentationPolicy:
     return PresentationPolicy.websocket() if channel == "cli_chat" else PresentationPolicy.external()
 
 
-_FAILURE_LEADS = {
-    "server_error": "The model provider had a server error",
-    "overloaded": "The model provider is overloaded",
-    "rate_limited": "The model provider is rate limiting us",
-    "authentication": "The model provider refused our credentials",
-    "context_overflow": "The conversation is too long for the model",
-    "timeout": "The model provider timed out",
-    "connection": "The model provider could not be reached",
-    "truncated": "The model provider's answer was cut off",
-}
-
-
-def provider_failure_lead(error: ProviderError) -> str:
-    """The user-facing start of a provider failure message, naming its kind (and HTTP status).
-
-    A 500/502/504 reads as a server error and only 503/529 as "overloaded" (issue 3): the
-    wording follows the error type, so the two are never confused.
-    """
-    lead = _FAILURE_LEADS.get(error.kind, "The model provider failed")
-    status = f", HTTP {error.http_status}" if error.http_status and error.http_status != 200 else ""
-    return f"{lead} ({error.kind}{status})"
-
-
 def _error_ref() -> str:
     return secrets.token_hex(4)
-
-
-def _tool_call_row(call: ToolUseBlock) -> dict:
-    """A ``tool_calls`` column item; ``raw_arguments`` only for arguments that were not a JSON
-    object (server only: ``storage.message_to_protocol`` leaves it out)."""
-    row = {"id": call.id, "name": call.name, "arguments": call.arguments}
-    if call.raw_arguments is not None:
-        row["raw_arguments"] = call.raw_arguments
-    return row
-
-
-def turn_rows(messages: list[TurnMessage], turn_id: str, reply_message_id: str, status: str) -> list[dict]:
-    """Message field dicts for ``storage.commit_turn``; the last assistant row gets the reply id."""
-    rows: list[dict] = []
-    last_assistant = max((i for i, m in enumerate(messages) if m.message.role == "assistant"), default=None)
-    for index, item in enumerate(messages):
-        msg = item.message
-        if msg.role == "assistant":
-            row = {
-                "role": Message.Role.ASSISTANT,
-                "content": msg.text,
-                "reasoning_content": reasoning_of(msg),
-                "provider_state": msg.provider_state,
-                "tool_calls": [_tool_call_row(c) for c in msg.tool_calls],
-                "completion_status": status if index == last_assistant else Message.CompletionStatus.COMPLETED,
-            }
-            if index == last_assistant:
-                row["id"] = reply_message_id
-        else:
-            block = msg.content[0]
-            row = {
-                "role": Message.Role.TOOL,
-                "content": block.content,
-                "tool_call_id": block.tool_call_id,
-                "tool_name": block.tool_name,
-                "is_error": block.is_error,
-            }
-        row["turn_id"] = turn_id
-        row["iteration"] = item.iteration
-        rows.append(row)
-    return rows
 
 
 class DialogExecutor:
@@ -185,18 +129,138 @@ class DialogExecutor:
         self.poked.set()
 
     async def run(self) -> None:
-        """Recover interrupted turns, then run queued turns until the inbox is empty."""
-        interrupted = await run_storage(storage.interrupt_started, self.dialog_id, self.worker.worker_id, self.epoch)
+        """Recover interrupted turns, then run queued turns until the inbox is empty.
+
+        A storage failure that outlasts the retries (seed 004 §4.4) ends this run with an error in
+        the log and a notice to the chat; the queued messages stay queued (they were acked, so
+        they are durable) and the inbox scan starts the dialog again later.
+        """
+        try:
+            interrupted = await run_storage(
+                storage.interrupt_started, self.dialog_id, self.worker.worker_id, self.epoch
+            )
+        except DatabaseError as exc:
+            await self._storage_alert(exc)
+            return
         for turn in interrupted:
             await notify.publish_interrupted(turn)
         while not self.lease_lost and not self.worker.stopping:
             self.poked.clear()
-            start = await run_storage(storage.start_next_turn, self.dialog_id, self.worker.worker_id, self.epoch)
+            try:
+                start = await self._start_turn()
+            except DatabaseError as exc:
+                await self._storage_alert(exc)
+                return
             if start is None:
                 if self.poked.is_set():
                     continue
-                return
-            await self.run_turn(start)
+                break
+            try:
+                await self.run_turn(start)
+            except BaseException:
+                self.worker.sessions.evict(self.dialog_id)  # unknown state: the next turn reloads
+                raise
+        if self.lease_lost:
+            self.worker.sessions.evict(self.dialog_id)
+
+    async def _storage_alert(self, exc: Exception) -> None:
+        """Tell the chat that storage fails (at most once per ``STORAGE_ALERT_INTERVAL`` s per dialog)."""
+        ref = _error_ref()
+        log.error("dialog %s: storage failed after retries (ref %s): %s", self.dialog_id, ref, exc)
+        now = time.monotonic()
+        alerts = self.worker.storage_alerts
+        if now - alerts.get(self.dialog_id, -STORAGE_ALERT_INTERVAL) < STORAGE_ALERT_INTERVAL:
+            return
+        alerts[self.dialog_id] = now
+        channel, chat_id = split_session_id(self.dialog_id)
+        try:
+            await notify.publish_notification(
+                channel,
+                chat_id,
+                "error",
+                f"The database is failing, so your message waits in the queue; it runs when storage "
+                f"recovers (ref {ref}).",
+                session_id=self.dialog_id,
+            )
+        except Exception:
+            log.exception("dialog %s: could not send the storage alert (ref %s)", self.dialog_id, ref)
+
+    async def _start_turn(self) -> storage.TurnStart | None:
+        """Start the next queued turn; its ``history`` is the dialog's full history after the summary.
+
+        With a valid runtime session only the rows it lacks are read (``known_revision``) and
+        applied to it (seed 004 §5); without one, or when the delta does not fit (a compaction
+        elsewhere changed ``summary_seq``, a seq hole), the full history is loaded and becomes the
+        session. A session that cannot be trusted is evicted, never used. Returns None when
+        nothing is queued. Raises what ``storage.start_next_turn`` raises (the session is evicted).
+        """
+        sessions = self.worker.sessions
+        session = sessions.get(self.dialog_id)
+        known = {}
+        if session is not None and session.valid:
+            known = {"known_revision": session.history_revision, "known_summary_seq": session.summary_seq}
+        try:
+            start = await run_storage(
+                storage.start_next_turn, self.dialog_id, self.worker.worker_id, self.epoch, **known
+            )
+        except BaseException:
+            sessions.evict(self.dialog_id)
+            raise
+        if start is None:
+            return None
+        now = sessions.clock()
+        if start.history_is_delta:
+            applied = session is not None and session.apply_turn_start(
+                start.history,
+                title=start.title,
+                summary=start.summary,
+                summary_seq=start.summary_seq,
+                history_revision=start.history_revision,
+                now=now,
+            )
+            if applied:
+                sessions.put(session)  # held again even if evicted meanwhile: it is in use
+                return replace(start, history=list(session.history), history_is_delta=False)
+            log.warning("dialog %s: the history delta does not fit the runtime session; reloading", self.dialog_id)
+            sessions.evict(self.dialog_id)
+            snapshot = await run_storage(storage.load_history, self.dialog_id, self.worker.worker_id, self.epoch)
+            start = replace(
+                start,
+                title=snapshot.title,
+                summary=snapshot.summary,
+                summary_seq=snapshot.summary_seq,
+                history_revision=snapshot.history_revision,
+                history=snapshot.history,
+                history_is_delta=False,
+            )
+        fresh = Session.loaded(
+            self.dialog_id,
+            title=start.title,
+            summary=start.summary,
+            summary_seq=start.summary_seq,
+            rows=start.history,
+            history_revision=start.history_revision,
+            now=now,
+        )
+        if fresh.valid:
+            sessions.put(fresh)
+        else:  # the DB's rows are used for this turn; every later turn loads them again
+            log.warning("dialog %s: history seqs are not contiguous; not kept in memory", self.dialog_id)
+            sessions.evict(self.dialog_id)
+        return start
+
+    def _remember_commit(self, commit: storage.CommitResult) -> None:
+        """Append a successful commit's rows to the runtime session (no DB read; seed 004 §5.2).
+
+        Nothing to do when the session left memory meanwhile (the next turn reloads it); a commit
+        that does not continue it evicts it.
+        """
+        sessions = self.worker.sessions
+        session = sessions.get(self.dialog_id)
+        if session is None:
+            return
+        if not session.apply_commit(commit.history_rows, now=sessions.clock()):
+            sessions.evict(self.dialog_id)
 
     async def run_turn(self, start: storage.TurnStart) -> None:
         """One turn end to end; every failure is typed, shown and never reported completed."""
@@ -219,6 +283,7 @@ class DialogExecutor:
             outcome = await self._settle(delivery)
             if commit is not None:
                 await notify.publish_turn_committed(start.channel, start.chat_id, start.dialog_id, commit)
+                self.worker.titles.schedule(start.dialog_id)  # background; never delays the next turn
             if outcome.failure is not None:
                 await self._record_delivery_failure(start, outcome.failure)
         finally:
@@ -339,12 +404,14 @@ class DialogExecutor:
             )
         except storage.LeaseLostError:
             log.warning("turn %s: lease lost before commit; another worker owns %s", start.turn_id, self.dialog_id)
+            self.worker.sessions.evict(self.dialog_id)
             self.lease_lost = True
             controller.cancel("another worker took over this dialog")
             return None
         except Exception:
             ref = _error_ref()
             log.exception("turn %s commit failed (ref %s)", start.turn_id, ref)
+            self.worker.sessions.evict(self.dialog_id)  # the DB state is unknown: reload next turn
             controller.fail(f"The answer could not be saved (ref {ref}).")
             try:
                 await run_storage(
@@ -360,6 +427,7 @@ class DialogExecutor:
             return None
         # The commit checked our epoch in the DB: the lease is proven, whatever the local clock said.
         self.extend_lease(float(settings.PICOBOT["LEASE_SECONDS"]), since=asked_at)
+        self._remember_commit(commit)
         if cancelled:
             controller.cancel(self.cancel_reason)
         elif failure:
@@ -372,24 +440,3 @@ class DialogExecutor:
     def _runtime_context(start: storage.TurnStart) -> str:
         now = datetime.now(UTC).isoformat(timespec="seconds")
         return f"time={now}; channel={start.channel}; dialog_title={start.title!r}"
-
-
-def complete_tool_chains(messages: list[TurnMessage]) -> list[TurnMessage]:
-    """``messages`` with every tool call followed by its result, an error result where none came.
-
-    A turn cancelled while its tools ran must still commit a valid chain: providers reject a
-    history where an assistant tool call has no result (seed 003 §14.1).
-    """
-    results = {m.message.content[0].tool_call_id: m for m in messages if m.message.role == "tool"}
-    out: list[TurnMessage] = []
-    for item in messages:
-        if item.message.role == "tool":
-            continue
-        out.append(item)
-        for call in item.message.tool_calls if item.message.role == "assistant" else []:
-            missing = TurnMessage(
-                item.iteration,
-                ProviderMessage.tool_result(call.id, CANCELLED_TOOL_RESULT, is_error=True, tool_name=call.name),
-            )
-            out.append(results.get(call.id) or missing)
-    return out

@@ -8,6 +8,7 @@ last user message, never as an extra message (DESIGN §6).
 from __future__ import annotations
 
 import logging
+from collections import deque
 
 from providers.messages import RUNTIME_CONTEXT_MARKER, ImageBlock, Message, ThinkingBlock, ToolUseBlock
 
@@ -61,30 +62,36 @@ def _images(row: dict) -> list[ImageBlock]:
 def repair_tool_pairs(messages: list[Message]) -> list[Message]:
     """Make every assistant tool call have exactly one result right after it (DESIGN §5 rule).
 
-    Missing results become "interrupted" error results; results without a matching call are
-    dropped. Providers reject a history that breaks this, so a damaged dialog would otherwise fail
-    every later request.
+    A call's result is the first unused tool result with its ``tool_call_id`` that comes after
+    it — moved up when something (a user row of an imported or damaged dialog) separated them.
+    Calls without a result get an "interrupted" error result; results no call claims are dropped.
+    Matching is positional, so a provider that reuses ids across turns (``call_0`` every time)
+    still pairs each call with its own result. Providers reject a history that breaks this, so a
+    damaged dialog would otherwise fail every later request. O(n).
     """
+    positions: dict[str, deque[int]] = {}
+    for index, msg in enumerate(messages):
+        if msg.role == "tool" and msg.content:
+            positions.setdefault(msg.content[0].tool_call_id, deque()).append(index)
+    used: set[int] = set()
     out: list[Message] = []
-    i = 0
-    while i < len(messages):
-        msg = messages[i]
+    for index, msg in enumerate(messages):
         if msg.role == "tool":
-            log.warning("dropping orphaned tool result")
-            i += 1
+            if index not in used:
+                log.warning("dropping a tool result that no earlier tool call claims")
             continue
         out.append(msg)
-        i += 1
-        if msg.role != "assistant" or not msg.tool_calls:
+        if msg.role != "assistant":
             continue
-        results: dict[str, Message] = {}
-        while i < len(messages) and messages[i].role == "tool":
-            result = messages[i]
-            call_id = result.content[0].tool_call_id if result.content else ""
-            results.setdefault(call_id, result)
-            i += 1
         for call in msg.tool_calls:
-            out.append(results.get(call.id) or Message.tool_result(call.id, INTERRUPTED_RESULT, is_error=True, tool_name=call.name))
+            queue = positions.get(call.id)
+            while queue and (queue[0] < index or queue[0] in used):
+                queue.popleft()
+            if queue:
+                used.add(queue[0])
+                out.append(messages[queue.popleft()])
+            else:
+                out.append(Message.tool_result(call.id, INTERRUPTED_RESULT, is_error=True, tool_name=call.name))
     return out
 
 

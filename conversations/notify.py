@@ -9,6 +9,8 @@ chat's group; each ``ChatConsumer`` forwards the text unchanged. ``group_send`` 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
 from channels.layers import get_channel_layer
 
@@ -16,7 +18,7 @@ from conversations.storage import CommitResult
 from delivery.groups import chat_group
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy, serialize_snapshot
-from delivery.turn import TurnController
+from delivery.turn import TurnController, TurnSnapshot
 
 # Above any revision a real turn reaches (2^31 changes), below JavaScript's 2^53 safe integers.
 RECOVERY_REVISION = 2**40
@@ -26,6 +28,21 @@ INTERRUPTED_NOTICE = "Your last turn was interrupted by a server restart; send i
 def group_for(channel: str, chat_id: str) -> str:
     """The channel-layer group of a chat's WebSocket connections."""
     return chat_group(channel, chat_id)
+
+
+def session_changed(dialog: Any, *, active: bool, deleted: bool = False) -> dict:
+    """A ``session_changed`` frame for ``dialog`` (PROTOCOL §1): created, switched to, renamed
+    (by the user or a generated title) or deleted."""
+    frame = {
+        "type": "session_changed",
+        "session_id": dialog.id,
+        "dialog_id": dialog.dialog_id,
+        "title": dialog.title,
+        "active": active,
+    }
+    if deleted:
+        frame["deleted"] = True
+    return frame
 
 
 def dumps(frame: dict) -> str:
@@ -69,20 +86,81 @@ async def publish_turn_committed(channel: str, chat_id: str, session_id: str, co
     )
 
 
-async def publish_interrupted(turn: dict) -> None:
-    """Tell a chat that a turn died with its process: a terminal ``failed`` snapshot + a notice.
+def interrupted_notice_id(turn_id: str) -> str:
+    """The ``notification`` id of a turn's interrupted notice: clients show each id once."""
+    return f"interrupted:{turn_id}"
 
-    ``turn`` is an item of ``storage.interrupt_started``. Without the terminal snapshot a client
-    that saw the turn running would keep its spinner forever.
+
+@dataclass(frozen=True)
+class InterruptedNotice:
+    """What a chat is told about a turn that died with its process (DESIGN §3, issue 5).
+
+    Built once by :func:`interrupted_notice`, sent two ways: broadcast to the chat's group when a
+    worker takes the dialog over (:func:`publish_interrupted`), and to each connection on
+    ``ready`` until one received it (``ChatConsumer``, ``storage.pending_interrupted_notices``).
+    Both paths send the same revision and notification ``id``, so a client that gets both shows
+    the turn failed once and the notice once.
+
+    Attributes:
+        turn_id, session_id: the turn and its dialog.
+        revision: the terminal snapshot's revision (``RECOVERY_REVISION``: above any real one).
+        snapshot: the presented terminal ``failed`` snapshot (what a sink may see).
+        payload: its serialised turn object (the ``turn`` of a ``turn_updated`` frame; the
+            consumer sends it through its credit window, the broadcast through the sink).
+        notification: the warning ``notification`` frame (with ``id`` and ``turn_id``).
+    """
+
+    turn_id: str
+    session_id: str
+    revision: int
+    snapshot: TurnSnapshot
+    payload: str
+    notification: dict
+
+    @property
+    def notification_text(self) -> str:
+        """The ``notification`` frame text."""
+        return dumps(self.notification)
+
+
+def interrupted_notice(turn: dict) -> InterruptedNotice:
+    """The terminal ``failed`` snapshot and the warning of an interrupted turn.
+
+    ``turn`` is an item of ``storage.interrupt_started`` or ``storage.pending_interrupted_notices``
+    (``turn_id``, ``session_id``, ``message_id``).
     """
     controller = TurnController(
         turn["turn_id"], turn["session_id"], turn["message_id"], first_revision=RECOVERY_REVISION
     )
     controller.fail("interrupted by a server restart")
     view = PresentationPolicy.websocket().present(controller.snapshot())  # what a sink may see
-    payload = serialize_snapshot(view, view.policy)
-    sink = CliChatSink(get_channel_layer(), group_for(turn["channel"], turn["chat_id"]))
-    await sink.finish(view, payload)
-    await publish_notification(
-        turn["channel"], turn["chat_id"], "warning", INTERRUPTED_NOTICE, session_id=turn["session_id"]
+    notification = {
+        "type": "notification",
+        "level": "warning",
+        "content": INTERRUPTED_NOTICE,
+        "session_id": turn["session_id"],
+        "id": interrupted_notice_id(turn["turn_id"]),
+        "turn_id": turn["turn_id"],
+    }
+    return InterruptedNotice(
+        turn_id=view.id,
+        session_id=view.session_id,
+        revision=view.revision,
+        snapshot=view,
+        payload=serialize_snapshot(view, view.policy),
+        notification=notification,
     )
+
+
+async def publish_interrupted(turn: dict) -> None:
+    """Tell a chat that a turn died with its process: a terminal ``failed`` snapshot + a notice.
+
+    ``turn`` is an item of ``storage.interrupt_started``. Without the terminal snapshot a client
+    that saw the turn running would keep its spinner forever. Best effort (DESIGN §2): it reaches
+    the connections open now; the row's ``notice_sent_at`` stays NULL, so the next connection
+    of the chat gets the same notice on ``ready`` (issue 5).
+    """
+    notice = interrupted_notice(turn)
+    sink = CliChatSink(get_channel_layer(), group_for(turn["channel"], turn["chat_id"]))
+    await sink.finish(notice.snapshot, notice.payload)
+    await publish_frame(turn["channel"], turn["chat_id"], notice.notification)

@@ -29,7 +29,10 @@ from django.conf import settings
 from conversations import storage
 from conversations.executor import DialogExecutor, open_cli_chat_sink
 from conversations.runtime import get_provider
+from conversations.sessions import SessionManager, session_manager
 from conversations.storage_runner import run_storage
+from conversations.supervisor import TaskSupervisor
+from conversations.title_service import TitleService
 from conversations.tools import ToolRegistry, default_registry
 from delivery.outbound import OutboundDispatcher
 from delivery.platforms.cli_chat import CliChatSender
@@ -50,6 +53,11 @@ WORKERS_GROUP = "picobot.workers"
 async def wake_dialog(dialog_id: str) -> None:
     """Tell some agent worker that ``dialog_id`` has queued input (best effort)."""
     await get_channel_layer().send(AGENT_CHANNEL, {"type": "dialog.input", "dialog_id": dialog_id})
+
+
+async def request_stop(dialog_id: str) -> None:
+    """Ask every agent worker to cancel ``dialog_id``'s running turn (only its owner has one)."""
+    await get_channel_layer().group_send(WORKERS_GROUP, {"type": "dialog.stop", "dialog_id": dialog_id})
 
 
 def default_worker_id(mode: str) -> str:
@@ -98,6 +106,9 @@ class AgentWorker:
             sink. It may raise: the turn is then delivered final-only (seed 000 §5.1).
         outbound: The dispatcher for complete messages (the plain fallbacks); default: one with
             the cli_chat sender. The worker closes it on ``stop()``.
+        sessions: The runtime sessions of the live dialogs (seed 004 §6); default: the process's
+            ``session_manager()``. ``start()`` runs its TTL cleanup every
+            ``PICOBOT["SESSION_CLEANUP_MINUTES"]`` minutes (seed 004 §6.4).
     """
 
     def __init__(
@@ -108,6 +119,7 @@ class AgentWorker:
         tools: ToolRegistry | None = None,
         sink_factory: SinkFactory | None = None,
         outbound: OutboundDispatcher | None = None,
+        sessions: SessionManager | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.provider = provider or get_provider()
@@ -115,6 +127,11 @@ class AgentWorker:
         self.open_sink: SinkFactory = sink_factory or open_cli_chat_sink
         self.outbound = outbound or OutboundDispatcher({"cli_chat": CliChatSender(get_channel_layer())})
         self.executors: dict[str, DialogExecutor] = {}
+        self.storage_alerts: dict[str, float] = {}  # dialog id → monotonic time of its last storage alert
+        self.sessions = sessions if sessions is not None else session_manager()
+        # Background LLM work of this worker (titles, seed 000 §12): reaped by stop().
+        self.supervisor = TaskSupervisor("agent-worker")
+        self.titles = TitleService.from_settings(self.provider, self.supervisor)
         self.consumer_ready = asyncio.Event()
         self.consumer_channel: str | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -134,6 +151,9 @@ class AgentWorker:
         self._loops.append(asyncio.ensure_future(self._renew_loop()))
         self._loops.append(asyncio.ensure_future(self._scan_loop()))
         self._loops.append(asyncio.ensure_future(self._group_refresh_loop()))
+        cleanup_seconds = float(settings.PICOBOT["SESSION_CLEANUP_MINUTES"]) * 60
+        if cleanup_seconds > 0:  # evicts idle runtime sessions; never dies on an error (seed 004 §6.4)
+            self._loops.append(asyncio.ensure_future(self.sessions.run_cleanup(cleanup_seconds)))
         await asyncio.wait_for(self.consumer_ready.wait(), timeout=10)
 
     async def _group_refresh_loop(self) -> None:
@@ -196,6 +216,8 @@ class AgentWorker:
                 task.cancel()
             if pending:  # cancelled means cancelled *and awaited*: nothing runs on after stop()
                 await asyncio.wait(pending, timeout=2)
+        # Titles after the executors (a last commit may have scheduled one): cancelled, not awaited long.
+        await self.supervisor.close(timeout=min(timeout, 2.0))
         # After the executors: their last fallbacks are already queued and get a short grace.
         await self.outbound.close(timeout=min(timeout, 2.0))
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -70,6 +71,10 @@ class RecordedRequest:
             return None
 
 
+# What a request handler returns: a response, a ``(status, headers, pieces[, delay])`` tuple, or None.
+Handled = SSEResponse | tuple[Any, ...] | None
+
+
 class LocalSSEServer:
     """Serve scripted responses, in order, to sequential or concurrent requests.
 
@@ -83,6 +88,12 @@ class LocalSSEServer:
         repeat_last: when the script is exhausted, serve the last response again; otherwise
             answer ``500`` with a JSON error naming the request number (and record it in
             :attr:`errors`), so a test that sends too many requests fails clearly.
+        handler: instead of the script, a callable ``handler(request)`` that returns (or is a
+            coroutine returning) the response to one :class:`RecordedRequest` — an
+            :class:`SSEResponse` or a ``(status, headers, pieces[, delay])`` tuple — e.g. an
+            upstream that validates requests, or one that holds a response until the test lets
+            it go. Returning None answers like an exhausted script; an exception answers ``500``
+            (both recorded in :attr:`errors`). The request is already in :attr:`recorded`.
 
     Attributes:
         requests: the JSON bodies received (None for non-JSON bodies), in order.
@@ -91,9 +102,14 @@ class LocalSSEServer:
     """
 
     def __init__(
-        self, responses: Sequence[SSEResponse | tuple[Any, ...]] = (), *, repeat_last: bool = False
+        self,
+        responses: Sequence[SSEResponse | tuple[Any, ...]] = (),
+        *,
+        repeat_last: bool = False,
+        handler: Callable[[RecordedRequest], Handled | Awaitable[Handled]] | None = None,
     ) -> None:
         self._responses = [SSEResponse.coerce(r) for r in responses]
+        self.handler = handler
         self._next = 0
         self.repeat_last = repeat_last
         self.requests: list[Any] = []
@@ -159,9 +175,8 @@ class LocalSSEServer:
                 request.connection = connection
                 self.recorded.append(request)
                 self.requests.append(request.json())
-                response = self._take()
+                response, message = await self._respond(request)
                 if response is None:
-                    message = f"LocalSSEServer: no scripted response left for request #{len(self.recorded)}"
                     self.errors.append(message)
                     body = json.dumps(
                         {"error": {"message": message, "code": "local_sse_server_exhausted"}}
@@ -186,6 +201,21 @@ class LocalSSEServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _respond(self, request: RecordedRequest) -> tuple[SSEResponse | None, str]:
+        """The response to ``request`` (script or handler), or None and why there is none."""
+        number = len(self.recorded)
+        if self.handler is None:
+            response = self._take()
+        else:
+            try:
+                result: Any = self.handler(request)
+                if inspect.isawaitable(result):
+                    result = await result
+                response = None if result is None else SSEResponse.coerce(result)
+            except Exception as exc:  # a broken test handler must fail the request, not hang it
+                return None, f"LocalSSEServer: handler failed on request #{number}: {exc!r}"
+        return response, f"LocalSSEServer: no scripted response left for request #{number}"
 
     async def _read_request(self, reader: asyncio.StreamReader) -> RecordedRequest | None:
         try:

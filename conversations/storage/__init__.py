@@ -7,23 +7,43 @@ notify later: nothing here talks to the channel layer. Callers outside use the p
 
 Modules: ``shapes`` (errors, protocol/history rows, result records), ``dialogs`` (chats and their
 dialogs), ``inbox`` (accepted user messages), ``lease`` (per-dialog ownership), ``turns`` (start,
-commit, abandon, interrupt).
+commit, abandon, interrupt), ``notices`` (durable interrupted-turn notices, issue 5),
+``background`` (title attempts and compaction summaries, committed conditionally).
 
 Errors: ``NotFoundError`` (unknown or foreign dialog — answer 404 / ``not_found``),
 ``InboxFullError`` (the dialog already has ``INBOX_CAPACITY`` queued messages), ``LeaseLostError``
 (a stale owner tried to write; its turn must stop without publishing).
 """
 
+from conversations.storage.background import (
+    commit_generated_title,
+    commit_summary,
+    compaction_source,
+    is_active_dialog,
+    title_candidate,
+)
 from conversations.storage.dialogs import (
+    MAX_TITLE_CHARS,
+    DeletedDialog,
+    ResolvedDialog,
     active_dialog,
+    active_dialog_created,
+    clean_user_title,
     create_dialog,
+    delete_dialog,
     dialog_for_user,
+    dialog_in_chat,
+    dialog_info,
     history_page,
     list_sessions,
+    rename_dialog,
+    resolve_dialog,
+    session_ttl_ms,
     switch_dialog,
 )
-from conversations.storage.inbox import accept_message, dialogs_needing_work, running_inbox
+from conversations.storage.inbox import accept_inbound, accept_message, dialogs_needing_work, running_inbox
 from conversations.storage.lease import check_lease, claim_lease, release_lease, renew_lease
+from conversations.storage.notices import mark_notices_sent, pending_interrupted_notices
 from conversations.storage.shapes import (
     DEFAULT_TITLE,
     AcceptedMessage,
@@ -38,10 +58,28 @@ from conversations.storage.shapes import (
     message_to_protocol,
     scrub_nul,
 )
-from conversations.storage.turns import abandon_turn, commit_turn, interrupt_started, start_next_turn
+from conversations.storage.turns import (
+    abandon_turn,
+    commit_turn,
+    interrupt_started,
+    load_history,
+    start_next_turn,
+)
 
 __all__ = [
     "DEFAULT_TITLE",
+    "MAX_TITLE_CHARS",
+    "DeletedDialog",
+    "ResolvedDialog",
+    "accept_inbound",
+    "active_dialog_created",
+    "clean_user_title",
+    "delete_dialog",
+    "dialog_in_chat",
+    "dialog_info",
+    "rename_dialog",
+    "resolve_dialog",
+    "session_ttl_ms",
     "AcceptedMessage",
     "CommitResult",
     "InboxFullError",
@@ -54,20 +92,28 @@ __all__ = [
     "active_dialog",
     "check_lease",
     "claim_lease",
+    "commit_generated_title",
+    "commit_summary",
     "commit_turn",
+    "compaction_source",
     "create_dialog",
     "dialog_for_user",
     "dialog_summary",
     "dialogs_needing_work",
     "history_page",
     "interrupt_started",
+    "is_active_dialog",
     "list_sessions",
+    "load_history",
+    "mark_notices_sent",
     "message_to_history_row",
     "message_to_protocol",
+    "pending_interrupted_notices",
     "release_lease",
     "renew_lease",
     "running_inbox",
     "scrub_nul",
     "start_next_turn",
     "switch_dialog",
+    "title_candidate",
 ]

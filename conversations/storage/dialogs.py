@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 
-from conversations.models import ChatState, Dialog, Message, now_ms
+from conversations.models import ChatState, Dialog, InboxMessage, Message, now_ms
 from conversations.storage.shapes import (
     DEFAULT_TITLE,
     NotFoundError,
@@ -43,19 +45,81 @@ def _configured_model() -> str:
 
 def active_dialog(owner: Any, channel: str, chat_id: str) -> Dialog:
     """The chat's active dialog, creating the chat state and a first dialog when there is none."""
+    return active_dialog_created(owner, channel, chat_id)[0]
+
+
+def active_dialog_created(owner: Any, channel: str, chat_id: str) -> tuple[Dialog, bool]:
+    """``(dialog, created)``: the chat's active dialog, and whether it was just created.
+
+    A chat without an active dialog (first contact, or its active one was deleted) gets its most
+    recent live dialog, or a new one (``created``: the caller sends the welcome, seed 004 §6.2).
+    """
     with transaction.atomic():
         state, _ = ChatState.objects.get_or_create(channel=channel, chat_id=chat_id, defaults={"owner": owner})
         dialog = state.active_dialog
+        created = False
         if dialog is None or dialog.deleted_at is not None:
-            dialog = (
-                Dialog.objects.filter(channel=channel, chat_id=chat_id, deleted_at__isnull=True)
-                .order_by("-last_active_at")
-                .first()
-            ) or _new_dialog(owner, channel, chat_id)
+            dialog = _most_recent_live(channel, chat_id)
+            if dialog is None:
+                dialog, created = _new_dialog(owner, channel, chat_id), True
             state.active_dialog = dialog
             state.updated_at = now_ms()
             state.save(update_fields=["active_dialog", "updated_at"])
-        return dialog
+        return dialog, created
+
+
+def _most_recent_live(channel: str, chat_id: str, *, exclude: str | None = None) -> Dialog | None:
+    rows = Dialog.objects.filter(channel=channel, chat_id=chat_id, deleted_at__isnull=True)
+    if exclude:
+        rows = rows.exclude(pk=exclude)
+    return rows.order_by("-last_active_at").first()
+
+
+def session_ttl_ms() -> int:
+    """The idle TTL of a chat's active dialog in ms (``PICOBOT_SESSION_TTL_HOURS``; 0 = never)."""
+    return int(float(settings.PICOBOT.get("SESSION_TTL_HOURS", 24.0)) * 3_600_000)
+
+
+@dataclass(frozen=True)
+class ResolvedDialog:
+    """The dialog an inbound message goes to (seed 004 §6.2 step 1).
+
+    ``created``: the dialog was made for this message (announce it with ``session_changed`` and
+    the welcome). ``replaced``: the idle dialog it replaced as the chat's active one (idle reset,
+    DESIGN §6), or None.
+    """
+
+    dialog: Dialog
+    created: bool = False
+    replaced: Dialog | None = None
+
+
+def resolve_dialog(owner: Any, channel: str, chat_id: str, session_id: str | None = None) -> ResolvedDialog:
+    """Resolve the dialog of an inbound message (seed 004 §6.2 step 1, DESIGN §6 "idle reset").
+
+    An explicit ``session_id`` is that dialog (the owner's, live). Otherwise the chat's active
+    dialog — unless it has been idle longer than the TTL (``session_ttl_ms``), has history and
+    nothing queued or running: then a new dialog becomes active (the old one stays in
+    ``/sessions``). No active dialog at all → the most recent live one, or a new one.
+
+    Raises:
+        NotFoundError: ``session_id`` is unknown, deleted or foreign.
+    """
+    if session_id:
+        return ResolvedDialog(dialog_for_user(owner, session_id))
+    ttl = session_ttl_ms()
+    with transaction.atomic():
+        dialog, created = active_dialog_created(owner, channel, chat_id)
+        if created or ttl <= 0 or dialog.message_count == 0 or dialog.last_active_at >= now_ms() - ttl:
+            return ResolvedDialog(dialog, created=created)
+        busy = InboxMessage.objects.filter(
+            dialog=dialog, status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
+        ).exists()
+        if busy:
+            return ResolvedDialog(dialog)
+        fresh = _new_dialog(owner, channel, chat_id)
+        _set_active(channel, chat_id, owner, fresh)
+        return ResolvedDialog(fresh, created=True, replaced=dialog)
 
 
 def _set_active(channel: str, chat_id: str, owner: Any, dialog: Dialog) -> None:
@@ -65,10 +129,27 @@ def _set_active(channel: str, chat_id: str, owner: Any, dialog: Dialog) -> None:
 
 
 def create_dialog(owner: Any, channel: str, chat_id: str, title: str | None = None) -> Dialog:
-    """A new dialog for the chat, made its active dialog (``/new [title]``, seed 004 §7)."""
+    """A new dialog for the chat, made its active dialog (``/new [title]``, seed 004 §7).
+
+    Raises ValueError for a bad title (``clean_user_title``).
+    """
     with transaction.atomic():
-        dialog = _new_dialog(owner, channel, chat_id, scrub_nul(title.strip()) if title else None)
+        dialog = _new_dialog(owner, channel, chat_id, clean_user_title(title) if title and title.strip() else None)
         _set_active(channel, chat_id, owner, dialog)
+    return dialog
+
+
+def dialog_in_chat(owner: Any, channel: str, chat_id: str, dialog_ref: str) -> Dialog:
+    """One of the chat's live dialogs by its short ``dialog_id`` or its unified id.
+
+    Raises NotFoundError for an unknown, deleted or foreign dialog, or one of another chat.
+    """
+    dialog_id = dialog_ref.rsplit(":", 1)[-1] if dialog_ref.startswith(f"{channel}:") else dialog_ref
+    dialog = Dialog.objects.filter(
+        channel=channel, chat_id=chat_id, dialog_id=dialog_id, owner=owner, deleted_at__isnull=True
+    ).first()
+    if dialog is None or (":" in dialog_ref and dialog.id != dialog_ref):
+        raise NotFoundError(f"no dialog {dialog_ref!r} in this chat")
     return dialog
 
 
@@ -77,13 +158,8 @@ def switch_dialog(owner: Any, channel: str, chat_id: str, dialog_ref: str) -> Di
 
     Raises NotFoundError for an unknown, deleted or foreign dialog.
     """
-    dialog_id = dialog_ref.rsplit(":", 1)[-1] if dialog_ref.startswith(f"{channel}:") else dialog_ref
     with transaction.atomic():
-        dialog = Dialog.objects.filter(
-            channel=channel, chat_id=chat_id, dialog_id=dialog_id, owner=owner, deleted_at__isnull=True
-        ).first()
-        if dialog is None:
-            raise NotFoundError(f"no dialog {dialog_ref!r} in this chat")
+        dialog = dialog_in_chat(owner, channel, chat_id, dialog_ref)
         _set_active(channel, chat_id, owner, dialog)
     return dialog
 
@@ -121,4 +197,128 @@ def history_page(owner: Any, session_id: str, before_seq: int | None = None, lim
         "history_revision": dialog.history_revision,
         "messages": [message_to_protocol(m) for m in page],
         "has_more": has_more,
+    }
+
+
+# --- rename, delete, info (seed 004 §6.3, §7) ---------------------------------------------------
+
+MAX_TITLE_CHARS = 200
+
+
+def clean_user_title(title: str) -> str:
+    """A user-given title, whitespace collapsed; raises ValueError when empty, too long or unprintable."""
+    text = " ".join(scrub_nul(title).split())
+    if not text:
+        raise ValueError("a title cannot be empty")
+    if len(text) > MAX_TITLE_CHARS:
+        raise ValueError(f"a title has at most {MAX_TITLE_CHARS} characters")
+    if not text.isprintable():
+        raise ValueError("a title must be printable text")
+    return text
+
+
+def rename_dialog(owner: Any, session_id: str, title: str) -> Dialog:
+    """Rename a dialog (``/rename``, the admin, ``PATCH /api/dialogs``): a user title always wins.
+
+    Sets ``title_is_default = False``, so a title generated in the background that lands later is
+    discarded (seed 000 §12). Raises NotFoundError (foreign, deleted, unknown) or ValueError
+    (bad title, see ``clean_user_title``).
+    """
+    text = clean_user_title(title)
+    with transaction.atomic():
+        dialog = dialog_for_user(owner, session_id)
+        Dialog.objects.filter(pk=dialog.pk).update(
+            title=text, title_is_default=False, state_version=F("state_version") + 1
+        )
+    dialog.title, dialog.title_is_default = text, False
+    return dialog
+
+
+@dataclass(frozen=True)
+class DeletedDialog:
+    """What ``delete_dialog`` did.
+
+    ``deleted``: the soft-deleted dialog. ``active``: the chat's active dialog afterwards;
+    ``active_changed``: the deleted dialog was the active one (announce ``active``);
+    ``active_created``: ``active`` is a new empty dialog (nothing else was left; send the welcome).
+    ``running_turn``: a turn of the deleted dialog was running (the caller asks workers to stop
+    it). ``dropped_queued``: queued messages that will now never run.
+    """
+
+    deleted: Dialog
+    active: Dialog
+    active_changed: bool
+    active_created: bool
+    running_turn: bool
+    dropped_queued: int
+
+
+def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> DeletedDialog:
+    """Soft-delete a dialog of the chat (``/delete``, seed 004 §6.3; DESIGN §3 ``deleted_at``).
+
+    It disappears for users at once (every lookup filters ``deleted_at``); ``purge`` removes it
+    physically after the retention. Its queued messages are dropped (inbox rows end ``done`` with
+    an error). Deleting the active dialog makes the chat's most recent other live dialog active,
+    or a new one. Raises NotFoundError for a foreign, deleted or unknown dialog, or one of another
+    chat.
+    """
+    now = now_ms()
+    with transaction.atomic():
+        dialog = dialog_for_user(owner, session_id)
+        if (dialog.channel, dialog.chat_id) != (channel, chat_id):
+            raise NotFoundError(f"no dialog {session_id!r} in this chat")
+        Dialog.objects.filter(pk=dialog.pk).update(deleted_at=now, state_version=F("state_version") + 1)
+        dialog.deleted_at = now
+        dropped = InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.QUEUED).update(
+            status=InboxMessage.Status.DONE, finished_at=now, error="the dialog was deleted"
+        )
+        running = InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED).exists()
+        state = ChatState.objects.filter(channel=channel, chat_id=chat_id).first()
+        was_active = state is None or state.active_dialog_id in (None, dialog.pk)
+        created = False
+        if was_active:
+            active = _most_recent_live(channel, chat_id, exclude=dialog.pk)
+            if active is None:
+                active, created = _new_dialog(owner, channel, chat_id), True
+            _set_active(channel, chat_id, owner, active)
+        else:
+            active = state.active_dialog
+    return DeletedDialog(dialog, active, was_active, created, running, dropped)
+
+
+def dialog_info(owner: Any, session_id: str) -> dict:
+    """``/info`` and ``GET /api/dialogs/{id}``: title, ids, counts, times (ms), model, usage.
+
+    Shape: ``{session_id, dialog_id, channel, chat_id, title, title_is_default, message_count
+    (user messages), total_message_count, history_revision, created_at, last_active_at, model,
+    usage: {input_tokens, output_tokens}, compacted_through_seq, queued, running, active}``.
+    Raises NotFoundError.
+    """
+    dialog = dialog_for_user(owner, session_id)
+    statuses = list(
+        InboxMessage.objects.filter(
+            dialog=dialog, status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
+        ).values_list("status", flat=True)
+    )
+    active_id = ChatState.objects.filter(channel=dialog.channel, chat_id=dialog.chat_id).values_list(
+        "active_dialog_id", flat=True
+    ).first()
+    return {
+        "session_id": dialog.id,
+        "dialog_id": dialog.dialog_id,
+        "channel": dialog.channel,
+        "chat_id": dialog.chat_id,
+        "title": dialog.title,
+        "title_is_default": dialog.title_is_default,
+        "message_count": dialog.message_count,
+        "total_message_count": dialog.total_message_count,
+        "history_revision": dialog.history_revision,
+        "created_at": dialog.created_at,
+        "last_active_at": dialog.last_active_at,
+        "model": dialog.model,
+        "usage": {"input_tokens": dialog.usage_input_tokens, "output_tokens": dialog.usage_output_tokens},
+        "compacted_through_seq": dialog.summary_seq,
+        "queued": statuses.count(InboxMessage.Status.QUEUED),
+        "running": InboxMessage.Status.STARTED in statuses,
+        "active": active_id == dialog.id,
     }

@@ -8,8 +8,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 
+from conversations.inbound import InboundMessage
 from conversations.models import Dialog, InboxMessage, now_ms
-from conversations.storage.dialogs import active_dialog, dialog_for_user
+from conversations.storage.dialogs import resolve_dialog
 from conversations.storage.shapes import AcceptedMessage, InboxFullError, scrub_nul
 
 
@@ -32,11 +33,15 @@ def accept_message(
     media: list | None = None,
     received_at: int | None = None,
     source: dict | None = None,
+    channel_context: dict | None = None,
 ) -> AcceptedMessage:
     """Durably accept a user message into its dialog's inbox (the ``ack`` point, DESIGN §5).
 
-    The dialog is ``session_id`` (which must be the owner's) or the chat's active dialog. A
-    repeated ``client_msg_id`` returns the existing row with ``duplicate=True`` and creates nothing.
+    The dialog is ``session_id`` (which must be the owner's) or the chat's active dialog, resolved
+    by ``resolve_dialog`` (a new one after the idle TTL). A repeated ``client_msg_id`` returns the
+    existing row with ``duplicate=True`` and creates nothing. ``received_at`` (ms) becomes the
+    user row's ``created_at``; ``source`` and the opaque ``channel_context`` are stored as given
+    (seed 000 §10).
 
     Raises:
         NotFoundError: ``session_id`` is unknown, deleted or foreign.
@@ -49,7 +54,8 @@ def accept_message(
             return AcceptedMessage(
                 str(existing.id), existing.dialog_id, _queued_ahead(existing.dialog_id, existing.position), True
             )
-    dialog = dialog_for_user(owner, session_id) if session_id else active_dialog(owner, channel, chat_id)
+    resolved = resolve_dialog(owner, channel, chat_id, session_id)
+    dialog = resolved.dialog
     capacity = int(settings.PICOBOT["INBOX_CAPACITY"])
     try:
         with transaction.atomic():
@@ -70,6 +76,7 @@ def accept_message(
                 media=media or [],
                 received_at=received_at or now_ms(),
                 source=source or {},
+                channel_context=scrub_nul(channel_context) or {},
             )
     except IntegrityError:
         # A concurrent send with the same client_msg_id won the race: answer with its row.
@@ -79,7 +86,31 @@ def accept_message(
         return AcceptedMessage(
             str(existing.id), existing.dialog_id, _queued_ahead(existing.dialog_id, existing.position), True
         )
-    return AcceptedMessage(str(row.id), dialog.id, _queued_ahead(dialog.id, position), False)
+    return AcceptedMessage(
+        str(row.id),
+        dialog.id,
+        _queued_ahead(dialog.id, position),
+        False,
+        created_dialog=dialog if resolved.created else None,
+        replaced_dialog=resolved.replaced,
+    )
+
+
+def accept_inbound(owner: Any, message: InboundMessage) -> AcceptedMessage:
+    """``accept_message`` for a normalised ``InboundMessage`` (seed 000 §10): its sender, receive
+    time and typed ``reply_to`` go into the stored ``source``, its ``channel_context`` alongside."""
+    return accept_message(
+        owner,
+        message.channel,
+        message.chat_id,
+        message.content,
+        session_id=message.session_id,
+        client_msg_id=message.client_msg_id,
+        media=list(message.media) or None,
+        received_at=message.received_at,
+        source=message.source(),
+        channel_context=dict(message.channel_context),
+    )
 
 
 def running_inbox(channel: str, chat_id: str) -> list[dict]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conversations.models import Dialog, Message
+from conversations.sessions import history_row_to_protocol
 
 DEFAULT_TITLE = "New chat"
 
@@ -48,24 +49,22 @@ def scrub_nul(value: Any) -> Any:
 
 
 
-def _protocol_tool_call(call: object) -> object:
-    # ``raw_arguments`` (invalid argument text kept for the model) is server-only: clients get
-    # PROTOCOL's ``{id, name, arguments: {…}}``.
-    if isinstance(call, dict) and "raw_arguments" in call:
-        return {k: v for k, v in call.items() if k != "raw_arguments"}
-    return call
-
-
 def message_to_protocol(row: Message) -> dict:
-    """A history row as PROTOCOL §1 "History message" (``provider_state`` and a tool call's
-    ``raw_arguments`` never leave)."""
+    """A history row as PROTOCOL §1 "History message" (``provider_state``, ``media_refs`` and a
+    tool call's ``raw_arguments`` never leave): ``history_row_to_protocol`` of its history form, the
+    one projection the runtime sessions use too (``conversations.sessions``)."""
+    return history_row_to_protocol(message_to_history_row(row))
+
+
+def message_to_history_row(row: Message) -> dict:
+    """A history row for building provider input (includes ``provider_state``; server only)."""
     return {
         "id": str(row.id),
         "seq": row.seq,
         "role": row.role,
         "content": row.content,
         "reasoning": row.reasoning_content,
-        "tool_calls": [_protocol_tool_call(c) for c in row.tool_calls or []],
+        "tool_calls": row.tool_calls or [],  # with ``raw_arguments``
         "tool_call_id": row.tool_call_id,
         "tool_name": row.tool_name,
         "is_error": row.is_error,
@@ -73,16 +72,9 @@ def message_to_protocol(row: Message) -> dict:
         "iteration": row.iteration,
         "completion_status": row.completion_status,
         "created_at": row.created_at,
+        "provider_state": row.provider_state,
+        "media_refs": row.media_refs or [],
     }
-
-
-def message_to_history_row(row: Message) -> dict:
-    """A history row for building provider input (includes ``provider_state``; server only)."""
-    data = message_to_protocol(row)
-    data["provider_state"] = row.provider_state
-    data["tool_calls"] = row.tool_calls or []  # with ``raw_arguments``
-    data["media_refs"] = row.media_refs or []
-    return data
 
 
 def dialog_summary(dialog: Dialog, active_id: str | None) -> dict:
@@ -99,17 +91,30 @@ def dialog_summary(dialog: Dialog, active_id: str | None) -> dict:
 
 @dataclass(frozen=True)
 class AcceptedMessage:
-    """Result of ``accept_message``: what the ``ack`` frame says."""
+    """Result of ``accept_message``: what the ``ack`` frame says.
+
+    ``created_dialog``: the dialog was created for this message (first contact, or the idle reset
+    of DESIGN §6, then ``replaced_dialog`` is the idle one): announce it and send the welcome.
+    """
 
     inbox_id: str
     session_id: str
     queued: int
     duplicate: bool
+    created_dialog: Dialog | None = None
+    replaced_dialog: Dialog | None = None
 
 
 @dataclass
 class TurnStart:
-    """A turn that just started: its inbox row moved into history (DESIGN §3)."""
+    """A turn that just started: its inbox row moved into history (DESIGN §3).
+
+    ``history`` holds history-form rows (``message_to_history_row``) in seq order, the turn's
+    user row last: every row with ``seq > summary_seq`` (a full load), or, when
+    ``history_is_delta``, only the rows above the caller's ``known_revision`` (seed 004 §5: the
+    runtime session holds the rest). ``history_revision`` is the dialog's revision with the user
+    row in (= its seq); ``summary``/``summary_seq`` are the dialog's compaction state.
+    """
 
     dialog_id: str
     channel: str
@@ -121,11 +126,36 @@ class TurnStart:
     user_message: dict
     history: list[dict] = field(default_factory=list)
     summary: str = ""
+    summary_seq: int = 0
+    history_revision: int = 0
+    history_is_delta: bool = False
 
 
 @dataclass(frozen=True)
 class CommitResult:
-    """Rows a turn committed (protocol form, ``seq`` order) and the new ``history_revision``."""
+    """Rows a turn committed (protocol form, ``seq`` order) and the new ``history_revision``.
+
+    ``history_rows``: the rows this commit created (not the turn's user row, which entered history
+    at turn start), in history form and seq order, as a DB read would return them: the runtime
+    session appends them without reading them back (seed 004 §5.2).
+    """
 
     messages: list[dict]
     history_revision: int
+    history_rows: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HistorySnapshot:
+    """A dialog's full history state for a runtime session (``load_history``; seed 004 §5.1).
+
+    ``history``: every row with ``seq > summary_seq``, history form, seq order;
+    ``history_revision``: the dialog's highest committed seq.
+    """
+
+    dialog_id: str
+    title: str
+    summary: str
+    summary_seq: int
+    history_revision: int
+    history: list[dict]

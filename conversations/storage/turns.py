@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from django.db import transaction
@@ -11,6 +12,7 @@ from conversations.models import Dialog, InboxMessage, Message, now_ms
 from conversations.storage.lease import check_lease
 from conversations.storage.shapes import (
     CommitResult,
+    HistorySnapshot,
     LeaseLostError,
     TurnStart,
     message_to_history_row,
@@ -44,10 +46,24 @@ def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
     ]
 
 
-def start_next_turn(dialog_id: str, worker_id: str, epoch: int) -> TurnStart | None:
+def start_next_turn(
+    dialog_id: str,
+    worker_id: str,
+    epoch: int,
+    *,
+    known_revision: int | None = None,
+    known_summary_seq: int | None = None,
+) -> TurnStart | None:
     """Start the dialog's oldest queued message: it enters history with the next ``seq``.
 
-    Returns None when nothing is queued. Raises LeaseLostError when the epoch is stale.
+    ``known_revision``/``known_summary_seq``: what the caller's runtime session holds (seed 004
+    §5). When its summary_seq is the dialog's and ``summary_seq <= known_revision <= the dialog's
+    revision before this turn``, only the rows with ``seq > known_revision`` are read and returned
+    (``history_is_delta``); otherwise (no session, a compaction happened, a revision the DB does
+    not have) every row with ``seq > summary_seq`` is, as without a session.
+
+    Returns None when nothing is queued (nothing read or written). Raises LeaseLostError when
+    the epoch is stale.
     """
     with transaction.atomic():
         dialog = check_lease(dialog_id, worker_id, epoch)
@@ -83,9 +99,14 @@ def start_next_turn(dialog_id: str, worker_id: str, epoch: int) -> TurnStart | N
             last_active_at=now,
             state_version=F("state_version") + 1,
         )
+        delta = (
+            known_revision is not None
+            and known_summary_seq == dialog.summary_seq
+            and dialog.summary_seq <= known_revision <= dialog.history_revision
+        )
+        after = known_revision if delta else dialog.summary_seq
         history = [
-            message_to_history_row(m)
-            for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq).order_by("seq")
+            message_to_history_row(m) for m in Message.objects.filter(dialog=dialog, seq__gt=after).order_by("seq")
         ]
     return TurnStart(
         dialog_id=dialog.id,
@@ -98,7 +119,47 @@ def start_next_turn(dialog_id: str, worker_id: str, epoch: int) -> TurnStart | N
         user_message=message_to_protocol(user_row),
         history=history,
         summary=dialog.summary,
+        summary_seq=dialog.summary_seq,
+        history_revision=seq,
+        history_is_delta=delta,
     )
+
+
+def load_history(dialog_id: str, worker_id: str, epoch: int) -> HistorySnapshot:
+    """The dialog's full history state, for (re)building a runtime session (seed 004 §5.1, §6.3).
+
+    Read in one transaction by the lease holder: rows with ``seq > summary_seq``, history form.
+    Raises LeaseLostError when the epoch is stale.
+    """
+    with transaction.atomic():
+        dialog = check_lease(dialog_id, worker_id, epoch)
+        history = [
+            message_to_history_row(m)
+            for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq).order_by("seq")
+        ]
+    return HistorySnapshot(
+        dialog_id=dialog.id,
+        title=dialog.title,
+        summary=dialog.summary,
+        summary_seq=dialog.summary_seq,
+        history_revision=dialog.history_revision,
+        history=history,
+    )
+
+
+def _as_stored(message: Message) -> dict:
+    """The history form of a just-created row exactly as a later DB read returns it.
+
+    JSON columns go through the same ``json.dumps``/``json.loads`` round trip as the database
+    (tuples become lists, keys strings), and uuids take their canonical text.
+    """
+    row = message_to_history_row(message)
+    for key in ("provider_state", "tool_calls", "media_refs"):
+        row[key] = json.loads(json.dumps(row[key]))
+    row["id"] = str(uuid.UUID(row["id"]))
+    if row["turn_id"] is not None:
+        row["turn_id"] = str(uuid.UUID(row["turn_id"]))
+    return row
 
 
 def commit_turn(
@@ -116,7 +177,8 @@ def commit_turn(
 
     ``rows`` are dicts with Message field names (``id`` optional; ``seq`` assigned here, gap-free).
     The inbox row ends ``done`` (or ``inbox_status``). Returns the committed rows, including the
-    user message that started the turn, in protocol form (for ``turn_committed``).
+    user message that started the turn, in protocol form (for ``turn_committed``), and the rows
+    created here in history form (``history_rows``, for the runtime session; seed 004 §5.2).
 
     Raises:
         LeaseLostError: a stale owner; nothing is written.
@@ -143,7 +205,7 @@ def commit_turn(
         )
         user_row = Message.objects.filter(pk=inbox_id).first()
     committed = ([message_to_protocol(user_row)] if user_row else []) + [message_to_protocol(m) for m in created]
-    return CommitResult(messages=committed, history_revision=seq)
+    return CommitResult(messages=committed, history_revision=seq, history_rows=[_as_stored(m) for m in created])
 
 
 def abandon_turn(dialog_id: str, worker_id: str, epoch: int, inbox_id: str, error: str) -> bool:

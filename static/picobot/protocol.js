@@ -127,15 +127,17 @@
       const rows = (f.messages || []).slice().sort((a, b) => a.seq - b.seq);
       this._settleTurns(s, rows);
       for (const row of rows) if (row.role === 'user') this._matchPending(s.id, row);
+      const fresh = rows.filter((r) => !s.ids.has(r.id)); // a duplicate delta changes nothing
       if (s.loaded && rows.length && rows[0].seq <= s.revision + 1) {
         this._merge(s, rows);
         s.revision = Math.max(s.revision, f.history_revision || 0);
       } else if (rows.length) {
-        // A gap (or no history yet): the rows alone would leave a hole, so refetch the page.
+        // A gap (or no history yet): the rows alone would leave a hole, so refetch the page —
+        // once: further deltas before the answer arrive are covered by it.
         s.stale = true;
-        if (s.id === this.activeSessionId) this._requestHistory(s, fx);
+        if (s.id === this.activeSessionId && !s.historyRequested) this._requestHistory(s, fx);
       }
-      this._touchDialog(s.id, rows);
+      this._touchDialog(s.id, fresh);
       fx.render = true;
     }
 

@@ -27,6 +27,14 @@ def fast_picobot(settings: object) -> None:
     }
 
 
+@pytest.fixture(autouse=True)
+def fresh_runtime_sessions() -> None:
+    """Each test starts with an empty process-wide runtime session cache (seed 004 §5)."""
+    from conversations.sessions import reset_session_manager
+
+    reset_session_manager()
+
+
 @database_sync_to_async
 def make_token(username: str = "alice") -> str:
     """Create ``username`` (if needed) and return a fresh API token."""
@@ -61,7 +69,8 @@ class ChatClient:
                 frame = await self.recv(timeout=remaining)
             except TimeoutError:
                 raise AssertionError(
-                    f"no {kind!r} frame within {timeout} s; got {[f['type'] for f in self.frames]}"
+                    f"no {kind!r} frame within {timeout} s; got {[f['type'] for f in self.frames]}; "
+                    f"errors: {[f for f in self.frames if f['type'] == 'error']}"
                 ) from None
             if frame["type"] == kind and (predicate is None or predicate(frame)):
                 return frame

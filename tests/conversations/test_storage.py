@@ -61,7 +61,7 @@ def test_accepting_a_message_creates_one_queued_inbox_row_in_the_active_dialog(a
     accepted = accept(alice, "hello", client_msg_id="c-1", source={"kind": "user_input"})
 
     row = InboxMessage.objects.get()
-    assert accepted == storage.AcceptedMessage(str(row.id), row.dialog_id, 0, False)
+    assert accepted == storage.AcceptedMessage(str(row.id), row.dialog_id, 0, False, created_dialog=row.dialog)
     assert row.dialog_id == storage.active_dialog(alice, CHANNEL, "chat-alice").id
     assert (row.content, row.status, row.position, row.client_msg_id) == ("hello", "queued", 1, "c-1")
     assert row.user == alice and row.source == {"kind": "user_input"}
@@ -89,14 +89,15 @@ def test_a_concurrent_send_with_the_same_client_msg_id_is_answered_with_the_winn
     # The other request inserts its row after our duplicate check but before our insert, so our
     # insert hits the unique constraint (the IntegrityError path).
     real_active_dialog = storage.active_dialog
+    real_resolve = storage.resolve_dialog
     winner: list[storage.AcceptedMessage] = []
 
-    def racing_active_dialog(owner, channel, chat_id):
-        monkeypatch.setattr(storage.inbox, "active_dialog", real_active_dialog)  # race only once
+    def racing_resolve(owner, channel, chat_id, session_id=None):
+        monkeypatch.setattr(storage.inbox, "resolve_dialog", real_resolve)  # race only once
         winner.append(accept(alice, "from the other tab", client_msg_id="c-race"))
-        return real_active_dialog(owner, channel, chat_id)
+        return real_resolve(owner, channel, chat_id, session_id)
 
-    monkeypatch.setattr(storage.inbox, "active_dialog", racing_active_dialog)
+    monkeypatch.setattr(storage.inbox, "resolve_dialog", racing_resolve)
 
     loser = accept(alice, "from this tab", client_msg_id="c-race")
 

@@ -2,7 +2,8 @@
 
 ``ServeProcess(data_dir, env)`` runs ``serve --port 0`` with its own data directory (SQLite file,
 secret key), reads the announced URL from stdout, and stops it with SIGTERM like an operator
-would. ``manage(...)`` runs any other management command against the same data directory.
+would (or ``kill()``s it with SIGKILL, like a crash). ``manage(...)`` runs any other management
+command against the same data directory.
 """
 
 from __future__ import annotations
@@ -93,6 +94,17 @@ class ServeProcess:
             self.proc.kill()
             code = await self.proc.wait()
         await self._drain
+        return code
+
+    async def kill(self, timeout: float = 30) -> int:
+        """SIGKILL and wait — a crash: no shutdown handler runs, running turns die mid-flight
+        (issue 5). Returns the exit code (``-SIGKILL``)."""
+        if self.proc is None or self.proc.returncode is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.kill()
+        async with asyncio.timeout(timeout):
+            code = await self.proc.wait()
+            await self._drain
         return code
 
     async def __aenter__(self) -> ServeProcess:

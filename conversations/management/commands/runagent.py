@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
@@ -21,14 +22,20 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, worker_id: str, **options: object) -> None:
         from conversations.runtime import get_provider
+        from conversations.tools import default_registry
 
         try:
             get_provider()
         except ValueError as exc:  # a configuration mistake: say what to set, no traceback
             raise CommandError(f"LLM configuration: {exc}") from exc
+        try:
+            default_registry()  # PICOBOT_TOOL_MODULES errors before anything starts
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
         asyncio.run(self._run(worker_id))
 
     async def _run(self, worker_id: str) -> None:
+        from conversations.supervisor import close_control_supervisor
         from conversations.worker import AgentWorker, default_worker_id
 
         worker = AgentWorker(worker_id or default_worker_id("runagent"))
@@ -39,4 +46,5 @@ class Command(BaseCommand):
         await worker.start()
         self.stdout.write(f"agent worker {worker.worker_id} running; Ctrl+C to stop")
         await stopped.wait()
-        await worker.stop(timeout=15)
+        # Control-path tasks (/compact) are cancelled alongside, within the same bound.
+        await asyncio.gather(worker.stop(timeout=15), close_control_supervisor(timeout=5))

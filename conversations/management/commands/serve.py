@@ -11,6 +11,7 @@ import asyncio
 import signal
 import sys
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -38,6 +39,7 @@ class Command(BaseCommand):
 
         from conversations.consumers import process_connections_group
         from conversations.runtime import get_provider
+        from conversations.supervisor import close_control_supervisor
         from conversations.worker import AgentWorker, default_worker_id
         from picobot_site.asgi import application
 
@@ -45,7 +47,10 @@ class Command(BaseCommand):
             provider = get_provider()
         except ValueError as exc:  # a configuration mistake: say what to set, no traceback
             raise CommandError(f"LLM configuration: {exc}") from exc
-        worker = AgentWorker(default_worker_id("serve"), provider=provider)
+        try:
+            worker = AgentWorker(default_worker_id("serve"), provider=provider)
+        except ImproperlyConfigured as exc:  # e.g. PICOBOT_TOOL_MODULES: say what is wrong, no traceback
+            raise CommandError(str(exc)) from exc
         interface = host.strip("[]")
         endpoint = f"tcp:port={port}:interface={interface.replace(':', chr(92) + ':')}"
         server: Server
@@ -85,7 +90,8 @@ class Command(BaseCommand):
         async def shutdown() -> None:
             # Stop accepting new turns and end running ones per the cancel rules, then close
             # every socket with a close frame (Daphne alone would drop them: clients would see 1006).
-            await worker.stop(timeout=15)
+            # Control-path tasks (/compact) are cancelled alongside, within the same bound.
+            await asyncio.gather(worker.stop(timeout=15), close_control_supervisor(timeout=5))
             try:
                 await get_channel_layer().group_send(process_connections_group(), {"type": "server.shutdown"})
                 await asyncio.sleep(0.3)  # let the close frames flush
