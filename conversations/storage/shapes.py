@@ -114,6 +114,8 @@ class TurnStart:
     ``history_is_delta``, only the rows above the caller's ``known_revision`` (seed 004 §5: the
     runtime session holds the rest). ``history_revision`` is the dialog's revision with the user
     row in (= its seq); ``summary``/``summary_seq`` are the dialog's compaction state.
+    ``channel_context`` is the inbound message's opaque platform context, for the turn's sink
+    (seed 000 §10.1: passed through, never interpreted).
     """
 
     dialog_id: str
@@ -129,6 +131,7 @@ class TurnStart:
     summary_seq: int = 0
     history_revision: int = 0
     history_is_delta: bool = False
+    channel_context: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

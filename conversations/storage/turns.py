@@ -122,6 +122,7 @@ def start_next_turn(
         summary_seq=dialog.summary_seq,
         history_revision=seq,
         history_is_delta=delta,
+        channel_context=row.channel_context or {},
     )
 
 

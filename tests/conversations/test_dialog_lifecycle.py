@@ -3,6 +3,8 @@ inbound fidelity (seed 000 §10) — plus the idle reset as a cli_chat client se
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from channels.db import database_sync_to_async
 
@@ -206,3 +208,28 @@ async def test_the_client_is_told_about_an_idle_reset_before_the_ack(connect, st
     committed = await client.until("turn_committed")
     assert committed["session_id"] == changed["session_id"]
     assert [m["content"] for m in committed["messages"]] == ["back after a while", "fresh start"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_channel_context_reaches_the_turns_sink_untouched(start_worker):
+    """Seed 000 §10.1: the opaque context goes to the turn's sink; the core never reads it."""
+    from conversations.executor import open_cli_chat_sink
+    from conversations.worker import wake_dialog
+
+    opened: list[storage.TurnStart] = []
+    sink_opened = asyncio.Event()
+
+    async def sink_factory(start: storage.TurnStart):
+        opened.append(start)
+        sink_opened.set()
+        return await open_cli_chat_sink(start)
+
+    await start_worker(ScriptedProvider([script_text("ok")]), sink_factory=sink_factory)
+    user = await database_sync_to_async(lambda: get_or_create_user("carol")[0])()
+    context = {"feishu.message_id": "om_9", "thread": {"root": "om_1"}}
+    inbound = InboundMessage("feishu", "oc_9", "ou_1", "hi", received_at=now_ms(), channel_context=context)
+    accepted = await database_sync_to_async(storage.accept_inbound)(user, inbound)
+    await wake_dialog(accepted.session_id)
+    await asyncio.wait_for(sink_opened.wait(), 10)
+    assert opened[0].channel_context == context
+    assert opened[0].channel == "feishu" and opened[0].chat_id == "oc_9"
