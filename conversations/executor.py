@@ -13,7 +13,7 @@ import contextlib
 import logging
 import secrets
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ from conversations import notify, storage
 from conversations.agent_loop import AgentLoop, AgentResult
 from conversations.history import build_turn_input
 from conversations.models import Message
-from conversations.sessions import Session
+from conversations.session_turns import remember_commit, start_turn
 from conversations.storage_runner import run_storage
 from conversations.tools.registry import ToolFatalError
 from conversations.turn_rows import complete_tool_chains, provider_failure_lead, turn_rows
@@ -186,81 +186,11 @@ class DialogExecutor:
             log.exception("dialog %s: could not send the storage alert (ref %s)", self.dialog_id, ref)
 
     async def _start_turn(self) -> storage.TurnStart | None:
-        """Start the next queued turn; its ``history`` is the dialog's full history after the summary.
-
-        With a valid runtime session only the rows it lacks are read (``known_revision``) and
-        applied to it (seed 004 §5); without one, or when the delta does not fit (a compaction
-        elsewhere changed ``summary_seq``, a seq hole), the full history is loaded and becomes the
-        session. A session that cannot be trusted is evicted, never used. Returns None when
-        nothing is queued. Raises what ``storage.start_next_turn`` raises (the session is evicted).
-        """
-        sessions = self.worker.sessions
-        session = sessions.get(self.dialog_id)
-        known = {}
-        if session is not None and session.valid:
-            known = {"known_revision": session.history_revision, "known_summary_seq": session.summary_seq}
-        try:
-            start = await run_storage(
-                storage.start_next_turn, self.dialog_id, self.worker.worker_id, self.epoch, **known
-            )
-        except BaseException:
-            sessions.evict(self.dialog_id)
-            raise
-        if start is None:
-            return None
-        now = sessions.clock()
-        if start.history_is_delta:
-            applied = session is not None and session.apply_turn_start(
-                start.history,
-                title=start.title,
-                summary=start.summary,
-                summary_seq=start.summary_seq,
-                history_revision=start.history_revision,
-                now=now,
-            )
-            if applied:
-                sessions.put(session)  # held again even if evicted meanwhile: it is in use
-                return replace(start, history=list(session.history), history_is_delta=False)
-            log.warning("dialog %s: the history delta does not fit the runtime session; reloading", self.dialog_id)
-            sessions.evict(self.dialog_id)
-            snapshot = await run_storage(storage.load_history, self.dialog_id, self.worker.worker_id, self.epoch)
-            start = replace(
-                start,
-                title=snapshot.title,
-                summary=snapshot.summary,
-                summary_seq=snapshot.summary_seq,
-                history_revision=snapshot.history_revision,
-                history=snapshot.history,
-                history_is_delta=False,
-            )
-        fresh = Session.loaded(
-            self.dialog_id,
-            title=start.title,
-            summary=start.summary,
-            summary_seq=start.summary_seq,
-            rows=start.history,
-            history_revision=start.history_revision,
-            now=now,
-        )
-        if fresh.valid:
-            sessions.put(fresh)
-        else:  # the DB's rows are used for this turn; every later turn loads them again
-            log.warning("dialog %s: history seqs are not contiguous; not kept in memory", self.dialog_id)
-            sessions.evict(self.dialog_id)
-        return start
+        """The next queued turn, its history through the runtime session (``session_turns.start_turn``)."""
+        return await start_turn(self.worker.sessions, self.dialog_id, self.worker.worker_id, self.epoch)
 
     def _remember_commit(self, commit: storage.CommitResult) -> None:
-        """Append a successful commit's rows to the runtime session (no DB read; seed 004 §5.2).
-
-        Nothing to do when the session left memory meanwhile (the next turn reloads it); a commit
-        that does not continue it evicts it.
-        """
-        sessions = self.worker.sessions
-        session = sessions.get(self.dialog_id)
-        if session is None:
-            return
-        if not session.apply_commit(commit.history_rows, now=sessions.clock()):
-            sessions.evict(self.dialog_id)
+        remember_commit(self.worker.sessions, self.dialog_id, commit)
 
     async def run_turn(self, start: storage.TurnStart) -> None:
         """One turn end to end; every failure is typed, shown and never reported completed."""
