@@ -9,14 +9,23 @@ consumer run here instead. Transient DB errors are retried after 100/200/300 ms 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    connections,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -68,9 +77,26 @@ async def run_storage(fn: Callable[..., T], *args: Any, retry: bool = True, **kw
             attempt += 1
 
 
-def shutdown_storage_threads() -> None:
-    """Stop the storage threads (tests and process shutdown)."""
+def shutdown_storage_threads(timeout: float = 10.0) -> None:
+    """Close every storage thread's DB connection, then stop the threads (tests, process exit).
+
+    Each thread holds its own connection; PostgreSQL will not drop a database (a test database,
+    say) while they are open. One close task per thread, held at a barrier so that no thread
+    runs two of them.
+    """
     global _executor
-    if _executor is not None:
-        _executor.shutdown(wait=True)
-        _executor = None
+    executor, _executor = _executor, None
+    if executor is None:
+        return
+    workers = executor._max_workers
+    barrier = threading.Barrier(workers)
+
+    def close_here() -> None:
+        # A broken barrier (a thread stuck elsewhere): this one closes its own all the same.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout)
+        connections.close_all()
+
+    for _ in range(workers):
+        executor.submit(close_here)
+    executor.shutdown(wait=True)

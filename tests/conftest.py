@@ -37,3 +37,13 @@ def _fresh_channel_layer() -> object:
     channel_layers.backends = {}
     yield
     channel_layers.backends = {}
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> object:
+    """pytest-django's test database, plus: the storage threads' connections close before it is
+    dropped (PostgreSQL refuses to drop a database with open sessions)."""
+    yield
+    from conversations.storage_runner import shutdown_storage_threads
+
+    shutdown_storage_threads()

@@ -1,0 +1,52 @@
+"""The storage and session tests again, on PostgreSQL (DESIGN §2 scale-out, §10).
+
+SQLite runs one writer at a time and forgives what PostgreSQL refuses (text lengths, NUL bytes,
+row locks), so the dialog lifecycle, inbox, lease and turn-boundary tests run a second time in a
+child pytest whose ``PICOBOT_DATABASE_URL`` names the server of ``PICOBOT_TEST_DATABASE_URL``
+(pytest-django creates and drops its own ``test_…`` database there).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+import pytest
+
+from tests.e2e.serve_process import REPO
+from tests.services.conftest import require_service
+
+pytestmark = [pytest.mark.services]
+
+STORAGE_TESTS = [
+    "tests/conversations/test_storage.py",
+    "tests/conversations/test_dialog_lifecycle.py",
+    "tests/conversations/test_sessions.py",
+    "tests/conversations/test_titles.py",
+    "tests/conversations/test_compaction.py",
+    "tests/conversations/test_restart_notices.py",
+    "tests/conversations/test_commands.py",
+]
+
+
+def test_storage_semantics_hold_on_postgresql(tmp_path: Path) -> None:
+    base = require_service("PICOBOT_TEST_DATABASE_URL")
+    name = f"picobot_pg_{secrets.token_hex(4)}"  # pytest-django uses test_<name> and drops it
+    url = urlunparse(urlparse(base)._replace(path=f"/{name}"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
+    env.update({"PICOBOT_DATABASE_URL": url, "PICOBOT_DATA_DIR": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--create-db", *STORAGE_TESTS],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    # 0 = every collected test passed (pytest answers 5 when it collected none).
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert "Error when trying to teardown test databases" not in done.stdout, "connections left open"
