@@ -97,11 +97,13 @@ async def handle_command(client: CommandClient, channel: str, content: str, sess
     dialog is meant. Raises storage.NotFoundError for a dialog that is not the chat's (the caller
     answers ``not_found``).
     """
-    name, _, argument = content.strip().partition(" ")
-    name, argument = name.lower(), argument.strip()
+    parts = content.strip().split(None, 1)
+    typed = parts[0] if parts else "/"
+    name, argument = typed.lower(), parts[1].strip() if len(parts) > 1 else ""
     handler = _HANDLERS.get(name)
     if handler is None:
-        await client.send_error("unknown_command", f"unknown command {name}; type /help for the list")
+        shown = typed if len(typed) <= 40 else typed[:40] + "…"
+        await client.send_error("unknown_command", f"unknown command {shown}; type /help for the list")
         return
     try:
         await handler(client, channel, argument, session_id)
@@ -177,6 +179,11 @@ async def _delete(client: CommandClient, channel: str, argument: str, session_id
         await announce(client, channel, session_changed(result.active, active=True))
     if result.active_created:
         await client.send_frame(welcome(result.active))
+    if result.dropped_queued:
+        await client.send_frame(
+            {"type": "notification", "level": "info", "session_id": result.deleted.id,
+             "content": f"{result.dropped_queued} queued message(s) of the deleted dialog will not run."}
+        )
 
 
 async def _info(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:

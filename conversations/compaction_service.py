@@ -122,7 +122,7 @@ async def compact_dialog(
     summary = await _summarise(dialog_id, provider, request, timeout)
     committed = await run_storage(storage.commit_summary, dialog_id, summary, boundary, source["summary_seq"])
     if not committed:
-        log.info("compaction of %s discarded: another compaction (or a delete) came first", dialog_id)
+        log.info("compaction of %s discarded: another compaction came first", dialog_id)
         return CompactionOutcome(compacted=False, reason="another compaction of this dialog finished first.")
     log.info("compacted %s up to seq %d (%d rows, %d chars)", dialog_id, boundary, len(folded), len(summary))
     return CompactionOutcome(

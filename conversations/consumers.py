@@ -48,6 +48,10 @@ MAX_MEDIA_FRAME_CHARS = 8 * 1024 * 1024
 MAX_CONTENT_CHARS = 32_000
 MAX_CLIENT_MSG_ID = 64
 MAX_HISTORY_LIMIT = 200
+# Seconds a stop request waits for the owning worker's acknowledgement before telling the user
+# that no live worker runs the turn.
+STOP_ACK_SECONDS = 2.0
+MAX_SEQ = 2**53  # JavaScript's safe integers; also below PostgreSQL's bigint
 CLOSE_UNAUTHORIZED = 4401
 # DESIGN §2 asks for 1001, but Daphne's WebSocket stack (autobahn) refuses to send any server close
 # code other than 1000 and 3000–4999, so a shutdown closes normally with a reason; clients reconnect.
@@ -109,6 +113,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.chat_id = str(user.pk)
         self.group = chat_group(CHANNEL, self.chat_id)
         self.window = SnapshotCreditWindow()
+        self.stop_acks: dict[str, asyncio.Event] = {}
+        self.watchdogs: set[asyncio.Task] = set()
         self.groups_joined = [self.group, process_connections_group()]
         try:
             for group in self.groups_joined:
@@ -173,6 +179,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
             log.exception("could not send the chat's interrupted-turn notices; the next connection retries")
 
     async def disconnect(self, code: int) -> None:
+        for watchdog in list(getattr(self, "watchdogs", ())):
+            watchdog.cancel()
         refresher = getattr(self, "refresher", None)
         if refresher is not None:
             refresher.cancel()
@@ -245,7 +253,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 media = validate_media(frame["media"])
             except MediaError as exc:
                 raise FrameError("invalid_media", str(exc), client_msg_id) from None
-        if content.startswith("/"):
+        if content.lstrip().startswith("/"):
             await handle_command(self, CHANNEL, content, session_id)
             return
         inbound = InboundMessage(
@@ -281,7 +289,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         session_id = _optional_str(frame, "session_id", 255)
         if session_id is None:
             raise FrameError("invalid_frame", "history needs a session_id")
-        before_seq = _optional_int(frame, "before_seq", 1)
+        before_seq = _optional_int(frame, "before_seq", 1, MAX_SEQ)
         limit = _optional_int(frame, "limit", 1, MAX_HISTORY_LIMIT) or 50
         try:
             page = await run_storage(storage.history_page, self.user, session_id, before_seq, limit)
@@ -317,7 +325,41 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.send_frame({"type": "notification", "level": "info", "content": "Nothing is running.",
                                    "session_id": session_id})
             return
-        await request_stop(session_id)
+        acked = self.stop_acks.setdefault(session_id, asyncio.Event())
+        acked.clear()
+        await request_stop(session_id, reply_channel=self.channel_name)
+        watchdog = asyncio.ensure_future(self._stop_watchdog(session_id, acked))
+        self.watchdogs.add(watchdog)
+        watchdog.add_done_callback(self.watchdogs.discard)
+
+    async def _stop_watchdog(self, session_id: str, acked: asyncio.Event) -> None:
+        """No worker acknowledged the stop: the turn's process died and no one took it over yet.
+
+        Its dialog is taken over when the dead owner's lease expires, and the turn is then reported
+        interrupted; say so now rather than leave ``/stop`` unanswered.
+        """
+        try:
+            await asyncio.wait_for(acked.wait(), STOP_ACK_SECONDS)
+            return
+        except TimeoutError:
+            pass
+        try:
+            running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
+            if any(item["session_id"] == session_id for item in running):
+                lease = float(settings.PICOBOT["LEASE_SECONDS"]) + float(settings.PICOBOT["INBOX_SCAN_SECONDS"])
+                await self.send_frame(
+                    {"type": "notification", "level": "warning", "session_id": session_id,
+                     "content": "No server is running that turn any more (it was cut off, probably by a "
+                                f"restart); it will be reported as interrupted within about {lease:.0f} s."}
+                )
+        except Exception:
+            log.exception("stop watchdog of %s failed", session_id)
+
+    async def stop_ack(self, message: dict) -> None:
+        """A worker cancelled the turn we asked it to stop (its terminal snapshot follows)."""
+        event = self.stop_acks.get(str(message.get("dialog_id")))
+        if event is not None:
+            event.set()
 
     async def on_seen(self, frame: dict) -> None:
         turn_id = _optional_str(frame, "turn_id", 64)

@@ -98,6 +98,8 @@ class DialogExecutor:
         self.lease_lost = False
         self.cancel_reason = "stopped"
         self.lease_valid_until = 0.0
+        self.storage_failed = False
+        self.pending_cancel: str | None = None
 
     def extend_lease(self, lease_seconds: float, since: float | None = None) -> None:
         """The lease was claimed, renewed or proven by a commit: ours for ``lease_seconds``.
@@ -116,12 +118,19 @@ class DialogExecutor:
         return not self.lease_lost and time.monotonic() < self.lease_valid_until
 
     def cancel_turn(self, reason: str) -> bool:
-        """Cancel the running turn (if any) with ``reason`` as its error; False when none runs."""
+        """Cancel the running turn with ``reason`` as its error; False when it already ended.
+
+        A turn that has started (its row reads ``started``) but whose agent loop does not exist
+        yet is cancelled the moment the loop starts: a ``/stop`` in that window is never lost.
+        """
         running = self.running
-        if running is None or running.task is None or running.task.done():
-            return False
-        self.cancel_reason = reason
-        running.task.cancel()
+        if running is not None and running.task is not None:
+            if running.task.done():
+                return False
+            self.cancel_reason = reason
+            running.task.cancel()
+            return True
+        self.pending_cancel = reason
         return True
 
     def poke(self) -> None:
@@ -142,9 +151,15 @@ class DialogExecutor:
         except DatabaseError as exc:
             await self._storage_alert(exc)
             return
+        told = [t for t in interrupted if t["turn_id"] in self.worker.reported_turns]
         for turn in interrupted:
-            await notify.publish_interrupted(turn)
-        while not self.lease_lost and not self.worker.stopping:
+            if turn not in told:
+                await notify.publish_interrupted(turn)
+        if told:  # their failure was already shown (a commit that storage refused): no restart notice
+            with contextlib.suppress(DatabaseError):
+                await run_storage(storage.mark_notices_sent, [t["inbox_id"] for t in told])
+            self.worker.reported_turns.difference_update(t["turn_id"] for t in told)
+        while not self.lease_lost and not self.worker.stopping and not self.storage_failed:
             self.poked.clear()
             try:
                 start = await self._start_turn()
@@ -178,8 +193,8 @@ class DialogExecutor:
                 channel,
                 chat_id,
                 "error",
-                f"The database is failing, so your message waits in the queue; it runs when storage "
-                f"recovers (ref {ref}).",
+                f"Storage is failing right now (ref {ref}). Nothing you sent is lost: messages waiting "
+                f"in this dialog run when it recovers.",
                 session_id=self.dialog_id,
             )
         except Exception:
@@ -256,6 +271,9 @@ class DialogExecutor:
         )
         task = asyncio.ensure_future(loop.run(messages))
         running.task = task
+        if self.pending_cancel is not None:  # stopped while the turn was being set up
+            self.cancel_reason, self.pending_cancel = self.pending_cancel, None
+            task.cancel()
         result: AgentResult | None = None
         cancelled = False
         failure: str | None = None
@@ -331,6 +349,7 @@ class DialogExecutor:
                 rows,
                 usage=usage,
                 error=failure or "",
+                model=self.worker.provider.model or self.worker.provider.name,
             )
         except storage.LeaseLostError:
             log.warning("turn %s: lease lost before commit; another worker owns %s", start.turn_id, self.dialog_id)
@@ -354,6 +373,10 @@ class DialogExecutor:
                 start.channel, start.chat_id, "error", f"Storage failed; this turn was not saved (ref {ref}).",
                 session_id=start.dialog_id,
             )
+            # Told once: this run ends (storage is down; the inbox scan comes back later), and the
+            # row that may still read ``started`` is not announced as a restart's victim.
+            self.worker.reported_turns.add(start.turn_id)
+            self.storage_failed = True
             return None
         # The commit checked our epoch in the DB: the lease is proven, whatever the local clock said.
         self.extend_lease(float(settings.PICOBOT["LEASE_SECONDS"]), since=asked_at)

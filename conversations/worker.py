@@ -7,7 +7,8 @@ dead worker left behind. Layer messages only *wake*; duplicates and losses are h
 
 Layer message types:
 - ``dialog.input`` ``{dialog_id}`` on ``picobot.agent``: the dialog has queued input.
-- ``dialog.stop`` ``{dialog_id, reply_channel}`` on the workers group: cancel its running turn.
+- ``dialog.stop`` ``{dialog_id, reply_channel?}`` on the workers group: cancel its running turn;
+  the owner answers ``stop.ack`` ``{dialog_id}`` on ``reply_channel``.
 - ``turns.replay`` ``{channel, chat_id, reply_channel}`` on the workers group: send the latest
   snapshot of the chat's running turns to a newly connected client.
 """
@@ -55,9 +56,16 @@ async def wake_dialog(dialog_id: str) -> None:
     await get_channel_layer().send(AGENT_CHANNEL, {"type": "dialog.input", "dialog_id": dialog_id})
 
 
-async def request_stop(dialog_id: str) -> None:
-    """Ask every agent worker to cancel ``dialog_id``'s running turn (only its owner has one)."""
-    await get_channel_layer().group_send(WORKERS_GROUP, {"type": "dialog.stop", "dialog_id": dialog_id})
+async def request_stop(dialog_id: str, *, reply_channel: str | None = None) -> None:
+    """Ask every agent worker to cancel ``dialog_id``'s running turn (only its owner has one).
+
+    With ``reply_channel``, the worker that cancels it answers there with ``stop.ack``
+    ``{dialog_id}`` (a turn that no live worker runs gets no answer: see ``ChatConsumer.stop_turn``).
+    """
+    message = {"type": "dialog.stop", "dialog_id": dialog_id}
+    if reply_channel:
+        message["reply_channel"] = reply_channel
+    await get_channel_layer().group_send(WORKERS_GROUP, message)
 
 
 def default_worker_id(mode: str) -> str:
@@ -86,7 +94,9 @@ class AgentWorkerConsumer(AsyncConsumer):
         self.worker.wake(str(message.get("dialog_id", "")))
 
     async def dialog_stop(self, message: dict) -> None:
-        self.worker.stop_turn(str(message.get("dialog_id", "")))
+        dialog_id = str(message.get("dialog_id", ""))
+        if self.worker.stop_turn(dialog_id) and message.get("reply_channel"):
+            await self.channel_layer.send(message["reply_channel"], {"type": "stop.ack", "dialog_id": dialog_id})
 
     async def turns_replay(self, message: dict) -> None:
         self.worker.spawn(self.worker.replay_running(message))
@@ -128,6 +138,7 @@ class AgentWorker:
         self.outbound = outbound or OutboundDispatcher({"cli_chat": CliChatSender(get_channel_layer())})
         self.executors: dict[str, DialogExecutor] = {}
         self.storage_alerts: dict[str, float] = {}  # dialog id → monotonic time of its last storage alert
+        self.reported_turns: set[str] = set()  # turn ids whose failure the chat was told (commit refused)
         self.sessions = sessions if sessions is not None else session_manager()
         # Background LLM work of this worker (titles, seed 000 §12): reaped by stop().
         self.supervisor = TaskSupervisor("agent-worker")

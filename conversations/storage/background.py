@@ -120,10 +120,11 @@ def commit_summary(dialog_id: str, summary: str, covers_seq: int, expected_summa
     never deleted.
 
     Returns:
-        True when committed, False when a concurrent compaction or a delete won. Touches the DB.
+        True when committed, False when a concurrent compaction won. Touches the DB.
 
     Raises:
         ValueError: ``covers_seq`` does not move the summary forward.
+        NotFoundError: the dialog was deleted (or purged) meanwhile.
     """
     if covers_seq <= expected_summary_seq:
         raise ValueError(f"covers_seq {covers_seq} must be above the current summary_seq {expected_summary_seq}")
@@ -135,4 +136,6 @@ def commit_summary(dialog_id: str, summary: str, covers_seq: int, expected_summa
         auto_compact_failures=0,
         state_version=F("state_version") + 1,
     )
+    if not updated and not Dialog.objects.filter(pk=dialog_id, deleted_at__isnull=True).exists():
+        raise NotFoundError(f"dialog {dialog_id!r} was deleted")
     return bool(updated)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from conversations.storage.shapes import (
     StorageError,
     dialog_summary,
     message_to_protocol,
-    scrub_nul,
+    shown_ref,
 )
 
 
@@ -110,7 +111,13 @@ def resolve_dialog(owner: Any, channel: str, chat_id: str, session_id: str | Non
     ttl = session_ttl_ms()
     with transaction.atomic():
         dialog, created = active_dialog_created(owner, channel, chat_id)
-        if created or ttl <= 0 or dialog.message_count == 0 or dialog.last_active_at >= now_ms() - ttl:
+        # Becoming active (/switch, /new, a delete's successor) is activity too: a dialog the user
+        # just chose is continued, never reset away (ChatState.updated_at).
+        chosen_at = ChatState.objects.filter(channel=channel, chat_id=chat_id).values_list(
+            "updated_at", flat=True
+        ).first() or 0
+        last_activity = max(dialog.last_active_at, chosen_at)
+        if created or ttl <= 0 or dialog.message_count == 0 or last_activity >= now_ms() - ttl:
             return ResolvedDialog(dialog, created=created)
         busy = InboxMessage.objects.filter(
             dialog=dialog, status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
@@ -149,7 +156,7 @@ def dialog_in_chat(owner: Any, channel: str, chat_id: str, dialog_ref: str) -> D
         channel=channel, chat_id=chat_id, dialog_id=dialog_id, owner=owner, deleted_at__isnull=True
     ).first()
     if dialog is None or (":" in dialog_ref and dialog.id != dialog_ref):
-        raise NotFoundError(f"no dialog {dialog_ref!r} in this chat")
+        raise NotFoundError(f"no dialog {shown_ref(dialog_ref)} in this chat")
     return dialog
 
 
@@ -168,7 +175,7 @@ def dialog_for_user(owner: Any, session_id: str) -> Dialog:
     """The live dialog ``session_id`` if ``owner`` owns it; raises NotFoundError otherwise."""
     dialog = Dialog.objects.filter(pk=session_id, owner=owner, deleted_at__isnull=True).first()
     if dialog is None:
-        raise NotFoundError(f"no dialog {session_id!r}")
+        raise NotFoundError(f"no dialog {shown_ref(session_id)}")
     return dialog
 
 
@@ -206,14 +213,15 @@ MAX_TITLE_CHARS = 200
 
 
 def clean_user_title(title: str) -> str:
-    """A user-given title, whitespace collapsed; raises ValueError when empty, too long or unprintable."""
-    text = " ".join(scrub_nul(title).split())
+    """A user-given title, whitespace collapsed; raises ValueError when empty, too long or holding
+    control characters. Format characters stay: emoji sequences (ZWJ) and Persian (ZWNJ) need them."""
+    text = " ".join(title.split())
     if not text:
         raise ValueError("a title cannot be empty")
     if len(text) > MAX_TITLE_CHARS:
         raise ValueError(f"a title has at most {MAX_TITLE_CHARS} characters")
-    if not text.isprintable():
-        raise ValueError("a title must be printable text")
+    if any(unicodedata.category(c) in ("Cc", "Cs", "Co", "Cn") for c in text):
+        raise ValueError("a title cannot hold control or unassigned characters")
     return text
 
 
@@ -266,7 +274,7 @@ def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> De
     with transaction.atomic():
         dialog = dialog_for_user(owner, session_id)
         if (dialog.channel, dialog.chat_id) != (channel, chat_id):
-            raise NotFoundError(f"no dialog {session_id!r} in this chat")
+            raise NotFoundError(f"no dialog {shown_ref(session_id)} in this chat")
         Dialog.objects.filter(pk=dialog.pk).update(deleted_at=now, state_version=F("state_version") + 1)
         dialog.deleted_at = now
         dropped = InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.QUEUED).update(

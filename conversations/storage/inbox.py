@@ -11,7 +11,7 @@ from django.db.models import F, Q
 from conversations.inbound import InboundMessage
 from conversations.models import Dialog, InboxMessage, now_ms
 from conversations.storage.dialogs import resolve_dialog
-from conversations.storage.shapes import AcceptedMessage, InboxFullError, scrub_nul
+from conversations.storage.shapes import AcceptedMessage, InboxFullError, NotFoundError, scrub_nul
 
 
 def _queued_ahead(dialog_id: str, position: int) -> int:
@@ -44,13 +44,17 @@ def accept_message(
     (seed 000 §10).
 
     Raises:
-        NotFoundError: ``session_id`` is unknown, deleted or foreign.
+        NotFoundError: ``session_id`` is unknown, deleted or foreign, or a repeated
+            ``client_msg_id`` names a message whose dialog was deleted.
         InboxFullError: the dialog already has ``INBOX_CAPACITY`` queued messages.
     """
     client_msg_id, content, source = scrub_nul(client_msg_id), scrub_nul(content), scrub_nul(source)
     if client_msg_id:
-        existing = InboxMessage.objects.filter(user=owner, client_msg_id=client_msg_id).first()
+        existing = InboxMessage.objects.filter(user=owner, client_msg_id=client_msg_id).select_related("dialog").first()
         if existing is not None:
+            if existing.dialog.deleted_at is not None:
+                # Acking it again would tell the client a message of a deleted dialog is accepted.
+                raise NotFoundError("the dialog of this message was deleted")
             return AcceptedMessage(
                 str(existing.id), existing.dialog_id, _queued_ahead(existing.dialog_id, existing.position), True
             )
@@ -116,7 +120,10 @@ def accept_inbound(owner: Any, message: InboundMessage) -> AcceptedMessage:
 def running_inbox(channel: str, chat_id: str) -> list[dict]:
     """Started turns of a chat: ``[{turn_id, session_id, message_id}]`` (for ``ready.running``)."""
     rows = InboxMessage.objects.filter(
-        dialog__channel=channel, dialog__chat_id=chat_id, status=InboxMessage.Status.STARTED
+        dialog__channel=channel,
+        dialog__chat_id=chat_id,
+        dialog__deleted_at__isnull=True,
+        status=InboxMessage.Status.STARTED,
     ).values_list("turn_id", "dialog_id", "reply_message_id")
     return [
         {"turn_id": str(t), "session_id": d, "message_id": str(r)} for t, d, r in rows if t is not None

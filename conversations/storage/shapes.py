@@ -22,6 +22,11 @@ class NotFoundError(StorageError):
     """The dialog does not exist, is deleted, or belongs to someone else."""
 
 
+def shown_ref(ref: str, limit: int = 80) -> str:
+    """``ref`` quoted for an error message, cut to ``limit`` characters (a client may send 30 KB)."""
+    return repr(ref if len(ref) <= limit else ref[:limit] + "…")
+
+
 class InboxFullError(StorageError):
     """The dialog's inbox holds the maximum number of queued messages (seed 000 §6: 32)."""
 

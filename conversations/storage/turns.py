@@ -24,8 +24,9 @@ from conversations.storage.shapes import (
 def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
     """Mark inbox rows left ``started`` by a dead owner as ``interrupted`` (DESIGN §3).
 
-    Call right after ``claim_lease``. Returns ``[{turn_id, session_id, message_id, chat_id}]`` so
-    the caller can publish a terminal ``failed`` snapshot and a notice for each.
+    Call right after ``claim_lease``. Returns ``[{turn_id, session_id, message_id, chat_id,
+    channel, inbox_id}]`` so the caller can publish a terminal ``failed`` snapshot and a notice for
+    each.
     """
     with transaction.atomic():
         dialog = check_lease(dialog_id, worker_id, epoch)
@@ -40,6 +41,7 @@ def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
             "message_id": str(r.reply_message_id),
             "chat_id": dialog.chat_id,
             "channel": dialog.channel,
+            "inbox_id": str(r.pk),
         }
         for r in rows
         if r.turn_id
@@ -173,6 +175,7 @@ def commit_turn(
     usage: dict | None = None,
     inbox_status: str = InboxMessage.Status.DONE,
     error: str = "",
+    model: str = "",
 ) -> CommitResult:
     """Commit a turn's assistant and tool rows in ONE transaction with the dialog counters.
 
@@ -180,6 +183,7 @@ def commit_turn(
     The inbox row ends ``done`` (or ``inbox_status``). Returns the committed rows, including the
     user message that started the turn, in protocol form (for ``turn_committed``), and the rows
     created here in history form (``history_rows``, for the runtime session; seed 004 §5.2).
+    ``model`` (when given) becomes the dialog's ``model``: the one that answered last (``/info``).
 
     Raises:
         LeaseLostError: a stale owner; nothing is written.
@@ -194,6 +198,7 @@ def commit_turn(
         Message.objects.bulk_create(created)
         usage = usage or {}
         Dialog.objects.filter(pk=dialog.pk).update(
+            **({"model": model[:200]} if model else {}),
             history_revision=seq,
             total_message_count=F("total_message_count") + len(created),
             last_active_at=now_ms(),

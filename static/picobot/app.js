@@ -350,9 +350,12 @@
   function submitComposer() {
     const content = ui.composer.value;
     if (!content.trim()) return;
-    if (content.startsWith('/')) {
-      // Slash commands get no ack and never enter history; they are not kept as pending.
-      if (!conn.send({ type: 'message', content: content.trim() })) { toast('warning', 'Not connected.'); return; }
+    if (content.trim().startsWith('/')) {
+      // Slash commands get no ack and never enter history; they are not kept as pending. They act
+      // on the dialog on screen (another tab may have switched the chat's active one meanwhile).
+      const frame = { type: 'message', content: content.trim() };
+      if (store.activeSessionId) frame.session_id = store.activeSessionId;
+      if (!conn.send(frame)) { toast('warning', 'Not connected.'); return; }
     } else {
       // Sent now if connected, otherwise on the next `ready` (same client_msg_id, no duplicate).
       conn.send(store.addPending(content));

@@ -30,8 +30,10 @@ def bob():
 
 
 def age(dialog: Dialog, hours: float, *, messages: int = 1) -> None:
-    """Pretend the dialog has ``messages`` user messages and was last active ``hours`` ago."""
-    Dialog.objects.filter(pk=dialog.pk).update(last_active_at=now_ms() - int(hours * HOUR_MS), message_count=messages)
+    """Pretend the dialog has ``messages`` user messages and was last active (and chosen) ``hours`` ago."""
+    then = now_ms() - int(hours * HOUR_MS)
+    Dialog.objects.filter(pk=dialog.pk).update(last_active_at=then, message_count=messages)
+    ChatState.objects.filter(channel=dialog.channel, chat_id=dialog.chat_id).update(updated_at=then)
 
 
 def run_one_turn(dialog: Dialog) -> None:
@@ -57,6 +59,19 @@ def test_an_active_dialog_idle_past_the_ttl_is_replaced_on_the_next_message(alic
     # The next message stays in the new dialog.
     again = storage.accept_message(alice, CHANNEL, "c", "and again")
     assert again.session_id == accepted.session_id and again.created_dialog is None
+
+
+@pytest.mark.django_db
+def test_switching_back_to_an_idle_dialog_continues_it(alice, settings):
+    """QA finding: /switch to the old dialog must not be undone by another idle reset."""
+    settings.PICOBOT = {**settings.PICOBOT, "SESSION_TTL_HOURS": 1}
+    old = storage.active_dialog(alice, CHANNEL, "c")
+    age(old, 5)
+    new = storage.accept_message(alice, CHANNEL, "c", "after a break").session_id
+    assert new != old.id
+    storage.switch_dialog(alice, CHANNEL, "c", old.dialog_id)
+    back = storage.accept_message(alice, CHANNEL, "c", "continue the old one")
+    assert (back.session_id, back.created_dialog) == (old.id, None)
 
 
 @pytest.mark.django_db
@@ -194,7 +209,7 @@ async def test_the_client_is_told_about_an_idle_reset_before_the_ack(connect, st
 
     @database_sync_to_async
     def make_idle() -> None:
-        Dialog.objects.filter(pk=old).update(last_active_at=now_ms() - 25 * HOUR_MS)
+        age(Dialog.objects.get(pk=old), 25)
 
     await make_idle()
     await client.send({"type": "message", "content": "back after a while", "client_msg_id": "ir-2"})
@@ -233,3 +248,20 @@ async def test_the_channel_context_reaches_the_turns_sink_untouched(start_worker
     await asyncio.wait_for(sink_opened.wait(), 10)
     assert opened[0].channel_context == context
     assert opened[0].channel == "feishu" and opened[0].chat_id == "oc_9"
+
+
+@pytest.mark.django_db
+def test_a_summary_for_a_dialog_deleted_meanwhile_is_not_found_not_a_lost_race(alice):
+    """QA finding: /compact then /delete must not answer "another compaction finished first"."""
+    dialog = storage.active_dialog(alice, CHANNEL, "c")
+    for text in ("one", "two"):
+        storage.accept_message(alice, CHANNEL, "c", text)
+        run_one_turn(dialog)
+    storage.delete_dialog(alice, CHANNEL, "c", dialog.id)
+    with pytest.raises(storage.NotFoundError):
+        storage.commit_summary(dialog.id, "summary", 2, 0)
+    live = storage.create_dialog(alice, CHANNEL, "c")
+    storage.accept_message(alice, CHANNEL, "c", "three")
+    run_one_turn(live)
+    assert storage.commit_summary(live.id, "first", 1, 0) is True
+    assert storage.commit_summary(live.id, "second", 2, 0) is False, "a concurrent compaction won"

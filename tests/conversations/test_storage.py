@@ -455,6 +455,7 @@ def test_a_new_owner_marks_the_started_rows_of_a_dead_owner_interrupted(alice, d
             "message_id": turn.reply_message_id,
             "chat_id": dialog.chat_id,
             "channel": CHANNEL,
+            "inbox_id": turn.inbox_id,
         }
     ]
     inbox = InboxMessage.objects.get(pk=turn.inbox_id)
