@@ -8,6 +8,15 @@ Rules: the model's ``tool_call_id`` is carried unchanged to the tool result (see
 ``TextSegmentFinished`` closes a text segment before tools start; calls of one model response
 run concurrently, each with a timeout; at most ``max_iterations`` model requests per turn (the
 last one is sent without tools so the model has to answer).
+
+Cancel (seed 003 §14.1): once the task running :meth:`AgentLoop.run` is being cancelled, the
+emitter is closed — a late chunk (a stream that swallowed the cancellation) or a late tool event
+is dropped, and the cancellation goes on. The partial kept for history is the shown *answer
+text* only: reasoning alone is no answer and is not kept.
+
+Stale state (seed 003 §8.3): with ``is_current``, the loop checks that its owner still holds the
+dialog before every provider request and after every tool batch; when not, it stops at once with
+``result.stale`` set and emits nothing more (the executor then cancels the turn silently).
 """
 
 from __future__ import annotations
@@ -46,8 +55,10 @@ class AgentResult:
     """What a turn produced.
 
     ``messages`` are complete assistant/tool messages in order. When the provider failed,
-    ``error`` is set and ``partial`` holds the assistant text/reasoning shown before the failure
-    (to be kept as ``interrupted``; seed 003 §14.2), or None when nothing was shown.
+    ``error`` is set and ``partial`` holds the assistant text (with its reasoning) shown before
+    the failure (to be kept as ``interrupted``; seed 003 §14.2), or None when no answer text was
+    shown. ``stale`` is set when the loop stopped because its owner no longer holds the dialog
+    (seed 003 §8.3): such a result must be neither committed nor published.
     """
 
     messages: list[TurnMessage] = field(default_factory=list)
@@ -56,6 +67,7 @@ class AgentResult:
     error: ProviderError | None = None
     partial: TurnMessage | None = None
     iterations: int = 0
+    stale: bool = False
 
     @property
     def final_text(self) -> str:
@@ -75,6 +87,9 @@ class AgentLoop:
         emit: receives display facts (``TurnEvent``); must be cheap and non-blocking.
         max_iterations: model requests per turn, ≥ 1.
         tool_timeout: seconds per tool call (a tool's own timeout wins).
+        is_current: the owner's cheap, synchronous stale-state check (generation / lease epoch,
+            seed 003 §8.3), asked before each provider request and after each tool batch; None
+            means always current.
     """
 
     def __init__(
@@ -85,27 +100,46 @@ class AgentLoop:
         *,
         max_iterations: int = 8,
         tool_timeout: float = 30.0,
+        is_current: Callable[[], bool] | None = None,
     ) -> None:
         self.provider = provider
         self.tools = tools
-        self.emit = emit
+        self._sink = emit
+        self.is_current = is_current
         self.max_iterations = max(1, max_iterations)
         self.tool_timeout = tool_timeout
         self.result = AgentResult()
         """The turn so far; still readable after ``run`` was cancelled (``/stop``, a deadline)."""
         self._streaming: StreamAccumulator | None = None
         self._streaming_iteration = 0
+        self._task: asyncio.Task | None = None
+
+    def emit(self, event: TurnEvent) -> None:
+        """Report a display fact, unless the turn is being cancelled (seed 003 §14.1: late events
+        are dropped once the emitter is closed)."""
+        if not self._closed():
+            self._sink(event)
+
+    def _closed(self) -> bool:
+        """Whether the task running :meth:`run` is being cancelled (``/stop``, a deadline)."""
+        task = self._task
+        return task is not None and task.cancelling() > 0
+
+    def _current(self) -> bool:
+        return self.is_current is None or bool(self.is_current())
 
     def partial_message(self) -> TurnMessage | None:
-        """The assistant text/reasoning of the response being streamed now, or None.
+        """The shown answer text (with its reasoning) of the response being streamed now, or None.
 
         After a cancel or a provider failure this is what the user saw of the unfinished
-        response; complete responses are already in ``result.messages``.
+        response; complete responses are already in ``result.messages``. None when no answer
+        text was shown — whitespace or reasoning alone is no answer, and nothing of it is kept
+        (seed 003 §14.1: no assistant text → no assistant row; §14.2: no assistant history).
         """
         if self._streaming is None:
             return None
         partial = self._streaming.result()
-        if not (partial.text or partial.reasoning):
+        if not partial.text.strip():
             return None
         message = Message.assistant(text=partial.text, reasoning=partial.reasoning or None)
         return TurnMessage(self._streaming_iteration, message)
@@ -118,9 +152,13 @@ class AgentLoop:
             asyncio.CancelledError: the turn was cancelled (``/stop``).
         """
         result = self.result = AgentResult()
+        self._task = asyncio.current_task()
         conversation = list(messages)
         seen_call_ids: set[str] = set()
         for iteration in range(self.max_iterations):
+            if not self._current():  # stale-state check before the provider call (seed 003 §8.3)
+                result.stale = True
+                return result
             result.iterations = iteration + 1
             last = iteration == self.max_iterations - 1
             # A copy: the request must not change when this turn appends to its conversation.
@@ -151,12 +189,19 @@ class AgentLoop:
             for tool_message in await self._run_tools(calls, iteration):
                 result.messages.append(TurnMessage(iteration, tool_message))
                 conversation.append(tool_message)
+            if not self._current():  # stale-state check after each tool batch (seed 003 §8.3)
+                result.stale = True
+                return result
         return result
 
     async def _stream(self, request: ProviderRequest, iteration: int, accumulator: StreamAccumulator) -> None:
         stream = self.provider.stream(request)
         try:
             async for chunk in stream:
+                if self._closed():
+                    # A stream that swallowed our cancellation: its late chunk is neither shown nor
+                    # kept, and the cancellation goes on (seed 003 §14.1).
+                    raise asyncio.CancelledError
                 accumulator.feed(chunk)
                 if isinstance(chunk, TextChunk):
                     self.emit(TextDelta(iteration=iteration, delta=chunk.text))

@@ -209,7 +209,7 @@ async def _compact(client: CommandClient, channel: str, argument: str, session_i
     target = await _target(client, channel, session_id)
     try:
         control_supervisor().spawn(
-            _compact_and_report(channel, client.chat_id, target.id),
+            compact_and_report(channel, client.chat_id, target.id),
             name=f"compact {target.id}",
             timeout=float(settings.PICOBOT["COMPACT_TIMEOUT"]) + 10,
         )
@@ -217,7 +217,7 @@ async def _compact(client: CommandClient, channel: str, argument: str, session_i
         await client.send_error("unavailable", "the server is shutting down; try /compact again in a moment")
 
 
-async def _compact_and_report(channel: str, chat_id: str, dialog_id: str) -> None:
+async def compact_and_report(channel: str, chat_id: str, dialog_id: str) -> None:
     """Run a manual compaction and tell the chat how it went (seed 004 §7 ``/compact``)."""
     from conversations.compaction_service import CompactionError, compact_dialog
     from conversations.runtime import get_provider

@@ -12,7 +12,18 @@ paging is unchanged), only the model stops seeing them verbatim.
 * :func:`clean_summary` — the usable summary in the model's answer, or None.
 
 Used by the manual ``/compact`` (``conversations.compaction_service``); automatic compaction
-reuses the same three functions.
+(``conversations.turn_input``) reuses the same three functions, plus:
+
+* :func:`should_compact` — whether a request estimate passes the share of the context window
+  that triggers compaction, unless :data:`MAX_CONSECUTIVE_FAILURES` failures stopped it (seed
+  002 §6d, DESIGN §6).
+* :func:`microcompact` — the request-only pass that replaces the content of old *successful*
+  tool results with a short marker, never an error result (seed 002 §6c, FIX-F).
+* :func:`drop_oldest_turns` — the last resort: leave the oldest whole turns out of a request so
+  that it fits, never separating a tool call from its results.
+* :func:`fit_summary_request` — a summary request that itself fits the model's window.
+
+Token figures are estimates (``conversations.tokens``).
 
 Pure module: no Django, no I/O.
 """
@@ -20,10 +31,18 @@ Pure module: no Django, no I/O.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from conversations.titles import strip_reasoning
+from conversations.tokens import (
+    estimate_block,
+    estimate_message,
+    estimate_messages,
+    estimate_request,
+    estimate_text,
+)
 from providers.base import ProviderRequest
-from providers.messages import Message
+from providers.messages import Message, ToolResultBlock
 
 SUMMARY_INSTRUCTIONS = (
     "You compress a conversation between a user and an AI assistant so that the assistant can "
@@ -35,6 +54,12 @@ SUMMARY_INSTRUCTIONS = (
     "your summary replaces it."
 )
 TOOL_ARGUMENT_CHARS = 300
+#: The content an old successful tool result gets in a request (``{chars}``: its original length).
+PRUNED_RESULT = "[older tool result pruned: {chars} chars]"
+#: Automatic compaction stops after this many consecutive failures (seed 002 §6d, DESIGN §6).
+MAX_CONSECUTIVE_FAILURES = 3
+#: Per-row character limits tried in turn by :func:`fit_summary_request`: (text, tool result).
+SUMMARY_ROW_LIMITS = ((2000, 500), (1000, 250), (500, 120), (200, 60))
 
 
 def choose_boundary(rows: list[dict], keep: int) -> int | None:
@@ -59,7 +84,12 @@ def choose_boundary(rows: list[dict], keep: int) -> int | None:
 
 
 def build_summary_request(
-    previous_summary: str, rows: list[dict], *, max_row_chars: int = 2000, max_tool_chars: int = 500
+    previous_summary: str,
+    rows: list[dict],
+    *,
+    max_row_chars: int = 2000,
+    max_tool_chars: int = 500,
+    omitted: int = 0,
 ) -> ProviderRequest:
     """The request that asks the model for the updated summary.
 
@@ -70,6 +100,8 @@ def build_summary_request(
             ``reasoning`` or ``provider_state`` (DESIGN §6). Attached images are mentioned, not sent.
         max_row_chars: a user or assistant text longer than this is cut (with ``…``).
         max_tool_chars: the same for a tool result (results are included briefly).
+        omitted: how many rows before ``rows`` were left out (they did not fit the model); the
+            material says so, so the summary does not pretend to be complete.
 
     Returns:
         A request of a system message (the instructions) and one user message (the material).
@@ -78,6 +110,8 @@ def build_summary_request(
     if previous_summary.strip():
         parts.append(f"Previous summary:\n{previous_summary.strip()}")
     lines = [line for row in rows for line in _row_lines(row, max_row_chars, max_tool_chars)]
+    if omitted:
+        lines.insert(0, f"({omitted} earlier message(s) left out: too long to summarise at once)")
     parts.append("Messages to add:\n\n" + ("\n\n".join(lines) if lines else "(none)"))
     parts.append("Write the updated summary.")
     return ProviderRequest(
@@ -116,3 +150,124 @@ def clean_summary(text: str) -> str | None:
     closes (a cut-off answer must not replace the history it summarises).
     """
     return strip_reasoning(text or "")
+
+
+# --- automatic compaction -------------------------------------------------------------------------
+
+
+def should_compact(estimate: int, window: int, share: float, *, failures: int = 0) -> bool:
+    """Whether a request of ``estimate`` tokens should be compacted first (seed 002 §6d).
+
+    Args:
+        estimate: the request's estimated tokens (``tokens.estimate_request``).
+        window: the model's context window, tokens.
+        share: the fraction of ``window`` (0 < share ≤ 1) a request may use before compaction.
+        failures: the dialog's consecutive automatic compaction failures; at
+            :data:`MAX_CONSECUTIVE_FAILURES` automatic compaction is off (DESIGN §6).
+
+    Returns:
+        True when ``estimate`` passes ``share * window`` and compaction is not switched off.
+    """
+    return failures < MAX_CONSECUTIVE_FAILURES and estimate > window * share
+
+
+def microcompact(messages: Sequence[Message], keep_recent: int) -> tuple[list[Message], int]:
+    """Prune the content of old successful tool results in a request (seed 002 §6c, FIX-F).
+
+    Every tool result but the newest ``keep_recent`` (counted over all tool results, errors
+    included, newest last) whose ``is_error`` is False gets :data:`PRUNED_RESULT` as its content,
+    when that is shorter. Error results are never touched: they tell the model why something
+    failed. Call ids, names and the message order stay, so tool pairs stay valid. Request-only:
+    the input is not changed (messages are immutable; changed ones are new objects), and nothing
+    here is ever stored.
+
+    Returns:
+        ``(messages, freed_tokens)``: a new list, and the estimated tokens saved (≥ 0).
+    """
+    positions = [
+        (index, block_index)
+        for index, message in enumerate(messages)
+        for block_index, block in enumerate(message.content)
+        if isinstance(block, ToolResultBlock)
+    ]
+    prunable = positions[: max(0, len(positions) - max(keep_recent, 0))]
+    out = list(messages)
+    freed = 0
+    for index, block_index in prunable:
+        message = out[index]
+        block = message.content[block_index]
+        assert isinstance(block, ToolResultBlock)
+        if block.is_error:
+            continue
+        marker = PRUNED_RESULT.format(chars=len(block.content))
+        if len(marker) >= len(block.content):
+            continue
+        pruned = ToolResultBlock(block.tool_call_id, marker, False, block.tool_name)
+        freed += estimate_block(block) - estimate_block(pruned)
+        content = list(message.content)
+        content[block_index] = pruned
+        out[index] = Message(message.role, content, message.provider_state)
+    return out, max(freed, 0)
+
+
+def drop_oldest_turns(messages: Sequence[Message], budget: int) -> tuple[list[Message], int]:
+    """Leave the oldest turns out of a request until its messages fit ``budget`` tokens.
+
+    The leading system message(s) stay; the rest is cut only right before a ``user`` message,
+    so a tool call never loses its results and the request still starts the way providers
+    require. The last user message (the one this turn answers, with the runtime context) and
+    everything after it always stay, even when that alone is over ``budget``.
+
+    Returns:
+        ``(messages, dropped)``: the kept messages and how many were left out (0 when the input
+        already fits or cannot be cut).
+    """
+    head = 0
+    while head < len(messages) and messages[head].role == "system":
+        head += 1
+    body = list(messages[head:])
+    cuts = [i for i, message in enumerate(body) if message.role == "user"]
+    if not cuts:
+        return list(messages), 0
+    fixed = estimate_messages(messages[:head])
+    suffix = [0] * (len(body) + 1)
+    for i in range(len(body) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + estimate_message(body[i])
+    cut = cuts[-1]
+    for candidate in cuts:
+        if fixed + suffix[candidate] <= budget:
+            cut = candidate
+            break
+    return [*messages[:head], *body[cut:]], cut
+
+
+def fit_summary_request(previous_summary: str, rows: list[dict], budget: int) -> tuple[ProviderRequest, int]:
+    """The summary request of :func:`build_summary_request`, made to fit ``budget`` tokens.
+
+    The per-row limits of :data:`SUMMARY_ROW_LIMITS` are tried in turn; when even the smallest
+    is over ``budget``, the oldest rows are left out (the request says how many; the previous
+    summary still carries what came before them). Keeps one request, hence one model call.
+
+    Returns:
+        ``(request, omitted_rows)``.
+    """
+    for max_row_chars, max_tool_chars in SUMMARY_ROW_LIMITS:
+        request = build_summary_request(
+            previous_summary, rows, max_row_chars=max_row_chars, max_tool_chars=max_tool_chars
+        )
+        if estimate_request(request.messages) <= budget:
+            return request, 0
+    fixed = estimate_request(build_summary_request(previous_summary, [], omitted=len(rows)).messages)
+    costs = [
+        sum(estimate_text(line) + 1 for line in _row_lines(row, max_row_chars, max_tool_chars)) for row in rows
+    ]
+    start = 0
+    total = fixed + sum(costs)
+    while start < len(rows) - 1 and total > budget:
+        total -= costs[start]
+        start += 1
+    kept = rows[start:]
+    request = build_summary_request(
+        previous_summary, kept, max_row_chars=max_row_chars, max_tool_chars=max_tool_chars, omitted=start
+    )
+    return request, start

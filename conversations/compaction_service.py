@@ -11,6 +11,12 @@ It runs on the control path (a task of ``supervisor.control_supervisor()``), not
 executor: a running turn goes on, and its rows land after the boundary. Two compactions of one
 dialog race safely: the second commit sees a moved ``summary_seq`` and is discarded.
 
+Automatic compaction (``conversations.turn_input.TurnInputBuilder``, seed 002 §6d) reuses
+:func:`summarise_rows` on the rows the turn already holds, and stores its result with
+:func:`commit_auto_summary` (conditional on the dialog's ``state_version``, seed 000 §7.1) or
+counts a failure with :func:`record_auto_compact_failure` (three in a row switch it off until a
+manual ``/compact`` or a new dialog, DESIGN §6).
+
 Errors: :class:`CompactionError` carries a user-facing ``message`` (with a log reference); raw
 provider errors stay in the log. ``storage.NotFoundError`` passes through (unknown or deleted
 dialog).
@@ -24,9 +30,12 @@ import secrets
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import F
 
 from conversations import storage
-from conversations.compaction import build_summary_request, choose_boundary, clean_summary
+from conversations.compaction import choose_boundary, clean_summary, fit_summary_request
+from conversations.models import Dialog
+from conversations.storage.shapes import scrub_nul
 from conversations.storage_runner import run_storage
 from providers.base import LLMProvider, ProviderRequest
 from providers.errors import ProviderError
@@ -118,8 +127,8 @@ async def compact_dialog(
             "(always from a question of yours on) stay as they are.",
         )
     folded = [r for r in rows if r["seq"] <= boundary]
-    request = build_summary_request(source["summary"], folded)
-    summary = await _summarise(dialog_id, provider, request, timeout)
+    request, _ = fit_summary_request(source["summary"], folded, summary_budget())
+    summary = await summarise(dialog_id, provider, request, timeout)
     committed = await run_storage(storage.commit_summary, dialog_id, summary, boundary, source["summary_seq"])
     if not committed:
         log.info("compaction of %s discarded: another compaction came first", dialog_id)
@@ -134,8 +143,131 @@ async def compact_dialog(
     )
 
 
-async def _summarise(dialog_id: str, provider: LLMProvider, request: ProviderRequest, timeout: float) -> str:
-    """The model's cleaned summary; raises CompactionError (details only in the log)."""
+def summary_budget(window: int | None = None) -> int:
+    """Tokens a summary request may take: the compaction share of the model's context window.
+
+    ``window`` defaults to ``PICOBOT["LLM_CONTEXT_WINDOW"]``; the rest of the window is left for
+    the summary the model writes.
+    """
+    config = settings.PICOBOT
+    window = int(config["LLM_CONTEXT_WINDOW"]) if window is None else window
+    return max(1, int(window * float(config["COMPACT_THRESHOLD"])))
+
+
+@dataclass(frozen=True)
+class RowsSummary:
+    """A summary that :func:`summarise_rows` wrote (not committed yet).
+
+    Attributes:
+        summary: the new summary text (it replaces the previous one, which it merges).
+        covers_seq: it stands for the rows with ``seq <= covers_seq``.
+        kept_rows: the rows after ``covers_seq`` (history form, oldest first): what stays verbatim.
+        summarised_rows: how many rows were folded in.
+        omitted_rows: how many of those were too many for one summary request and were only
+            mentioned (``compaction.fit_summary_request``).
+    """
+
+    summary: str
+    covers_seq: int
+    kept_rows: list[dict]
+    summarised_rows: int
+    omitted_rows: int = 0
+
+
+async def summarise_rows(
+    dialog_id: str,
+    provider: LLMProvider,
+    previous_summary: str,
+    rows: list[dict],
+    *,
+    keep: int,
+    budget: int,
+    timeout: float,
+) -> RowsSummary | None:
+    """Fold all but the newest ``keep`` rows into a new summary through the model (one call).
+
+    Args:
+        dialog_id: for the log only.
+        provider: the model that writes the summary (never the offline replay provider).
+        previous_summary: the dialog's current summary (merged into the new one).
+        rows: the history rows after the current summary, oldest first (history form).
+        keep: rows to keep verbatim at least (``compaction.choose_boundary``: the cut is before
+            a user row, so a tool call never loses its results).
+        budget: tokens the summary request may take (``summary_budget``).
+        timeout: seconds the model may take.
+
+    Returns:
+        The summary, or None when nothing can be folded (no safe cut). No DB access.
+
+    Raises:
+        CompactionError: provider failure, timeout, crash or an unusable answer.
+    """
+    boundary = choose_boundary(rows, keep)
+    if boundary is None:
+        return None
+    folded = [r for r in rows if r["seq"] <= boundary]
+    request, omitted = fit_summary_request(previous_summary, folded, budget)
+    summary = await summarise(dialog_id, provider, request, timeout)
+    return RowsSummary(
+        summary=summary,
+        covers_seq=boundary,
+        kept_rows=[r for r in rows if r["seq"] > boundary],
+        summarised_rows=len(folded),
+        omitted_rows=omitted,
+    )
+
+
+def commit_auto_summary(
+    dialog_id: str, summary: str, covers_seq: int, expected_summary_seq: int, expected_state_version: int
+) -> int | None:
+    """Store an automatic compaction's summary if the dialog did not change meanwhile.
+
+    One conditional UPDATE (seed 000 §7.1 "compression update committed only if the state
+    version still matches"): the dialog is live, its ``state_version`` is still
+    ``expected_state_version`` and its ``summary_seq`` still ``expected_summary_seq``, and
+    ``covers_seq`` is committed history. Resets ``auto_compact_failures`` and bumps
+    ``state_version``. Touches the DB (call through ``run_storage``).
+
+    Returns:
+        The dialog's new ``state_version``, or None when the update lost (nothing changed).
+    """
+    if covers_seq <= expected_summary_seq:
+        return None
+    updated = Dialog.objects.filter(
+        pk=dialog_id,
+        deleted_at__isnull=True,
+        state_version=expected_state_version,
+        summary_seq=expected_summary_seq,
+        history_revision__gte=covers_seq,
+    ).update(
+        summary=scrub_nul(summary),
+        summary_seq=covers_seq,
+        auto_compact_failures=0,
+        state_version=F("state_version") + 1,
+    )
+    return expected_state_version + 1 if updated else None
+
+
+def record_auto_compact_failure(dialog_id: str) -> int:
+    """Count one more consecutive automatic compaction failure; returns the new count.
+
+    Not a state change of the dialog (``state_version`` stays: a running turn is not stale
+    because its compaction failed). Returns 0 for an unknown or deleted dialog. Touches the DB.
+    """
+    Dialog.objects.filter(pk=dialog_id, deleted_at__isnull=True).update(
+        auto_compact_failures=F("auto_compact_failures") + 1
+    )
+    row = Dialog.objects.filter(pk=dialog_id, deleted_at__isnull=True).values_list("auto_compact_failures").first()
+    return int(row[0]) if row else 0
+
+
+async def summarise(dialog_id: str, provider: LLMProvider, request: ProviderRequest, timeout: float) -> str:
+    """The model's cleaned summary, within ``timeout`` seconds.
+
+    Raises:
+        CompactionError: timeout, provider failure, crash or no usable summary (the details
+            only in the log, under the error's ``ref``).
+    """
     ref = secrets.token_hex(4)
     try:
         async with asyncio.timeout(timeout):

@@ -143,7 +143,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "active_session_id": active.id,
                 "protocol": PROTOCOL_VERSION,
                 "provider": provider_info(),
-                "running": [_placeholder_snapshot(item) for item in running],
+                "running": [placeholder_snapshot(item) for item in running],
             }
         )
         await self._send_interrupted_notices()
@@ -283,7 +283,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "queued": accepted.queued,
             }
         )
-        await wake_dialog(accepted.session_id)
+        try:
+            await wake_dialog(accepted.session_id)
+        except Exception:  # acked and durable: the workers' inbox scan finds it anyway
+            log.warning("could not wake a worker for %s; the inbox scan will start it", accepted.session_id,
+                        exc_info=True)
 
     async def on_history(self, frame: dict) -> None:
         session_id = _optional_str(frame, "session_id", 255)
@@ -404,7 +408,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.send_frame(frame)
 
 
-def _placeholder_snapshot(item: dict) -> dict:
+def placeholder_snapshot(item: dict) -> dict:
+    """A running turn known only from its inbox row (revision 0, phase queued): ``ready.running``
+    and the REST ``…/turn`` use it until the owning worker sends the real snapshot."""
     return {
         "id": item["turn_id"],
         "session_id": item["session_id"],

@@ -14,7 +14,6 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from channels.layers import get_channel_layer
@@ -23,19 +22,34 @@ from django.db import DatabaseError
 
 from conversations import notify, storage
 from conversations.agent_loop import AgentLoop, AgentResult
-from conversations.history import build_turn_input
 from conversations.models import Message
 from conversations.session_turns import remember_commit, start_turn
 from conversations.storage_runner import run_storage
-from conversations.tools.registry import ToolFatalError
-from conversations.turn_rows import complete_tool_chains, provider_failure_lead, turn_rows
+from conversations.tools.memory import recall_memories
+from conversations.tools.registry import ToolContext, ToolFatalError
+from conversations.turn_failures import (
+    TurnFailedError,
+    TurnFailure,
+    TurnFailureKind,
+    TurnFailurePresenter,
+    configured_secrets,
+    describe_exception,
+    log_failure,
+    redact,
+)
+from conversations.turn_input import (
+    ContextPreparationError,
+    Publish,
+    TurnInputBuilder,
+    run_with_overflow_recovery,
+)
+from conversations.turn_rows import complete_tool_chains, turn_rows
 from delivery.failures import record_delivery_failure
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy
 from delivery.sinks import TurnSink
 from delivery.turn import TurnController
 from delivery.turn_delivery import DeliveryOutcome, FailureReport, TurnDelivery
-from providers.errors import RequestBlockedError
 
 if TYPE_CHECKING:
     from conversations.worker import AgentWorker
@@ -86,8 +100,15 @@ def _error_ref() -> str:
     return secrets.token_hex(4)
 
 
+# The cancel reason of a stale turn (seed 003 §8.3); never shown: its owner publishes nothing more.
+STALE_TURN_REASON = "another worker took over this dialog"
+
+
 class DialogExecutor:
     """Runs one dialog's queued turns serially while holding its lease epoch."""
+
+    presenter = TurnFailurePresenter()
+    """Words every turn failure for the user (seed 000 §13)."""
 
     def __init__(self, worker: AgentWorker, dialog_id: str, epoch: int) -> None:
         self.worker = worker
@@ -261,22 +282,30 @@ class DialogExecutor:
         config = settings.PICOBOT
         loop = AgentLoop(
             self.worker.provider,
-            self.worker.tools,
+            self.worker.tools.bind(ToolContext(start.dialog_id, start.channel, start.chat_id)),
             running.controller.apply,
             max_iterations=config["MAX_ITERATIONS"],
             tool_timeout=config["TOOL_TIMEOUT"],
+            is_current=self.holds_lease,  # before each provider call and after each tool batch (seed 003 §8.3)
         )
-        messages = build_turn_input(
-            config["SYSTEM_PROMPT"], start.history, runtime_context=self._runtime_context(start), summary=start.summary
+        # One input path (seed 000 §7.1): compaction under the `compacting` phase, and one rebuild
+        # after a context overflow (§7.2), all inside the task that /stop and the deadline cancel.
+        builder = TurnInputBuilder.from_settings(
+            self.worker.provider,
+            tools=self.worker.tools.definitions(),
+            memory_recall=recall_memories,
+            phase=running.controller,
         )
-        task = asyncio.ensure_future(loop.run(messages))
+        task = asyncio.ensure_future(
+            run_with_overflow_recovery(builder, start, loop.run, publish=self._context_notice(start))
+        )
         running.task = task
         if self.pending_cancel is not None:  # stopped while the turn was being set up
             self.cancel_reason, self.pending_cancel = self.pending_cancel, None
             task.cancel()
         result: AgentResult | None = None
         cancelled = False
-        failure: str | None = None
+        failure: TurnFailure | None = None
         try:
             async with asyncio.timeout(config["TURN_TIMEOUT"]):
                 result = await task
@@ -284,14 +313,24 @@ class DialogExecutor:
             if not task.cancelled() or asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 raise
             cancelled = True  # /stop cancelled the loop task, not this executor
+        # Typed failures (seed 000 §13): _finish presents them; only the log gets their cause.
         except TimeoutError:
-            failure = f"The turn took longer than {config['TURN_TIMEOUT']:g} s and was stopped."
-        except ToolFatalError as exc:
-            failure = f"A tool failed and the turn cannot go on: {exc}"
-        except Exception:
-            ref = _error_ref()
-            log.exception("turn %s crashed (ref %s)", start.turn_id, ref)
-            failure = f"Internal error (ref {ref})."
+            failure = TurnFailure.of(
+                TurnFailureKind.TIMEOUT,
+                user_message=f"The turn took longer than {config['TURN_TIMEOUT']:g} s and was stopped",
+                detail=f"TURN_TIMEOUT of {config['TURN_TIMEOUT']:g} s passed",
+            )
+        except ToolFatalError as exc:  # the tool's own words may hold anything: the log only
+            failure = TurnFailure.from_exception(TurnFailureKind.TOOL, exc, traceback=False)
+        except ContextPreparationError as exc:
+            failure = TurnFailure.of(
+                TurnFailureKind.CONTEXT_PREPARATION, user_message=exc.message, detail=describe_exception(exc)
+            )
+            result = AgentResult()  # nothing was shown: no input fitted, or it overflowed twice
+        except TurnFailedError as exc:  # a step of the turn that typed its own failure
+            failure = exc.failure
+        except Exception as exc:
+            failure = TurnFailure.from_exception(TurnFailureKind.INTERNAL, exc)
         if result is None:  # cancelled or timed out: keep what the loop finished, plus the partial
             result = loop.result
             result.partial = loop.partial_message()
@@ -319,22 +358,31 @@ class DialogExecutor:
         controller: TurnController,
         result: AgentResult,
         cancelled: bool,
-        failure: str | None,
+        failure: TurnFailure | None,
     ) -> storage.CommitResult | None:
-        """Commit what the turn produced, then end the controller; None when nothing committed."""
+        """Commit what the turn produced, then end the controller; None when nothing committed.
+
+        Cancel (seed 003 §14.1): the shown partial answer is kept as ``cancelled`` (no answer text
+        shown: no assistant row), tool calls without a result get an error result. Failure
+        (§14.2): the partial is kept as ``interrupted``; a failed commit is never ``completed``
+        and the user is told the preview was not saved. Every failure is typed and worded by
+        the presenter (seed 000 §13). Stale state (§8.3): a turn whose owner lost the dialog —
+        seen by the loop, by the lease renewal, by the commit's epoch check or right before
+        ``completed`` is published — is cancelled silently: nothing committed, nothing shown.
+        """
+        if result.stale or self.lease_lost:  # the generation check before the commit (seed 003 §8.3)
+            return self._drop_stale(start, controller, "before its commit")
         messages = complete_tool_chains(result.messages)
         status = Message.CompletionStatus.COMPLETED
         if result.error is not None:
-            ref = _error_ref()
-            log.warning("turn %s provider error %s (ref %s)", start.turn_id, result.error.kind, ref)
-            if isinstance(result.error, RequestBlockedError):
-                failure = f"The request was blocked before reaching the model: {result.error.message} (ref {ref})"
-            else:
-                failure = f"{provider_failure_lead(result.error)}: {result.error.message} (ref {ref})"
+            failure = TurnFailure.provider(result.error)
+        if failure is not None:
+            log_failure(log, start.turn_id, failure)
         if result.partial is not None:
             # Shown text of an unfinished response is kept, marked (seed 003 §14.1, §14.2).
             messages.append(result.partial)
             status = Message.CompletionStatus.CANCELLED if cancelled else Message.CompletionStatus.INTERRUPTED
+        error = self.presenter.present(failure) if failure is not None else ""
         controller.begin_finalizing()
         rows = turn_rows(messages, start.turn_id, start.reply_message_id, status)
         usage = result.usage.to_dict()
@@ -348,48 +396,73 @@ class DialogExecutor:
                 start.inbox_id,
                 rows,
                 usage=usage,
-                error=failure or "",
+                error=error,
                 model=self.worker.provider.model or self.worker.provider.name,
+                lease_ms=int(float(settings.PICOBOT["LEASE_SECONDS"]) * 1000),
             )
-        except storage.LeaseLostError:
-            log.warning("turn %s: lease lost before commit; another worker owns %s", start.turn_id, self.dialog_id)
-            self.worker.sessions.evict(self.dialog_id)
-            self.lease_lost = True
-            controller.cancel("another worker took over this dialog")
+        except storage.LeaseLostError:  # the storage's epoch check: another worker owns the dialog
+            return self._drop_stale(start, controller, "at its commit")
+        except Exception as exc:
+            await self._commit_failed(start, controller, TurnFailure.from_exception(TurnFailureKind.TURN_PERSISTENCE, exc))
             return None
-        except Exception:
-            ref = _error_ref()
-            log.exception("turn %s commit failed (ref %s)", start.turn_id, ref)
-            self.worker.sessions.evict(self.dialog_id)  # the DB state is unknown: reload next turn
-            controller.fail(f"The answer could not be saved (ref {ref}).")
-            try:
-                await run_storage(
-                    storage.abandon_turn, self.dialog_id, self.worker.worker_id, self.epoch, start.inbox_id,
-                    f"commit failed (ref {ref})",
-                )
-            except Exception:
-                log.exception("turn %s: could not mark its inbox row done either (ref %s)", start.turn_id, ref)
-            await notify.publish_notification(
-                start.channel, start.chat_id, "error", f"Storage failed; this turn was not saved (ref {ref}).",
-                session_id=start.dialog_id,
-            )
-            # Told once: this run ends (storage is down; the inbox scan comes back later), and the
-            # row that may still read ``started`` is not announced as a restart's victim.
-            self.worker.reported_turns.add(start.turn_id)
-            self.storage_failed = True
-            return None
-        # The commit checked our epoch in the DB: the lease is proven, whatever the local clock said.
+        # The commit checked our epoch and renewed the lease in the DB (from a time after
+        # ``asked_at``), so the local deadline never outlives the database's.
         self.extend_lease(float(settings.PICOBOT["LEASE_SECONDS"]), since=asked_at)
+        if not self.holds_lease():  # lost meanwhile: the stale-state check before publishing (§8.3)
+            return self._drop_stale(start, controller, "after its commit")
         self._remember_commit(commit)
         if cancelled:
             controller.cancel(self.cancel_reason)
-        elif failure:
-            controller.fail(failure)
+        elif failure is not None:
+            controller.fail(error)
         else:
             controller.complete(usage)
         return commit
 
+    def _drop_stale(self, start: storage.TurnStart, controller: TurnController, when: str) -> None:
+        """Cancel a stale turn silently (seed 003 §8.3): its owner lost the dialog.
+
+        ``lease_lost`` makes ``holds_lease()`` false first, so the coordinator publishes no terminal
+        snapshot; the executor stops and the new owner reports the turn (``interrupt_started``:
+        its inbox row still reads ``started``). Always returns None (nothing to publish).
+        """
+        log.warning("turn %s: stale %s; another worker owns %s (nothing published)", start.turn_id, when, self.dialog_id)
+        self.lease_lost = True
+        self.worker.sessions.evict(self.dialog_id)
+        controller.cancel(STALE_TURN_REASON)
+        return None
+
+    async def _commit_failed(self, start: storage.TurnStart, controller: TurnController, failure: TurnFailure) -> None:
+        """A commit storage refused (seed 003 §14.2): failed, never completed, and told once."""
+        log_failure(log, start.turn_id, failure)
+        self.worker.sessions.evict(self.dialog_id)  # the DB state is unknown: reload next turn
+        controller.fail(self.presenter.present(failure))
+        try:
+            await run_storage(
+                storage.abandon_turn, self.dialog_id, self.worker.worker_id, self.epoch, start.inbox_id,
+                f"commit failed (ref {failure.ref})",
+            )
+        except Exception as exc:  # a storage error: redacted, like every failure's detail
+            log.error(
+                "turn %s: could not mark its inbox row done either (ref %s): %s",
+                start.turn_id, failure.ref, redact(describe_exception(exc), configured_secrets()),
+            )
+        notice = self.presenter.notice(failure)
+        if notice is not None:
+            try:
+                await notify.publish_notification(start.channel, start.chat_id, "error", notice, session_id=start.dialog_id)
+            except Exception:
+                log.exception("turn %s: could not send the not-saved notice (ref %s)", start.turn_id, failure.ref)
+        # Told once: this run ends (storage is down; the inbox scan comes back later), and the
+        # row that may still read ``started`` is not announced as a restart's victim.
+        self.worker.reported_turns.add(start.turn_id)
+        self.storage_failed = True
+
     @staticmethod
-    def _runtime_context(start: storage.TurnStart) -> str:
-        now = datetime.now(UTC).isoformat(timespec="seconds")
-        return f"time={now}; channel={start.channel}; dialog_title={start.title!r}"
+    def _context_notice(start: storage.TurnStart) -> Publish:
+        """Publishes a context-preparation notice (a failed compaction, left-out messages) to the chat."""
+
+        async def publish(text: str) -> None:
+            await notify.publish_notification(start.channel, start.chat_id, "warning", text, session_id=start.dialog_id)
+
+        return publish

@@ -27,6 +27,8 @@ from django.db import (
     connections,
 )
 
+from conversations.turn_failures import redact
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -70,9 +72,9 @@ async def run_storage(fn: Callable[..., T], *args: Any, retry: bool = True, **kw
             return await runner(fn, args, kwargs)
         except (OperationalError, InterfaceError) as exc:
             if attempt >= len(delays):
-                log.error("storage call %s failed after %d attempts: %s", fn.__name__, attempt + 1, exc)
+                log.error("storage call %s failed after %d attempts: %s", fn.__name__, attempt + 1, redact(str(exc)))
                 raise
-            log.warning("storage call %s failed (%s); retrying in %d ms", fn.__name__, exc, delays[attempt])
+            log.warning("storage call %s failed (%s); retrying in %d ms", fn.__name__, redact(str(exc)), delays[attempt])
             await asyncio.sleep(delays[attempt] / 1000)
             attempt += 1
 

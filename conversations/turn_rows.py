@@ -1,8 +1,8 @@
-"""A turn's results as history rows (seed 003 §15, §14.1) and provider failures in user words.
+"""A turn's results as history rows (seed 003 §15, §14.1).
 
 Pure helpers of the turn committer: no I/O. ``turn_rows`` shapes what ``storage.commit_turn``
-writes; ``complete_tool_chains`` keeps a cancelled turn's tool chain valid; ``provider_failure_lead``
-names a provider failure for the user.
+writes; ``complete_tool_chains`` keeps a cancelled turn's tool chain valid. (Provider failures in
+user words moved to :mod:`conversations.turn_failures`, seed 000 §13.)
 """
 
 from __future__ import annotations
@@ -10,33 +10,10 @@ from __future__ import annotations
 from conversations.agent_loop import TurnMessage
 from conversations.history import reasoning_of
 from conversations.models import Message
-from providers.errors import ProviderError
 from providers.messages import Message as ProviderMessage
 from providers.messages import ToolUseBlock
 
 CANCELLED_TOOL_RESULT = "Error: the turn was stopped before this tool call returned a result."
-
-_FAILURE_LEADS = {
-    "server_error": "The model provider had a server error",
-    "overloaded": "The model provider is overloaded",
-    "rate_limited": "The model provider is rate limiting us",
-    "authentication": "The model provider refused our credentials",
-    "context_overflow": "The conversation is too long for the model",
-    "timeout": "The model provider timed out",
-    "connection": "The model provider could not be reached",
-    "truncated": "The model provider's answer was cut off",
-}
-
-
-def provider_failure_lead(error: ProviderError) -> str:
-    """The user-facing start of a provider failure message, naming its kind (and HTTP status).
-
-    A 500/502/504 reads as a server error and only 503/529 as "overloaded" (issue 3): the
-    wording follows the error type, so the two are never confused.
-    """
-    lead = _FAILURE_LEADS.get(error.kind, "The model provider failed")
-    status = f", HTTP {error.http_status}" if error.http_status and error.http_status != 200 else ""
-    return f"{lead} ({error.kind}{status})"
 
 
 def _tool_call_row(call: ToolUseBlock) -> dict:

@@ -349,6 +349,23 @@ class TurnController:
         self._changed()
         return True
 
+    def begin_compacting(self) -> bool:
+        """The turn's input is being compacted (phase ``compacting``; seed 002 §6d, PROTOCOL §1).
+
+        Returns True when the phase changed; False on a terminal turn or one already compacting.
+        """
+        return self.set_phase(TurnPhase.COMPACTING)
+
+    def end_compacting(self) -> bool:
+        """Compaction ended (done or failed): back to ``queued``, waiting for the model.
+
+        Only leaves ``compacting``: any other phase (set meanwhile) is kept. Returns True when the
+        phase changed.
+        """
+        if self._phase is not TurnPhase.COMPACTING:
+            return False
+        return self.set_phase(TurnPhase.QUEUED)
+
     def begin_finalizing(self) -> bool:
         """The model is done and the session is committing (phase ``finalizing``)."""
         return self.set_phase(TurnPhase.FINALIZING)

@@ -96,6 +96,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # its bundled Swagger UI for /api/docs (no CDN)
     "delivery",
     "conversations",
 ]
@@ -274,11 +275,23 @@ PICOBOT = {
     "AUTO_TITLE_AFTER": env_int("PICOBOT_AUTO_TITLE_AFTER", 10),
     "AUTO_TITLE_ON_FIRST_MESSAGE": env_bool("PICOBOT_AUTO_TITLE_ON_FIRST_MESSAGE", False),
     "TITLE_TIMEOUT": env_float("PICOBOT_TITLE_TIMEOUT", 30.0),
-    # Manual /compact (seed 004 §7, seed 002 Task 6): the newest rows kept verbatim, the time bound.
+    # Compaction (seed 004 §7, seed 002 Task 6): the newest rows kept verbatim, the time bound of
+    # one summary call (manual /compact and automatic).
     "COMPACT_KEEP_MESSAGES": env_int("PICOBOT_COMPACT_KEEP_MESSAGES", 20),
     "COMPACT_TIMEOUT": env_float("PICOBOT_COMPACT_TIMEOUT", 120.0),
+    # Automatic compaction (seed 002 §6d): the model's context window in tokens, and the share of
+    # it a turn's estimated request may use before it is compacted first.
+    "LLM_CONTEXT_WINDOW": env_int("PICOBOT_LLM_CONTEXT_WINDOW", 128000),
+    "COMPACT_THRESHOLD": env_float("PICOBOT_COMPACT_THRESHOLD", 0.8),
     # Dotted module paths whose ``register(registry)`` adds tools to the built-in ones.
     "TOOL_MODULES": env_list("PICOBOT_TOOL_MODULES", []),
+    # Tools (issue 6, DESIGN §6): a result longer than this many characters is cut, with a marker.
+    "TOOL_RESULT_MAX_CHARS": env_int("PICOBOT_TOOL_RESULT_MAX_CHARS", 16000),
+    # http_fetch: body bytes read, seconds per fetch (redirects included), and whether loopback,
+    # private and link-local addresses may be fetched (never the cloud metadata address).
+    "HTTP_FETCH_MAX_BYTES": env_int("PICOBOT_HTTP_FETCH_MAX_BYTES", 1024 * 1024),
+    "HTTP_FETCH_TIMEOUT": env_float("PICOBOT_HTTP_FETCH_TIMEOUT", 15.0),
+    "HTTP_FETCH_ALLOW_PRIVATE": env_bool("PICOBOT_HTTP_FETCH_ALLOW_PRIVATE", False),
 }
 
 LOGGING = {

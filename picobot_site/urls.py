@@ -1,4 +1,4 @@
-"""URL map: the WebUI, login/logout, the Django admin. WebSocket routes live in ``asgi.py``."""
+"""URL map: the WebUI, login/logout, the Django admin, the REST API. WebSocket routes live in ``asgi.py``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from conversations import views
+from conversations.api import api
 
 urlpatterns = [
     path("", views.chat_page, name="chat"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/", api.urls),
 ]

@@ -176,6 +176,7 @@ def commit_turn(
     inbox_status: str = InboxMessage.Status.DONE,
     error: str = "",
     model: str = "",
+    lease_ms: int | None = None,
 ) -> CommitResult:
     """Commit a turn's assistant and tool rows in ONE transaction with the dialog counters.
 
@@ -184,6 +185,8 @@ def commit_turn(
     user message that started the turn, in protocol form (for ``turn_committed``), and the rows
     created here in history form (``history_rows``, for the runtime session; seed 004 §5.2).
     ``model`` (when given) becomes the dialog's ``model``: the one that answered last (``/info``).
+    ``lease_ms`` (when given) renews the lease in the same transaction: a holder that just proved
+    its epoch keeps the dialog that long (DESIGN §2).
 
     Raises:
         LeaseLostError: a stale owner; nothing is written.
@@ -199,6 +202,7 @@ def commit_turn(
         usage = usage or {}
         Dialog.objects.filter(pk=dialog.pk).update(
             **({"model": model[:200]} if model else {}),
+            **({"lease_expires_at": now_ms() + lease_ms} if lease_ms else {}),
             history_revision=seq,
             total_message_count=F("total_message_count") + len(created),
             last_active_at=now_ms(),

@@ -1,5 +1,10 @@
 """Agent tools: the registry (validation, timeouts, error results) and the built-in tools.
 
+Built-in (issue 6 "Tools", DESIGN §6): ``current_time``, ``memory_save`` / ``memory_search``
+(``tools/memory.py``), ``plan_update`` / ``plan_get`` (``tools/plan.py``) and ``http_fetch``
+(``tools/http_fetch.py``). Memory and plan tools need the turn's :class:`ToolContext`: run the
+turn on ``registry.bind(ToolContext(...))``; unbound, they answer with an error result.
+
 Operators (and tests) add tools with plugin modules: ``PICOBOT_TOOL_MODULES`` is a comma list of
 dotted module paths (``settings.PICOBOT["TOOL_MODULES"]``); each module has a
 ``register(registry)`` function that calls ``registry.register(Tool(...))`` (issue 5: the
@@ -15,13 +20,25 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from conversations.tools.builtin import current_time_tool
-from conversations.tools.registry import Tool, ToolOutcome, ToolRegistry
+from conversations.tools.registry import (
+    DEFAULT_RESULT_MAX_CHARS,
+    BoundToolRegistry,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolFatalError,
+    ToolOutcome,
+    ToolRegistry,
+)
 
 SETTING = "PICOBOT_TOOL_MODULES"
 
 
 def default_registry(modules: Iterable[str] | None = None) -> ToolRegistry:
     """The registry with PicoBot's built-in tools plus those of the plugin modules.
+
+    Results are bounded by ``settings.PICOBOT["TOOL_RESULT_MAX_CHARS"]``; ``http_fetch`` follows
+    the ``HTTP_FETCH_*`` settings (``FetchPolicy.from_settings``).
 
     Args:
         modules: dotted module paths; default ``settings.PICOBOT["TOOL_MODULES"]``.
@@ -31,7 +48,16 @@ def default_registry(modules: Iterable[str] | None = None) -> ToolRegistry:
             ``register`` failed; the message names ``PICOBOT_TOOL_MODULES`` and the module, so a
             bad path stops the server at start-up (the worker builds its registry then).
     """
-    registry = ToolRegistry([current_time_tool()])
+    # Imported here: memory/plan import the models, and this package is imported by pure modules
+    # (the agent loop) that must load before Django's app registry is ready.
+    from conversations.tools.http_fetch import http_fetch_tool
+    from conversations.tools.memory import memory_tools
+    from conversations.tools.plan import plan_tools
+
+    registry = ToolRegistry(
+        [current_time_tool(), *memory_tools(), *plan_tools(), http_fetch_tool()],
+        max_result_chars=int(settings.PICOBOT.get("TOOL_RESULT_MAX_CHARS", DEFAULT_RESULT_MAX_CHARS)),
+    )
     if modules is None:
         modules = settings.PICOBOT.get("TOOL_MODULES") or ()
     for path in modules:
@@ -60,4 +86,14 @@ def load_tool_module(path: str, registry: ToolRegistry) -> None:
         raise ImproperlyConfigured(f"{SETTING}: {path}.register(registry) failed ({exc})") from exc
 
 
-__all__ = ["Tool", "ToolOutcome", "ToolRegistry", "default_registry", "load_tool_module"]
+__all__ = [
+    "BoundToolRegistry",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolFatalError",
+    "ToolOutcome",
+    "ToolRegistry",
+    "default_registry",
+    "load_tool_module",
+]

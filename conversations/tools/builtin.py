@@ -1,4 +1,4 @@
-"""Built-in tools (issue 2: ``current_time``; memory, plan and http_fetch come with issue 6)."""
+"""Built-in tool ``current_time`` (issue 2); memory, plan and http_fetch live in their own modules."""
 
 from __future__ import annotations
 

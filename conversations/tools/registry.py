@@ -2,7 +2,13 @@
 
 Pure: no Django. A call the registry cannot run (unknown tool, invalid JSON or arguments, timeout,
 the tool's own recoverable error) becomes an ``is_error`` outcome the model reads; only a
-``ToolFatalError`` ends the turn.
+``ToolFatalError`` ends the turn. Arguments are validated with ``jsonschema``'s Draft 2020-12
+validator before the handler runs; results longer than ``max_result_chars`` are cut with a marker
+(issue 6 "Tools").
+
+Tools that need to know whose turn they serve (memory, plan) declare ``needs_context=True`` and
+are called as ``handler(arguments, context)``; every other tool stays ``handler(arguments)``. The
+executor passes the turn's :class:`ToolContext` by running the turn on ``registry.bind(context)``.
 """
 
 from __future__ import annotations
@@ -14,25 +20,24 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, best_match
+
 from providers.base import ToolArgumentsError, ToolCall
 from providers.messages import ToolDefinition
 
 log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 200
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "object": (dict,),
-    "array": (list,),
-    "null": (type(None),),
-}
+DEFAULT_RESULT_MAX_CHARS = 16000
+"""Default bound of one result's ``content`` in characters (``PICOBOT_TOOL_RESULT_MAX_CHARS``)."""
+PROBLEM_CHARS = 300
+"""Bound of a validation message (it may quote the model's argument value)."""
 
 
 class ToolError(Exception):
-    """A recoverable tool failure: its message goes back to the model as an error result."""
+    """A recoverable tool failure (a refusal, bad input): its message goes back to the model as an
+    error result. The message must never carry secrets (DESIGN §9)."""
 
 
 class ToolFatalError(Exception):
@@ -40,14 +45,38 @@ class ToolFatalError(Exception):
 
 
 @dataclass(frozen=True)
+class ToolContext:
+    """Whose turn a tool call serves.
+
+    Attributes:
+        dialog_id: the dialog's unified id ``"{channel}:{chat_id}:{dialog_id}"`` (``Dialog.pk``).
+        channel, chat_id: where the turn's answer goes.
+        owner_id: the dialog owner's user id, or None when not known to the caller; tools that
+            scope by owner then read it from the dialog row (an ownerless dialog is scoped to its
+            chat).
+    """
+
+    dialog_id: str
+    channel: str = ""
+    chat_id: str = ""
+    owner_id: int | None = None
+
+
+@dataclass(frozen=True)
 class Tool:
-    """A tool the model may call. ``handler(arguments) -> str`` is awaited with ``timeout`` s."""
+    """A tool the model may call.
+
+    ``handler(arguments) -> str`` (or ``handler(arguments, context)`` when ``needs_context``) is
+    awaited with ``timeout`` seconds (None: the call's timeout). ``parameters`` is a JSON Schema
+    (Draft 2020-12) for the arguments object. A non-string return value is sent as JSON.
+    """
 
     name: str
     description: str
     parameters: dict
-    handler: Callable[[dict], Awaitable[str]]
+    handler: Callable[..., Awaitable[Any]]
     timeout: float | None = None
+    needs_context: bool = False
 
     def definition(self) -> ToolDefinition:
         """The provider-neutral definition sent to the model."""
@@ -63,48 +92,85 @@ class ToolOutcome:
     preview: str
 
 
-def validate_arguments(schema: dict, arguments: Any) -> str | None:
-    """Check ``arguments`` against an object schema (required keys, property types, extras).
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
-    Returns an error message, or None when valid. Covers the subset of JSON Schema the built-in
-    tools use (type, required, properties, additionalProperties false, enum).
+
+def validate_arguments(schema: dict | Draft202012Validator, arguments: Any) -> str | None:
+    """Check ``arguments`` against a Draft 2020-12 schema (or a compiled validator).
+
+    Returns None when valid, else one message naming the failing location as a JSON path
+    (``"at $.steps[0].status: 'x' is not one of ['pending', 'in_progress', 'done']"``), at most
+    ``PROBLEM_CHARS`` characters. Arguments must always be a JSON object.
     """
     if not isinstance(arguments, dict):
         return "arguments must be a JSON object"
-    for name in schema.get("required", []):
-        if name not in arguments:
-            return f"missing required argument {name!r}"
-    props = schema.get("properties", {})
-    for name, value in arguments.items():
-        spec = props.get(name)
-        if spec is None:
-            if schema.get("additionalProperties") is False:
-                return f"unknown argument {name!r}"
-            continue
-        expected = spec.get("type")
-        if expected:
-            kinds = _JSON_TYPES.get(expected, (object,))
-            if not isinstance(value, kinds) or (expected in {"integer", "number"} and isinstance(value, bool)):
-                return f"argument {name!r} must be of type {expected}"
-        if "enum" in spec and value not in spec["enum"]:
-            return f"argument {name!r} must be one of {spec['enum']}"
-    return None
+    validator = schema if isinstance(schema, Draft202012Validator) else Draft202012Validator(schema)
+    error = best_match(validator.iter_errors(arguments))
+    if error is None:
+        return None
+    message = error.message
+    if len(message) > PROBLEM_CHARS:  # it quotes a long value: name the rule instead
+        rule = json.dumps(error.validator_value, ensure_ascii=False, default=str)
+        message = f"the value breaks the schema rule {error.validator!r}: {_bounded(rule, 100)}"
+    return _bounded(f"at {error.json_path}: {message}", PROBLEM_CHARS)
+
+
+def truncate_result(content: str, max_chars: int) -> str:
+    """``content`` cut to its first ``max_chars`` characters plus a marker saying how much was cut.
+
+    The marker (about 90 characters) comes on top of ``max_chars``; ``max_chars <= 0`` means no
+    limit.
+    """
+    if max_chars <= 0 or len(content) <= max_chars:
+        return content
+    cut = len(content) - max_chars
+    return (
+        f"{content[:max_chars]}\n[… truncated: {cut} of {len(content)} characters cut; "
+        f"the tool result limit is {max_chars} characters]"
+    )
 
 
 def _preview(text: str) -> str:
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+    return _bounded(text, PREVIEW_CHARS)
 
 
 class ToolRegistry:
-    """The tools of an agent, by name."""
+    """The tools of an agent, by name.
 
-    def __init__(self, tools: list[Tool] | None = None, *, default_timeout: float = 30.0) -> None:
-        self._tools = {t.name: t for t in tools or []}
+    Args:
+        tools: the initial tools (each schema is checked; see :meth:`register`).
+        default_timeout: seconds per call when neither the tool nor the call sets one.
+        max_result_chars: bound of each result's ``content`` (``truncate_result``); ≤ 0 = none.
+    """
+
+    def __init__(
+        self,
+        tools: list[Tool] | None = None,
+        *,
+        default_timeout: float = 30.0,
+        max_result_chars: int = DEFAULT_RESULT_MAX_CHARS,
+    ) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._validators: dict[str, Draft202012Validator] = {}
         self.default_timeout = default_timeout
+        self.max_result_chars = max_result_chars
+        for tool in tools or []:
+            self.register(tool)
 
     def register(self, tool: Tool) -> None:
-        """Add or replace a tool."""
+        """Add or replace a tool.
+
+        Raises:
+            ValueError: ``tool.parameters`` is not a valid Draft 2020-12 schema (a plugin with a
+                broken schema fails at start-up, not at the model's first call).
+        """
+        try:
+            Draft202012Validator.check_schema(tool.parameters)
+        except SchemaError as exc:
+            raise ValueError(f"tool {tool.name!r}: invalid parameters schema: {exc.message}") from exc
         self._tools[tool.name] = tool
+        self._validators[tool.name] = Draft202012Validator(tool.parameters)
 
     def definitions(self) -> list[ToolDefinition]:
         """Definitions of every tool, in registration order."""
@@ -113,8 +179,23 @@ class ToolRegistry:
     def __contains__(self, name: str) -> bool:
         return name in self._tools
 
-    async def run(self, call: ToolCall, timeout: float | None = None) -> ToolOutcome:
+    def bind(self, context: ToolContext) -> BoundToolRegistry:
+        """A view of this registry whose calls carry ``context`` (one per turn; cheap).
+
+        The view shares the tools: one registered later is visible through it too.
+        """
+        return BoundToolRegistry(self, context)
+
+    async def run(
+        self, call: ToolCall, timeout: float | None = None, *, context: ToolContext | None = None
+    ) -> ToolOutcome:
         """Run one call; every recoverable failure becomes an error outcome.
+
+        Args:
+            call: the model's call (``arguments_json`` is parsed here).
+            timeout: seconds for this call when the tool declares none (then ``default_timeout``).
+            context: the turn's context, passed to tools with ``needs_context``; such a tool
+                called without one gets an error result.
 
         Raises:
             ToolFatalError: the tool said the turn cannot go on.
@@ -126,13 +207,18 @@ class ToolRegistry:
             arguments = call.arguments()
         except ToolArgumentsError as exc:
             return self._error(f"invalid arguments JSON for {call.name}: {exc}")
-        problem = validate_arguments(tool.parameters, arguments)
+        problem = validate_arguments(self._validators[tool.name], arguments)
         if problem:
             return self._error(f"invalid arguments for {call.name}: {problem}")
+        if tool.needs_context and context is None:
+            return self._error(f"{call.name} is not available here (it needs a dialog)")
         limit = tool.timeout or timeout or self.default_timeout
         try:
             async with asyncio.timeout(limit):
-                content = await tool.handler(arguments)
+                if tool.needs_context:
+                    content = await tool.handler(arguments, context)
+                else:
+                    content = await tool.handler(arguments)
         except TimeoutError:
             return self._error(f"{call.name} timed out after {limit:g} s")
         except ToolFatalError:
@@ -144,8 +230,31 @@ class ToolRegistry:
             return self._error(f"{call.name} failed: {type(exc).__name__}")
         if not isinstance(content, str):
             content = json.dumps(content, ensure_ascii=False)
+        content = truncate_result(content, self.max_result_chars)
         return ToolOutcome(content=content, is_error=False, preview=_preview(content))
 
-    @staticmethod
-    def _error(message: str) -> ToolOutcome:
-        return ToolOutcome(content=f"Error: {message}", is_error=True, preview=_preview(message))
+    def _error(self, message: str) -> ToolOutcome:
+        content = truncate_result(f"Error: {message}", self.max_result_chars)
+        return ToolOutcome(content=content, is_error=True, preview=_preview(message))
+
+
+class BoundToolRegistry(ToolRegistry):
+    """A registry view whose :meth:`run` passes one turn's :class:`ToolContext` (see ``bind``).
+
+    Drop-in for ``ToolRegistry`` where the agent loop takes one: same ``definitions``, ``run``,
+    ``in``; a ``context=`` given to ``run`` explicitly still wins.
+    """
+
+    def __init__(self, registry: ToolRegistry, context: ToolContext) -> None:
+        # Shares the parent's tables (no copy): registering on either is seen by both.
+        self._tools = registry._tools
+        self._validators = registry._validators
+        self.default_timeout = registry.default_timeout
+        self.max_result_chars = registry.max_result_chars
+        self.context = context
+
+    async def run(
+        self, call: ToolCall, timeout: float | None = None, *, context: ToolContext | None = None
+    ) -> ToolOutcome:
+        """:meth:`ToolRegistry.run` with the bound context."""
+        return await super().run(call, timeout, context=context or self.context)

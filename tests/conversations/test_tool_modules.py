@@ -32,6 +32,9 @@ def plugin(monkeypatch: pytest.MonkeyPatch):
     return _make
 
 
+BUILT_IN = ["current_time", "memory_save", "memory_search", "plan_update", "plan_get", "http_fetch"]
+
+
 async def echo(arguments: dict) -> str:
     return f"echo {arguments.get('text', '')}"
 
@@ -44,14 +47,14 @@ def add_echo(registry: ToolRegistry) -> None:
 
 def test_no_modules_means_the_built_in_tools(settings):
     settings.PICOBOT = {**settings.PICOBOT, "TOOL_MODULES": []}
-    assert [d.name for d in default_registry().definitions()] == ["current_time"]
+    assert [d.name for d in default_registry().definitions()] == BUILT_IN
 
 
 async def test_modules_from_the_setting_add_their_tools(settings, plugin):
     plugin("picobot_test_echo_tools", add_echo)
     settings.PICOBOT = {**settings.PICOBOT, "TOOL_MODULES": ["tests.e2e.slow_tools", "picobot_test_echo_tools"]}
     registry = default_registry()
-    assert [d.name for d in registry.definitions()] == ["current_time", "slow_tool", "echo"]
+    assert [d.name for d in registry.definitions()] == [*BUILT_IN, "slow_tool", "echo"]
     outcome = await registry.run(ToolCall(id="c1", name="echo", arguments_json='{"text": "hi"}'))
     assert (outcome.content, outcome.is_error) == ("echo hi", False)
 

@@ -11,12 +11,16 @@ import pytest
 from conversations.tools import default_registry
 from conversations.tools.builtin import current_time_tool
 from conversations.tools.registry import (
+    DEFAULT_RESULT_MAX_CHARS,
     PREVIEW_CHARS,
+    BoundToolRegistry,
     Tool,
+    ToolContext,
     ToolError,
     ToolFatalError,
     ToolOutcome,
     ToolRegistry,
+    truncate_result,
 )
 from providers.base import ToolCall
 
@@ -144,12 +148,12 @@ async def test_arguments_that_are_not_a_json_object_are_an_error_result(raw):
 @pytest.mark.parametrize(
     ("arguments", "problem"),
     [
-        ({"city": 42}, "argument 'city' must be of type string"),
-        ({"city": "Paris", "days": "3"}, "argument 'days' must be of type integer"),
-        ({"city": "Paris", "days": True}, "argument 'days' must be of type integer"),
-        ({"city": "Paris", "country": "FR"}, "unknown argument 'country'"),
-        ({"days": 3}, "missing required argument 'city'"),
-        ({"city": "Paris", "unit": "k"}, "argument 'unit' must be one of ['c', 'f']"),
+        ({"city": 42}, "at $.city: 42 is not of type 'string'"),
+        ({"city": "Paris", "days": "3"}, "at $.days: '3' is not of type 'integer'"),
+        ({"city": "Paris", "days": True}, "at $.days: True is not of type 'integer'"),
+        ({"city": "Paris", "country": "FR"}, "at $: Additional properties are not allowed ('country' was unexpected)"),
+        ({"days": 3}, "at $: 'city' is a required property"),
+        ({"city": "Paris", "unit": "k"}, "at $.unit: 'k' is not one of ['c', 'f']"),
     ],
 )
 async def test_schema_invalid_arguments_are_an_error_result_and_the_tool_does_not_run(arguments, problem):
@@ -289,3 +293,140 @@ def test_definitions_are_listed_in_registration_order_and_register_replaces_by_n
         ("c", "test tool"),
     ]
     assert "a" in registry and "zz" not in registry
+
+
+# --- issue 6: jsonschema validation, result bounds, tool context ----------------------------------
+
+
+PLAN_LIKE = {
+    "type": "object",
+    "properties": {
+        "steps": {
+            "type": "array",
+            "maxItems": 2,
+            "items": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}, "status": {"enum": ["pending", "done"]}},
+                "required": ["text", "status"],
+            },
+        }
+    },
+    "required": ["steps"],
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"steps": [{"text": "a", "status": "later"}]}, "at $.steps[0].status: 'later' is not one of ['pending', 'done']"),
+        ({"steps": [{"text": "a", "status": "done"}, {"text": 1, "status": "done"}]}, "at $.steps[1].text: 1 is not of type 'string'"),
+        ({"steps": [{"status": "done"}]}, "at $.steps[0]: 'text' is a required property"),
+        ({"steps": [{"text": "a", "status": "done"}] * 3}, "at $.steps: [{'text': 'a', 'status': 'done'}"),
+    ],
+)
+async def test_nested_invalid_arguments_name_the_failing_path(arguments, problem):
+    outcome = await ToolRegistry([make_tool(echo, name="plan", parameters=PLAN_LIKE)]).run(call("plan", arguments))
+
+    assert outcome.is_error is True
+    assert outcome.content.startswith(f"Error: invalid arguments for plan: {problem}")
+
+
+async def test_a_huge_invalid_value_is_not_echoed_back_whole():
+    outcome = await ToolRegistry([make_tool(echo, name="weather", parameters=STRICT)]).run(
+        call("weather", {"city": "Paris", "days": "9" * 10_000})
+    )
+
+    assert outcome.content == "Error: invalid arguments for weather: at $.days: the value breaks the schema rule 'type': \"integer\""
+
+
+def test_a_tool_with_an_invalid_schema_is_refused_at_registration():
+    with pytest.raises(ValueError, match="tool 'broken': invalid parameters schema"):
+        ToolRegistry([make_tool(echo, name="broken", parameters={"type": "object", "properties": {"x": {"type": "thing"}}})])
+
+
+async def test_a_long_result_is_cut_with_a_marker_saying_how_much():
+    async def long(arguments: dict) -> str:
+        return "z" * 250
+
+    outcome = await ToolRegistry([make_tool(long)], max_result_chars=100).run(call("probe"))
+
+    assert outcome.is_error is False
+    assert outcome.content == "z" * 100 + "\n[… truncated: 150 of 250 characters cut; the tool result limit is 100 characters]"
+
+
+async def test_long_error_messages_are_cut_too_and_short_results_are_untouched():
+    async def refuse(arguments: dict) -> str:
+        raise ToolError("no " * 100)
+
+    registry = ToolRegistry([make_tool(refuse), make_tool(echo, name="short")], max_result_chars=50)
+
+    refused = await registry.run(call("probe"))
+    short = await registry.run(call("short", {"a": 1}))
+
+    assert refused.is_error is True and refused.content.startswith("Error: no no")
+    assert "[… truncated: 257 of 307 characters cut" in refused.content
+    assert short.content == '{"a": 1}'
+
+
+def test_truncate_result_bounds():
+    assert truncate_result("abc", 3) == "abc"
+    assert truncate_result("abcd", 0) == "abcd"
+    assert truncate_result("abcd", 3).startswith("abc\n[… truncated: 1 of 4 characters cut")
+
+
+def test_the_default_registry_takes_its_result_bound_from_the_settings(settings):
+    assert default_registry([]).max_result_chars == DEFAULT_RESULT_MAX_CHARS == 16000
+    settings.PICOBOT = {**settings.PICOBOT, "TOOL_RESULT_MAX_CHARS": 1234}
+    assert default_registry([]).max_result_chars == 1234
+
+
+CONTEXT = ToolContext(dialog_id="cli_chat:7:d1", channel="cli_chat", chat_id="7", owner_id=7)
+
+
+def context_tool(name: str = "whoami") -> Tool:
+    async def whoami(arguments: dict, context: ToolContext) -> str:
+        return f"{context.dialog_id} {context.owner_id}"
+
+    return Tool(name, "who", {"type": "object", "properties": {}}, whoami, needs_context=True)
+
+
+async def test_a_bound_registry_passes_its_context_and_plain_tools_keep_working():
+    registry = ToolRegistry([context_tool(), make_tool(echo)])
+    bound = registry.bind(CONTEXT)
+
+    assert isinstance(bound, BoundToolRegistry) and isinstance(bound, ToolRegistry)
+    assert (await bound.run(call("whoami"))).content == "cli_chat:7:d1 7"
+    assert (await bound.run(call("probe", {"x": 1}))).content == '{"x": 1}'
+    other = ToolContext(dialog_id="other", owner_id=8)
+    assert (await bound.run(call("whoami"), context=other)).content == "other 8"
+    assert (await registry.run(call("whoami"), context=other)).content == "other 8"
+
+
+async def test_a_context_tool_without_a_context_is_an_error_result():
+    outcome = await ToolRegistry([context_tool()]).run(call("whoami"))
+
+    assert (outcome.is_error, outcome.content) == (True, "Error: whoami is not available here (it needs a dialog)")
+
+
+def test_a_bound_registry_shares_the_tools_and_their_definitions():
+    registry = ToolRegistry([make_tool(echo, name="a")])
+    bound = registry.bind(CONTEXT)
+    registry.register(make_tool(echo, name="b"))
+
+    assert [d.name for d in bound.definitions()] == ["a", "b"] and "b" in bound
+
+
+async def test_the_calls_of_one_batch_run_concurrently_through_a_bound_registry():
+    """The agent loop runs a response's calls as tasks; each call holds its own timeout."""
+    entered = asyncio.Barrier(2)
+
+    async def meet(arguments: dict, context: ToolContext) -> str:
+        await entered.wait()
+        return context.chat_id
+
+    registry = ToolRegistry([Tool("meet", "meet", {"type": "object"}, meet, timeout=5, needs_context=True)])
+    bound = registry.bind(CONTEXT)
+    async with asyncio.timeout(5):
+        outcomes = await asyncio.gather(bound.run(call("meet", call_id="a")), bound.run(call("meet", call_id="b")))
+
+    assert [o.content for o in outcomes] == ["7", "7"]

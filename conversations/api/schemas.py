@@ -1,0 +1,181 @@
+"""Request and response shapes of the REST control API (PROTOCOL §2; rows as in PROTOCOL §1).
+
+Requests refuse unknown members (422), so a misspelt or unsupported field (``media``…) is never
+silently ignored. Responses may gain members later; clients ignore members they do not know.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ninja import Field, Schema
+from pydantic import ConfigDict
+
+MAX_CONTENT_CHARS = 32_000  # = conversations.consumers.MAX_CONTENT_CHARS (PROTOCOL §1 ``message``)
+MAX_CLIENT_MSG_ID = 64
+MAX_HISTORY_LIMIT = 200
+MAX_DIALOG_PAGE = 200
+MAX_SEQ = 2**53  # JavaScript's safe integers, as on the WebSocket
+
+
+class _Input(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+class ValidationIssue(Schema):
+    loc: list[str | int] = Field(..., description="where: e.g. `[\"body\", \"payload\", \"content\"]`, `[\"query\", \"limit\"]`")
+    msg: str
+    type: str
+
+
+class ErrorOut(Schema):
+    """Every error answer (PROTOCOL §2). ``ref`` names the server log entry."""
+
+    code: str = Field(..., description="machine-readable: not_found, unauthorized, validation_error, …")
+    message: str
+    ref: str = Field(..., description="reference of the server log entry of this error")
+    errors: list[ValidationIssue] | None = Field(None, description="422 `validation_error` only: each problem")
+    checks: dict[str, str] | None = Field(None, description="503 `not_ready` only: each dependency's state")
+
+
+# --- service -------------------------------------------------------------------------------------
+
+
+class HealthOut(Schema):
+    status: Literal["ok"] = "ok"
+
+
+class ReadyOut(Schema):
+    status: Literal["ready"] = "ready"
+    checks: dict[str, str] = Field(..., description='`{"database": "ok", "channel_layer": "ok"}`')
+
+
+# --- dialogs -------------------------------------------------------------------------------------
+
+
+class UsageOut(Schema):
+    input_tokens: int
+    output_tokens: int
+
+
+class DialogOut(Schema):
+    """One dialog: the fields of ``storage.dialog_info`` (and of ``/info``'s ``info`` object)."""
+
+    session_id: str = Field(..., description="the unified id `{channel}:{chat_id}:{dialog_id}`")
+    dialog_id: str
+    channel: str
+    chat_id: str
+    title: str
+    title_is_default: bool
+    message_count: int = Field(..., description="user messages")
+    total_message_count: int = Field(..., description="history rows (user, assistant, tool)")
+    history_revision: int = Field(..., description="the highest committed `seq`")
+    created_at: int = Field(..., description="ms since the Unix epoch")
+    last_active_at: int = Field(..., description="ms since the Unix epoch")
+    model: str
+    usage: UsageOut
+    compacted_through_seq: int = Field(..., description="rows up to this `seq` are summarised (0: none)")
+    queued: int = Field(..., description="accepted messages waiting for their turn")
+    running: bool = Field(..., description="a turn of this dialog runs now")
+    active: bool = Field(..., description="the dialog is its chat's active dialog")
+
+
+class DialogPage(Schema):
+    items: list[DialogOut] = Field(..., description="most recently active first")
+    total: int = Field(..., description="dialogs matching the filters")
+    limit: int
+    offset: int
+
+
+class DialogCreate(_Input):
+    title: str | None = Field(None, description="≤ 200 characters after whitespace is collapsed; default: `New chat`")
+
+
+class DialogRename(_Input):
+    title: str = Field(..., description="the new title: a user rename (never replaced by a generated title)")
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+
+class ToolCallOut(Schema):
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class HistoryMessage(Schema):
+    """PROTOCOL §1 "History message"."""
+
+    id: str
+    seq: int
+    role: str = Field(..., description="user, assistant or tool")
+    content: str
+    reasoning: str | None
+    tool_calls: list[ToolCallOut]
+    tool_call_id: str | None
+    tool_name: str | None
+    is_error: bool
+    turn_id: str | None
+    iteration: int
+    completion_status: str = Field(..., description="completed, cancelled or interrupted")
+    created_at: int
+
+
+class HistoryPage(Schema):
+    session_id: str
+    history_revision: int
+    messages: list[HistoryMessage] = Field(..., description="oldest first")
+    has_more: bool = Field(..., description="older messages exist below the first one")
+
+
+class MessageIn(_Input):
+    content: str = Field(..., min_length=1, max_length=MAX_CONTENT_CHARS,
+                         description="the user message; not blank, and not a slash command")
+    client_msg_id: str | None = Field(
+        None, min_length=1, max_length=MAX_CLIENT_MSG_ID,
+        description="idempotency key, unique per user (shared with the WebSocket): the same id again "
+        "answers the same `message_id` and never creates a second message",
+    )
+
+
+class MessageAccepted(Schema):
+    message_id: str = Field(..., description="the inbox id (the WebSocket `ack`'s `message_id`)")
+    session_id: str
+    queued: int = Field(..., description="messages ahead of it in the dialog")
+    duplicate: bool = Field(..., description="the `client_msg_id` was accepted before: nothing new was queued")
+
+
+# --- turns ---------------------------------------------------------------------------------------
+
+
+class TurnOut(Schema):
+    """A turn snapshot, as the WebSocket's ``turn_updated.turn`` (PROTOCOL §1)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    session_id: str
+    message_id: str = Field(..., description="id pre-allocated for the turn's final assistant message")
+    revision: int = Field(..., description="0: a placeholder (the worker running the turn did not answer)")
+    status: str = Field(..., description="running, completed, cancelled, failed")
+    phase: str = Field(..., description="queued, compacting, reasoning, responding, acting, finalizing")
+    blocks: list[dict[str, Any]]
+    usage: dict[str, Any] | None
+    error: str | None
+
+
+class StopOut(Schema):
+    session_id: str
+    status: Literal["stopping"] = "stopping"
+    acknowledged: bool = Field(..., description="the worker running the turn confirmed the cancel")
+    message: str
+
+
+class CompactOut(Schema):
+    session_id: str
+    status: Literal["started"] = "started"
+    message: str

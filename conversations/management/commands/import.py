@@ -1,0 +1,61 @@
+"""``manage.py import FILE``: read a JSON export back, exactly (issue 7; ``conversations.transfer``).
+
+The file is validated first (format and version, required fields, seq contiguity, tool calls)
+and imported in one transaction: a bad file or an id clash imports nothing. The module is named
+``import`` for the command's sake; Django's loader imports it by path.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from conversations.transfer import ImportedDialog, TransferError, import_document
+
+
+class Command(BaseCommand):
+    help = (
+        "Import dialogs from a JSON file written by 'manage.py export' (FILE, or - for standard input). "
+        "Everything or nothing is imported. An existing dialog id is an error unless --as-new (new "
+        "dialog and message ids). Owners are matched by username; --user USERNAME gives every dialog "
+        "to that user. Prints the imported dialog ids."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", metavar="FILE", help="the export's JSON file, or - for standard input")
+        parser.add_argument("--user", metavar="USERNAME", help="owner of every imported dialog (must exist)")
+        parser.add_argument("--as-new", action="store_true", help="import as copies with new dialog and message ids")
+
+    def handle(self, *args: object, file: str, user: str | None, as_new: bool, **options: Any) -> None:
+        owner = None
+        if user is not None:
+            owner = get_user_model().objects.filter(username=user).first()
+            if owner is None:
+                raise CommandError(f"no user {user!r} (create it with: manage.py createtoken {user})")
+        try:
+            if file == "-":
+                doc = json.load(sys.stdin)
+            else:
+                with open(file, encoding="utf-8") as f:
+                    doc = json.load(f)
+        except OSError as exc:
+            raise CommandError(f"cannot read {file}: {exc.strerror or exc}") from exc
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CommandError(f"{file} is not JSON: {exc}") from exc
+
+        def progress(item: ImportedDialog) -> None:
+            if options.get("verbosity", 1) >= 1:
+                moved = f" (was {item.source_id})" if item.source_id != item.id else ""
+                self.stderr.write(f"  imported {item.id}{moved}: {item.messages} message(s)")
+
+        try:
+            done = import_document(doc, user=owner, as_new=as_new, progress=progress)
+        except TransferError as exc:
+            raise CommandError(f"nothing imported: {exc}") from exc
+        for item in done:
+            self.stdout.write(item.id)
+        self.stderr.write(f"Imported {len(done)} dialog(s), {sum(i.messages for i in done)} message(s).")

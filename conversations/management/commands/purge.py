@@ -1,0 +1,109 @@
+"""``manage.py purge``: physically delete old dialogs (DESIGN §3 ``deleted_at``, §6 purge rules).
+
+Soft-deleted dialogs (``/delete``) whose ``deleted_at`` is older than the retention (default 30
+days, 0 = every soft-deleted dialog) go; with ``--inactive-days N`` also live dialogs whose
+``last_active_at`` is older than N days. A dry run unless ``--apply``: it prints what would go.
+Deleting a dialog deletes its history, inbox rows and plan (cascade); a chat whose active dialog
+goes gets its most recent other dialog (or a new one) on its next message. A dialog with a
+queued or started inbox row, or whose lease a worker holds, is never touched (checked again in
+the deleting transaction).
+"""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+
+from conversations.models import Dialog, InboxMessage, now_ms
+from conversations.transfer import ms_to_text
+
+DAY_MS = 86_400_000
+BATCH = 100
+
+
+def purge_candidates(retention_days: int, inactive_days: int | None, now: int) -> Q:
+    """The purge rule as a filter on Dialog (without the busy check)."""
+    rule = Q(deleted_at__isnull=False)
+    if retention_days > 0:
+        rule &= Q(deleted_at__lte=now - retention_days * DAY_MS)
+    if inactive_days is not None:
+        rule |= Q(deleted_at__isnull=True, last_active_at__lt=now - inactive_days * DAY_MS)
+    return rule
+
+
+def busy() -> Q:
+    """Dialogs a worker may be running: queued/started inbox rows, or a lease still held."""
+    working = InboxMessage.objects.filter(
+        dialog=OuterRef("pk"), status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
+    )
+    return Q(Exists(working)) | Q(lease_owner__isnull=False, lease_expires_at__gt=now_ms())
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete soft-deleted dialogs older than the retention (default 30 days; 0 = all soft-deleted) "
+        "and, with --inactive-days N, live dialogs inactive for N days, with their messages, inbox rows "
+        "and plans. A dry run that only lists them unless --apply is given. Dialogs with queued or "
+        "running messages are skipped."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--retention-days", type=int, default=30, metavar="N",
+            help="purge soft-deleted dialogs deleted more than N days ago (default 30; 0 = all of them)",
+        )
+        parser.add_argument(
+            "--inactive-days", type=int, default=None, metavar="N",
+            help="also purge live (not deleted) dialogs whose last activity is more than N days old",
+        )
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--apply", action="store_true", help="really delete (default: dry run)")
+        mode.add_argument("--dry-run", action="store_true", help="only list what would be deleted (the default)")
+
+    def handle(
+        self, *args: object, retention_days: int, inactive_days: int | None, apply: bool, **options: object
+    ) -> None:
+        if retention_days < 0:
+            raise CommandError("--retention-days must be 0 or more")
+        if inactive_days is not None and inactive_days < 1:
+            raise CommandError("--inactive-days must be 1 or more")
+        verbosity = int(options.get("verbosity", 1))
+        now = now_ms()
+        rule = purge_candidates(retention_days, inactive_days, now)
+        matching = Dialog.objects.filter(rule)
+        skipped = matching.filter(busy()).count()
+        chosen = matching.exclude(busy()).order_by("last_active_at")
+        if not apply:
+            self.stdout.write("Dry run: nothing is deleted (add --apply to delete).")
+        total_dialogs = total_messages = 0
+        for d in chosen.only("id", "title", "deleted_at", "last_active_at", "total_message_count").iterator(
+            chunk_size=500
+        ):
+            total_dialogs += 1
+            total_messages += d.total_message_count
+            if verbosity >= 1:
+                why = f"deleted {ms_to_text(d.deleted_at)}" if d.deleted_at else f"inactive since {ms_to_text(d.last_active_at)}"
+                verb = "would purge" if not apply else "purging"
+                self.stdout.write(f"{verb} {d.id} {d.title!r}: {why}, {d.total_message_count} message(s)")
+        skip_note = f"; skipped {skipped} busy dialog(s) (queued or running messages, or a held lease)" if skipped else ""
+        if not apply:
+            self.stdout.write(
+                f"Would purge {total_dialogs} dialog(s) with {total_messages} message(s){skip_note}."
+            )
+            return
+        deleted_dialogs = deleted_messages = 0
+        while True:
+            # Re-select in each transaction: a message may have arrived since the listing.
+            with transaction.atomic():
+                batch = list(
+                    Dialog.objects.filter(rule).exclude(busy()).order_by("last_active_at")
+                    .values_list("pk", "total_message_count")[:BATCH]
+                )
+                if not batch:
+                    break
+                _, per_model = Dialog.objects.filter(pk__in=[pk for pk, _ in batch]).delete()
+            deleted_dialogs += per_model.get("conversations.Dialog", 0)
+            deleted_messages += per_model.get("conversations.Message", 0)
+            self.stderr.write(f"  purged {deleted_dialogs}/{total_dialogs} dialog(s), {deleted_messages} message(s)…")
+        self.stdout.write(f"Purged {deleted_dialogs} dialog(s) with {deleted_messages} message(s){skip_note}.")

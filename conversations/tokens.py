@@ -1,0 +1,170 @@
+"""Token estimates of provider messages, without a tokenizer (seed 002 Task 6 §6a–§6b).
+
+Every number here is a count of **tokens**. The estimate decides when a turn's input is
+compacted (``conversations.turn_input``); it has to be cheap (it runs over the whole input of
+every turn) and on the safe side (a request that is estimated to fit but does not costs an
+overflow round trip, seed 000 §7.2), so it errs towards too many tokens.
+
+The heuristic, per character of text:
+
+* ASCII: :data:`ASCII_CHARS_PER_TOKEN` = 3.5 characters per token. BPE tokenizers give about
+  4–5.5 for English prose and 3–4 for code and JSON. On the recorded answers of
+  ``shared/cases/real`` (usage reported by the APIs): gpt-4o 256 characters = 47 tokens
+  (estimate 74), Claude Sonnet 4.5 108 = 30 (estimate 31), DeepSeek's letter-by-letter
+  reasoning 326 = 106 (estimate 95, the one case under).
+* CJK — Han ideographs, kana, Hangul, CJK punctuation and full-width forms (:data:`CJK_RANGES`):
+  one token per character. Common Chinese characters are 0.6–1 token each in current
+  tokenizers, rarer ones up to 2–3 bytes-level pieces; one per character is the usual
+  conservative figure (seed 002 §6b keeps the same function for all text).
+* Any other character in the Basic Multilingual Plane (accented Latin, Cyrillic, Greek, Arabic,
+  …): half a token each (those scripts tokenize at roughly 2–3 characters per token).
+* Any other character outside it (emoji, symbols): :data:`ASTRAL_TOKENS` = 2 tokens each.
+
+Per message :data:`MESSAGE_OVERHEAD` = 4 tokens (role and separators, seed 002 §6a); per tool
+call :data:`TOOL_USE_OVERHEAD` = 30 and per tool result :data:`TOOL_RESULT_OVERHEAD` for the id,
+name and wrapping (Anthropic's recorded tool calls in ``shared/cases/real`` RC-10/RC-12 cost 25–33
+tokens more than their name and arguments; OpenAI's RC-02 about 6); an image counts a fixed :data:`IMAGE_TOKENS` (seed §6b counts 50 — far too few:
+Anthropic bills width·height/750, ≈1,500 for a 1.1-megapixel image; OpenAI 765 for a
+1024×1024 high-detail one). Reasoning (thinking) blocks count like text: whether a vendor drops
+old ones from the context varies, and counting them is the safe side. Tool definitions offered
+in a request count as their JSON text (:func:`estimate_tools`).
+
+Cost: O(length of the text); pure-ASCII text (most tool output) takes a fast path.
+
+Pure module: no Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+
+from providers.messages import (
+    ContentBlock,
+    ImageBlock,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolDefinition,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+__all__ = [
+    "ASCII_CHARS_PER_TOKEN",
+    "ASTRAL_TOKENS",
+    "CJK_RANGES",
+    "IMAGE_TOKENS",
+    "MESSAGE_OVERHEAD",
+    "REQUEST_OVERHEAD",
+    "TOOL_RESULT_OVERHEAD",
+    "TOOL_USE_OVERHEAD",
+    "estimate_block",
+    "estimate_message",
+    "estimate_messages",
+    "estimate_request",
+    "estimate_text",
+    "estimate_tools",
+]
+
+ASCII_CHARS_PER_TOKEN = 3.5
+ASTRAL_TOKENS = 2
+MESSAGE_OVERHEAD = 4
+TOOL_USE_OVERHEAD = 30  # the call id, the function name and the wrapping (see the module docstring)
+TOOL_RESULT_OVERHEAD = 6  # the call id and the wrapping
+IMAGE_TOKENS = 1500
+REQUEST_OVERHEAD = 3  # the reply primer every request carries
+TOOL_DEFINITION_OVERHEAD = 8
+
+#: Code point ranges counted as one token per character.
+CJK_RANGES: tuple[tuple[int, int], ...] = (
+    (0x1100, 0x11FF),  # Hangul Jamo
+    (0x2E80, 0x2FDF),  # CJK radicals, Kangxi radicals
+    (0x2FF0, 0x303F),  # ideographic description, CJK symbols and punctuation
+    (0x3040, 0x31FF),  # Hiragana, Katakana, Bopomofo, Hangul compatibility Jamo, Kanbun, …
+    (0x3200, 0x4DBF),  # enclosed CJK, CJK compatibility, extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xA960, 0xA97F),  # Hangul Jamo extended A
+    (0xAC00, 0xD7FF),  # Hangul syllables, Jamo extended B
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFE30, 0xFE4F),  # CJK compatibility forms
+    (0xFF00, 0xFFEF),  # half-width and full-width forms
+    (0x20000, 0x3FFFF),  # extensions B–H, compatibility supplement
+)
+
+_CJK = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES) + "]")
+# Outside the BMP and not CJK (emoji, symbols, historic scripts).
+_OTHER_ASTRAL = re.compile("[\U00010000-\U0001ffff\U00040000-\U0010ffff]")
+
+
+def estimate_text(text: str) -> int:
+    """Tokens of a text under the module's heuristic (0 for ``""``)."""
+    if not text:
+        return 0
+    length = len(text)
+    if text.isascii():
+        return math.ceil(length / ASCII_CHARS_PER_TOKEN)
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    cjk = len(_CJK.findall(text))
+    other_astral = len(_OTHER_ASTRAL.findall(text))
+    other_bmp = length - ascii_chars - cjk - other_astral
+    return math.ceil(ascii_chars / ASCII_CHARS_PER_TOKEN + cjk + other_bmp / 2 + other_astral * ASTRAL_TOKENS)
+
+
+def _json_text(value: object) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):  # a cycle or NaN: the repr is as long, near enough
+        return repr(value)
+
+
+def estimate_block(block: ContentBlock) -> int:
+    """Tokens of one content block (seed 002 §6b).
+
+    Text and thinking: their text; a redacted thinking block: its opaque data as text; a tool
+    call: its name and JSON arguments (the raw argument text when the model's was not JSON) plus
+    :data:`TOOL_USE_OVERHEAD`; a tool result: its content plus :data:`TOOL_RESULT_OVERHEAD`; an
+    image: :data:`IMAGE_TOKENS`.
+    """
+    match block:
+        case TextBlock(text=text) | ThinkingBlock(text=text):
+            return estimate_text(text)
+        case RedactedThinkingBlock(data=data):
+            return estimate_text(data)
+        case ToolUseBlock(name=name, arguments=arguments, raw_arguments=raw):
+            arguments_text = raw if raw is not None else _json_text(arguments)
+            return TOOL_USE_OVERHEAD + estimate_text(name) + estimate_text(arguments_text)
+        case ToolResultBlock(content=content):
+            return TOOL_RESULT_OVERHEAD + estimate_text(content)
+        case ImageBlock():
+            return IMAGE_TOKENS
+    raise TypeError(f"not a content block: {block!r}")
+
+
+def estimate_message(message: Message) -> int:
+    """Tokens of one message: :data:`MESSAGE_OVERHEAD` plus its blocks (seed 002 §6a)."""
+    return MESSAGE_OVERHEAD + sum(estimate_block(block) for block in message.content)
+
+
+def estimate_messages(messages: Iterable[Message]) -> int:
+    """Tokens of a list of messages (the sum of :func:`estimate_message`)."""
+    return sum(estimate_message(message) for message in messages)
+
+
+def estimate_tools(tools: Sequence[ToolDefinition]) -> int:
+    """Tokens the tool definitions of a request take: name, description and JSON schema."""
+    return sum(
+        TOOL_DEFINITION_OVERHEAD
+        + estimate_text(tool.name)
+        + estimate_text(tool.description)
+        + estimate_text(_json_text(tool.parameters))
+        for tool in tools
+    )
+
+
+def estimate_request(messages: Iterable[Message], tools: Sequence[ToolDefinition] = ()) -> int:
+    """Tokens of a whole request: messages, tool definitions and :data:`REQUEST_OVERHEAD`."""
+    return REQUEST_OVERHEAD + estimate_messages(messages) + estimate_tools(tools)

@@ -1,0 +1,300 @@
+"""Typed turn failures and the one place that words them for the user (seed 000 §13, seed 003 §14.2).
+
+The session worker never builds user-facing error strings inline: every way a turn can fail is a
+:class:`TurnFailure` of one :class:`TurnFailureKind`, and :class:`TurnFailurePresenter` renders it
+into one short line that ends with the failure's reference id — ``"… (ref 1a2b3c4d)."`` — so a
+user can quote it and an operator can find the log entry.
+
+What goes where (seed 000 §13: "raw provider/storage errors only in the safe log"):
+
+- ``user_message``: short, user-safe wording. For a provider failure it names the kind and HTTP
+  status and carries the provider's own short message, which the provider layer already cleaned
+  (``ProviderError.message``: no payloads) and redacted; it is redacted here once more.
+- ``detail``: the raw cause — exception types, the cause chain, a storage error's text, a
+  traceback — for the server log only. It is passed through :func:`redact` when the failure is
+  built, so even the log never holds a key.
+
+Pure module apart from :func:`configured_secrets` (which reads Django settings lazily).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from providers.errors import ProviderError, RequestBlockedError
+
+__all__ = [
+    "TurnFailedError",
+    "TurnFailure",
+    "TurnFailureKind",
+    "TurnFailurePresenter",
+    "configured_secrets",
+    "describe_exception",
+    "log_failure",
+    "new_ref",
+    "provider_failure_lead",
+    "redact",
+]
+
+#: Bound of a presented message (before the ref); a provider message is at most 500 chars.
+MAX_USER_MESSAGE_CHARS = 600
+#: Bound of a failure's ``detail`` (a traceback can be long; the log needs its tail).
+MAX_DETAIL_CHARS = 8000
+
+
+class TurnFailureKind(StrEnum):
+    """Why a turn failed (seed 000 §13, plus the kinds the executor also tells apart)."""
+
+    INPUT_PERSISTENCE = "input_persistence"  # the user's message could not be stored
+    AGENT_CREATION = "agent_creation"  # the agent (provider, tools) could not be set up
+    CONTEXT_PREPARATION = "context_preparation"  # building the provider input failed
+    PROVIDER = "provider"  # the model provider failed (typed ``ProviderError``)
+    TOOL = "tool"  # a tool said the turn cannot go on (``ToolFatalError``)
+    TIMEOUT = "timeout"  # the turn's own deadline passed
+    TURN_PERSISTENCE = "turn_persistence"  # the turn's rows could not be committed
+    DELIVERY = "delivery"  # the answer could not be delivered to the chat
+    INTERNAL = "internal"  # a bug: anything else
+
+
+#: What the user reads when a failure brings no wording of its own.
+DEFAULT_MESSAGES: dict[TurnFailureKind, str] = {
+    TurnFailureKind.INPUT_PERSISTENCE: "Your message could not be saved",
+    TurnFailureKind.AGENT_CREATION: "The assistant could not be started",
+    TurnFailureKind.CONTEXT_PREPARATION: "The conversation could not be prepared for the model",
+    TurnFailureKind.PROVIDER: "The model provider failed",
+    TurnFailureKind.TOOL: "A tool failed and the turn cannot go on",
+    TurnFailureKind.TIMEOUT: "The turn took too long and was stopped",
+    # seed 003 §14.2: say plainly that what streamed was a preview that history does not hold.
+    TurnFailureKind.TURN_PERSISTENCE: (
+        "The answer could not be saved; what was shown while it streamed is not in the history"
+    ),
+    TurnFailureKind.DELIVERY: "The answer could not be delivered",
+    TurnFailureKind.INTERNAL: "Internal error",
+}
+
+_FAILURE_LEADS = {
+    "server_error": "The model provider had a server error",
+    "overloaded": "The model provider is overloaded",
+    "rate_limited": "The model provider is rate limiting us",
+    "authentication": "The model provider refused our credentials",
+    "context_overflow": "The conversation is too long for the model",
+    "timeout": "The model provider timed out",
+    "connection": "The model provider could not be reached",
+    "truncated": "The model provider's answer was cut off",
+}
+
+
+def new_ref() -> str:
+    """A fresh reference id (8 hex characters) that ties a user-visible error to its log entry."""
+    return secrets.token_hex(4)
+
+
+def provider_failure_lead(error: ProviderError) -> str:
+    """The user-facing start of a provider failure message, naming its kind (and HTTP status).
+
+    A 500/502/504 reads as a server error and only 503/529 as "overloaded" (issue 3): the
+    wording follows the error type, so the two are never confused.
+    """
+    lead = _FAILURE_LEADS.get(error.kind, "The model provider failed")
+    status = f", HTTP {error.http_status}" if error.http_status and error.http_status != 200 else ""
+    return f"{lead} ({error.kind}{status})"
+
+
+# -- redaction ---------------------------------------------------------------------------------
+
+_REDACTED = "[redacted]"
+# Names whose ``name=value`` is a credential (query parameters, form bodies, log lines).
+_ASSIGNED = (
+    r"api[_-]?key|apikey|key|access[_-]?token|refresh[_-]?token|id[_-]?token|token|secret|client[_-]?secret"
+    r"|password|passwd|sig|signature|x-amz-signature|x-amz-credential"
+)
+# Names whose ``name: value`` is a credential (HTTP headers, JSON/YAML fields).
+_LABELLED = (
+    r"authorization|proxy-authorization|x-api-key|api[ _-]?key|apikey|x-goog-api-key|access[_-]?token"
+    r"|refresh[_-]?token|client[_-]?secret|password|secret[_-]?key"
+)
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # ``Authorization: Bearer …``, ``"api_key": "…"``, ``x-api-key: …``: the whole value, scheme included.
+    (
+        re.compile(
+            rf"""(?<![A-Za-z0-9_\-])({_LABELLED})(["']?\s*:\s*["']?)(?:(?:Bearer|Basic|Token|Digest)\s+)?"""
+            rf"""(?!\[redacted\])[^\s"',;}}]+""",
+            re.IGNORECASE,
+        ),
+        r"\1\2" + _REDACTED,
+    ),
+    # ``Bearer …`` wherever else it appears (a repr of a request, a curl line).
+    (re.compile(r"\b(Bearer)\s+(?!\[redacted\])[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE), r"\1 " + _REDACTED),
+    # OpenAI / Anthropic / OpenRouter style keys: ``sk-…``, ``sk-ant-…``, ``sk-proj-…``, ``sk-or-v1-…``.
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-" + _REDACTED),
+    # Google API keys.
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"), _REDACTED),
+    # ``key=…``, ``token=…``, ``api_key=…`` (query strings, form bodies).
+    (re.compile(rf"(?<![A-Za-z0-9_\-])({_ASSIGNED})=(?!\[redacted\])[^&#\s'\",;]+", re.IGNORECASE), r"\1=" + _REDACTED),
+    # URL userinfo: ``https://user:pass@host``.
+    (re.compile(r"(?<=//)[^/@\s:]+:[^/@\s]+@"), _REDACTED + "@"),
+)
+
+
+def redact(text: str, known: Iterable[str] = ()) -> str:
+    """``text`` with anything that looks like a credential replaced by ``[redacted]``.
+
+    Covers ``known`` secrets verbatim (the configured API key; values shorter than 4 characters
+    are ignored), ``Bearer`` credentials, ``sk-…`` and Google keys, ``key=``/``token=``
+    style assignments (query parameters included) and ``Authorization:``/``api_key:`` style
+    labels, and URL userinfo. Over-redaction is accepted; a leaked key is not.
+    """
+    if not text:
+        return text
+    for secret in known:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, _REDACTED)
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def configured_secrets() -> tuple[str, ...]:
+    """The secrets this deployment is configured with (the LLM API key, Django's SECRET_KEY)."""
+    try:
+        from django.conf import settings
+
+        values = (settings.PICOBOT.get("LLM_API_KEY") or "", getattr(settings, "SECRET_KEY", "") or "")
+    except Exception:  # settings not configured (a pure unit test): nothing known to hide
+        return ()
+    return tuple(v for v in values if isinstance(v, str) and v)
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_exception(exc: BaseException, *, with_traceback: bool = False) -> str:
+    """``Type: message`` of ``exc`` and its causes (or its formatted traceback), unredacted."""
+    if with_traceback:
+        return "".join(traceback.format_exception(exc)).rstrip()
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(parts) < 5:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return " <- caused by ".join(parts)
+
+
+# -- the failure ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnFailure:
+    """One typed turn failure (seed 000 §13).
+
+    Attributes:
+        kind: why the turn failed.
+        user_message: what the user reads (without the ref); "" means the kind's default wording.
+        ref: the reference id shown to the user and written to the log.
+        detail: the raw cause, for the server log only; redacted when the failure is built.
+    """
+
+    kind: TurnFailureKind
+    user_message: str = ""
+    ref: str = field(default_factory=new_ref)
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", TurnFailureKind(self.kind))
+        detail = redact(self.detail, configured_secrets())
+        object.__setattr__(self, "detail", _bounded(detail, MAX_DETAIL_CHARS))
+
+    @classmethod
+    def of(cls, kind: TurnFailureKind | str, *, user_message: str = "", detail: str = "") -> TurnFailure:
+        """A failure of ``kind`` with a fresh ref."""
+        return cls(TurnFailureKind(kind), user_message, new_ref(), detail)
+
+    @classmethod
+    def from_exception(
+        cls, kind: TurnFailureKind | str, exc: BaseException, *, user_message: str = "", traceback: bool = True
+    ) -> TurnFailure:
+        """A failure caused by ``exc``: the user gets the kind's wording, the log the exception."""
+        return cls.of(kind, user_message=user_message, detail=describe_exception(exc, with_traceback=traceback))
+
+    @classmethod
+    def provider(cls, error: ProviderError) -> TurnFailure:
+        """A provider failure: its kind, HTTP status and short message for the user (issue 3).
+
+        ``error.message`` is the provider layer's cleaned, redacted summary (never a payload);
+        the vendor code, retry hints and the cause chain (e.g. an ``httpx`` error with its URL)
+        stay in ``detail``.
+        """
+        message = " ".join(str(error.message or "").split())
+        if isinstance(error, RequestBlockedError):
+            user = f"The request was blocked before reaching the model: {message}"
+        else:
+            user = f"{provider_failure_lead(error)}: {message}" if message else provider_failure_lead(error)
+        detail = (
+            f"{type(error).__name__} kind={error.kind} http_status={error.http_status} "
+            f"provider_code={error.provider_code!r} retryable={error.retryable} "
+            f"retry_after_s={error.retry_after_s}"
+            + (f" hook={error.hook}" if isinstance(error, RequestBlockedError) else "")
+            + f": {describe_exception(error)}"
+        )
+        return cls.of(TurnFailureKind.PROVIDER, user_message=user, detail=detail)
+
+
+class TurnFailedError(Exception):
+    """Raised inside a turn (e.g. by the input builder) to end it with a typed failure.
+
+    The executor's ``_run_and_commit`` catches it and presents ``failure`` like any other.
+    """
+
+    def __init__(self, failure: TurnFailure) -> None:
+        super().__init__(f"{failure.kind}: {failure.user_message or DEFAULT_MESSAGES[failure.kind]}")
+        self.failure = failure
+
+
+class TurnFailurePresenter:
+    """Renders a :class:`TurnFailure` for the user (seed 000 §13: one presenter for every failure).
+
+    The result is one short line, ``"<what happened> (ref <ref>)."``: redacted again, bounded,
+    never a traceback or a raw storage error. The same text becomes the turn's ``error`` (and so
+    the terminal snapshot's, the fallback message's and the inbox row's).
+    """
+
+    def present(self, failure: TurnFailure) -> str:
+        """The user-facing message of ``failure``, ending with its reference id."""
+        text = failure.user_message.strip() or DEFAULT_MESSAGES[failure.kind]
+        text = _bounded(redact(" ".join(text.split()), configured_secrets()), MAX_USER_MESSAGE_CHARS)
+        return f"{text.rstrip('.')} (ref {failure.ref})."
+
+    def notice(self, failure: TurnFailure) -> str | None:
+        """The chat notification a failure needs besides the turn's own error, or None.
+
+        Only a turn whose commit failed gets one (seed 003 §14.2: the user is told that the
+        streamed preview was not saved — also when the turn's live view is gone).
+        """
+        if failure.kind is TurnFailureKind.TURN_PERSISTENCE:
+            return (
+                f"Storage failed; this turn was not saved, so the answer shown while it streamed is not "
+                f"in the history (ref {failure.ref})."
+            )
+        return None
+
+
+_EXPECTED = {TurnFailureKind.PROVIDER, TurnFailureKind.TIMEOUT, TurnFailureKind.TOOL, TurnFailureKind.DELIVERY}
+
+
+def log_failure(logger: logging.Logger, turn_id: str, failure: TurnFailure) -> None:
+    """One server-log line per failure: kind, ref and the redacted detail.
+
+    Outside causes (provider, timeout, tool, delivery) are warnings; our own (storage, bugs)
+    are errors. No ``exc_info``: the traceback is already in ``detail``, redacted.
+    """
+    level = logging.WARNING if failure.kind in _EXPECTED else logging.ERROR
+    logger.log(level, "turn %s failed [%s] (ref %s): %s", turn_id, failure.kind.value, failure.ref, failure.detail)

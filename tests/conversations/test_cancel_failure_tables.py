@@ -1,0 +1,559 @@
+"""The cancel and failure tables of seed 003 §14.1/§14.2 and the stale-state rule of §8.3, one test
+per row, through the whole gateway (issue 6, Must show 3).
+
+Each test asserts what the user saw — the turn's terminal snapshot (status, error text with its
+``(ref …)``) — and what the database holds: the ``Message`` rows (role, content,
+``completion_status``) and the ``InboxMessage`` row (status, error). Stops are checked by event
+order, not by the clock: the slow tool or the silent stream is still blocked (it never produced
+anything more) when the cancelled snapshot arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+import pytest
+from channels.db import database_sync_to_async
+from django.db import OperationalError
+
+from conversations import storage
+from conversations.executor import open_cli_chat_sink
+from conversations.models import Dialog, InboxMessage, Message
+from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
+from conversations.turn_rows import CANCELLED_TOOL_RESULT
+from providers.chunks import ReasoningDelta, TextDelta
+from providers.errors import AuthenticationError, OverloadedError, ProviderConnectionError, ServerError
+from providers.openai_compat import OpenAICompatProvider
+from providers.testing import (
+    LocalSSEServer,
+    ScriptedProvider,
+    SSEResponse,
+    script_text,
+    script_tool_call,
+)
+from tests.conversations.conftest import make_token
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+REF = re.compile(r"\(ref ([0-9a-f]{8})\)")
+SILENCE = object()
+"""In a :class:`SilentProvider` script: the stream goes silent here (headers sent, then nothing)."""
+
+
+class SilentProvider(ScriptedProvider):
+    """A scripted provider whose stream can go silent mid-response until it is cancelled.
+
+    ``log`` records ``stream:silent`` when it goes quiet, ``stream:cancelled`` when the turn's
+    cancellation reaches it, and ``stream:resumed`` if it ever went on by itself (it never does:
+    nothing sets ``never``). With ``late`` chunks it swallows the cancellation and keeps
+    streaming them (a misbehaving upstream), logging ``stream:late``.
+    """
+
+    def __init__(self, responses: list, *, late: list | None = None) -> None:
+        super().__init__([])
+        self.scripts = list(responses)
+        self.late = late
+        self.silent = asyncio.Event()
+        self.never = asyncio.Event()
+        self.log: list[str] = []
+
+    async def _stream(self, request):
+        self.requests.append(request)
+        script = self.scripts[len(self.requests) - 1]
+        if isinstance(script, BaseException):
+            raise script
+        for item in script:
+            if item is SILENCE:
+                self.log.append("stream:silent")
+                self.silent.set()
+                try:
+                    await self.never.wait()
+                except asyncio.CancelledError:
+                    self.log.append("stream:cancelled")
+                    if self.late is None:
+                        raise
+                    for chunk in self.late:
+                        self.log.append("stream:late")
+                        yield chunk
+                    return
+                self.log.append("stream:resumed")
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+class Gate:
+    """A tool that blocks until cancelled (or released), logging what happened to it."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, arguments: dict) -> str:
+        self.log.append("tool:started")
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.log.append("tool:cancelled")
+            raise
+        self.log.append("tool:finished")
+        return "opened"
+
+    def registry(self) -> ToolRegistry:
+        return ToolRegistry([Tool("gate", "waits", {"type": "object", "properties": {}}, self, timeout=600)])
+
+
+async def clock(arguments: dict) -> str:
+    return "12:00 UTC"
+
+
+CLOCK = ToolRegistry([Tool("clock", "the time", {"type": "object", "properties": {}}, clock)])
+
+
+@database_sync_to_async
+def stored() -> dict:
+    """The dialog's history rows and inbox rows (each test has one dialog)."""
+    rows = [
+        (m.role, m.content, m.completion_status, m.is_error, m.tool_call_id)
+        for m in Message.objects.order_by("seq")
+    ]
+    ids = list(Message.objects.order_by("seq").values_list("id", flat=True))
+    inbox = list(InboxMessage.objects.values_list("status", "error"))
+    return {"rows": rows, "ids": [str(i) for i in ids], "inbox": inbox}
+
+
+async def begin(connect, start_worker, provider, content: str = "hi", **options):
+    """Start a worker, connect, send one message; returns ``(client, session_id, worker)``."""
+    worker = await start_worker(provider, **options)
+    client = await connect(await make_token())
+    session_id = (await client.until("ready"))["active_session_id"]
+    await client.send({"type": "message", "content": content, "client_msg_id": "row-1"})
+    return client, session_id, worker
+
+
+async def terminal(client) -> dict:
+    return (await client.until("turn_updated", lambda f: f["turn"]["status"] != "running"))["turn"]
+
+
+def shows(kind: str, text: str | None = None):
+    """A predicate: a snapshot with a ``kind`` block (whose text is ``text``, when given)."""
+
+    def check(frame: dict) -> bool:
+        return any(b["type"] == kind and (text is None or b.get("text") == text) for b in frame["turn"]["blocks"])
+
+    return check
+
+
+def texts(turn: dict, kind: str = "assistant") -> list[str]:
+    return [b["text"] for b in turn["blocks"] if b["type"] == kind]
+
+
+# == Cancel (seed 003 §14.1) ====================================================================
+
+
+async def test_cancel_row_stop_during_a_silent_stream_before_any_text(connect, start_worker):
+    """No assistant text shown → nothing persisted for the assistant, status cancelled; the stop
+    lands while the stream is still silent (it never produced anything more)."""
+    provider = SilentProvider([[SILENCE]])
+    client, session_id, _ = await begin(connect, start_worker, provider)
+    await asyncio.wait_for(provider.silent.wait(), 10)
+    await client.send({"type": "stop", "session_id": session_id})
+    turn = await terminal(client)
+    assert provider.log == ["stream:silent", "stream:cancelled"], "still silent when the turn ended"
+    assert (turn["status"], turn["error"], turn["blocks"]) == ("cancelled", "stopped", [])
+    committed = await client.until("turn_committed")
+    assert [m["role"] for m in committed["messages"]] == ["user"]
+    state = await stored()
+    assert state["rows"] == [("user", "hi", "completed", False, None)]
+    assert state["inbox"] == [("done", "")]
+
+
+async def test_cancel_row_stop_during_an_http_stream_that_sent_headers_then_nothing(connect, start_worker):
+    """The same over real HTTP: the upstream answers 200 and then stays silent."""
+    asked = asyncio.Event()
+
+    def upstream(request):
+        asked.set()
+        return SSEResponse(stall_after=0)
+
+    async with LocalSSEServer(handler=upstream) as server:
+        provider = OpenAICompatProvider(
+            server.base_url, "sk-test", "test-model", max_retries=0, first_byte_timeout=600, idle_timeout=600
+        )
+        client, session_id, _ = await begin(connect, start_worker, provider)
+        await asyncio.wait_for(asked.wait(), 10)
+        await client.send({"type": "message", "content": "/stop"})
+        turn = await terminal(client)
+        assert len(server.recorded) == 1, "one request, still unanswered when the turn ended"
+    assert (turn["status"], turn["error"], turn["blocks"]) == ("cancelled", "stopped", [])
+    state = await stored()
+    assert [r[0] for r in state["rows"]] == ["user"]
+    assert state["inbox"] == [("done", "")]
+
+
+async def test_cancel_row_partial_text_shown_is_kept_as_cancelled(connect, start_worker):
+    """Partial text shown → persisted with completion_status=cancelled, exactly as shown."""
+    provider = SilentProvider([[TextDelta("Half"), TextDelta(" an answer"), SILENCE]])
+    client, _, _ = await begin(connect, start_worker, provider)
+    await client.until("turn_updated", shows("assistant", "Half an answer"))
+    await client.send({"type": "message", "content": "/stop"})
+    turn = await terminal(client)
+    assert provider.log == ["stream:silent", "stream:cancelled"]
+    assert (turn["status"], turn["error"], texts(turn)) == ("cancelled", "stopped", ["Half an answer"])
+    state = await stored()
+    assert state["rows"] == [
+        ("user", "hi", "completed", False, None),
+        ("assistant", "Half an answer", "cancelled", False, None),
+    ]
+    assert state["ids"][1] == turn["message_id"], "the partial is the turn's reply message"
+    assert state["inbox"] == [("done", "")]
+
+
+async def test_cancel_row_reasoning_alone_is_not_an_answer_and_is_not_kept(connect, start_worker):
+    """Only reasoning shown (no assistant text) → no assistant row (seed 003 §14.1)."""
+    provider = SilentProvider([[ReasoningDelta("Let me think about"), ReasoningDelta(" this"), SILENCE]])
+    client, session_id, _ = await begin(connect, start_worker, provider)
+    await client.until("turn_updated", shows("reasoning"))
+    await client.send({"type": "stop", "session_id": session_id})
+    turn = await terminal(client)
+    assert turn["status"] == "cancelled" and texts(turn) == []
+    state = await stored()
+    assert [r[0] for r in state["rows"]] == ["user"]
+    assert state["inbox"] == [("done", "")]
+
+
+async def test_cancel_row_stop_during_a_slow_tool_keeps_the_chain_valid(connect, start_worker):
+    """A stop during a slow tool ends the turn while the tool is still blocked; the call whose
+    result never came gets an error result, so the history stays valid for the provider."""
+    log: list[str] = []
+    gate = Gate(log)
+    provider = ScriptedProvider([script_tool_call("call_slow", "gate", {}, text="Let me check.")])
+    client, session_id, _ = await begin(connect, start_worker, provider, tools=gate.registry())
+    await asyncio.wait_for(gate.started.wait(), 10)
+    await client.send({"type": "stop", "session_id": session_id})
+    turn = await terminal(client)
+    assert log == ["tool:started", "tool:cancelled"], "the tool never finished: the stop cut it"
+    assert not gate.release.is_set()
+    assert (turn["status"], turn["error"]) == ("cancelled", "stopped")
+    assert [(b["id"], b["status"]) for b in turn["blocks"] if b["type"] == "tool"] == [("call_slow", "failed")]
+    assert len(provider.requests) == 1
+    state = await stored()
+    assert state["rows"] == [
+        ("user", "hi", "completed", False, None),
+        ("assistant", "Let me check.", "completed", False, None),
+        ("tool", CANCELLED_TOOL_RESULT, "completed", True, "call_slow"),
+    ]
+    assert state["inbox"] == [("done", "")]
+
+
+async def test_cancel_row_a_finished_tool_chain_is_kept_and_the_next_partial_is_cancelled(connect, start_worker):
+    """Completed assistant/tool/result chains stay as they were; the unfinished answer after them
+    is the cancelled partial."""
+    provider = SilentProvider([script_tool_call("call_t", "clock", {}), [TextDelta("It is"), SILENCE]])
+    client, session_id, _ = await begin(connect, start_worker, provider, tools=CLOCK)
+    await client.until("turn_updated", shows("assistant", "It is"))
+    await client.send({"type": "stop", "session_id": session_id})
+    turn = await terminal(client)
+    assert turn["status"] == "cancelled" and texts(turn) == ["It is"]
+    assert [b["status"] for b in turn["blocks"] if b["type"] == "tool"] == ["completed"]
+    state = await stored()
+    assert state["rows"] == [
+        ("user", "hi", "completed", False, None),
+        ("assistant", "", "completed", False, None),
+        ("tool", "12:00 UTC", "completed", False, "call_t"),
+        ("assistant", "It is", "cancelled", False, None),
+    ]
+    assert state["ids"][3] == turn["message_id"]
+
+
+async def test_cancel_row_late_deltas_after_the_stop_are_dropped(connect, start_worker):
+    """An upstream that ignores the cancellation and keeps streaming: its late text is neither
+    shown nor stored, and nothing follows the cancelled snapshot."""
+    provider = SilentProvider([[TextDelta("Shown"), SILENCE]], late=[TextDelta(" LATE"), TextDelta(" MORE")])
+    client, session_id, _ = await begin(connect, start_worker, provider)
+    await client.until("turn_updated", shows("assistant", "Shown"))
+    await client.send({"type": "stop", "session_id": session_id})
+    turn = await terminal(client)
+    assert provider.log == ["stream:silent", "stream:cancelled", "stream:late"]
+    assert (turn["status"], texts(turn)) == ("cancelled", ["Shown"])
+    await client.until("turn_committed")
+    assert await client.communicator.receive_nothing(timeout=0.3)
+    assert all("LATE" not in t for f in client.of_type("turn_updated") for t in texts(f["turn"]))
+    state = await stored()
+    assert state["rows"][1:] == [("assistant", "Shown", "cancelled", False, None)]
+
+
+# == Failure (seed 003 §14.2, seed 000 §13) ======================================================
+
+
+async def test_failure_row_provider_failure_before_any_text(connect, start_worker):
+    """Failed, the error names the provider failure and a ref; no assistant row."""
+    client, _, _ = await begin(connect, start_worker, ScriptedProvider([OverloadedError("upstream overloaded", http_status=503)]))
+    turn = await terminal(client)
+    assert turn["status"] == "failed" and texts(turn) == []
+    assert turn["error"].startswith("The model provider is overloaded (overloaded, HTTP 503): upstream overloaded")
+    assert REF.search(turn["error"])
+    state = await stored()
+    assert state["rows"] == [("user", "hi", "completed", False, None)]
+    assert state["inbox"] == [("done", turn["error"])]
+
+
+async def test_failure_row_provider_failure_after_partial_text_keeps_it_interrupted(connect, start_worker):
+    chunks = [TextDelta("Half an"), TextDelta(" answer"), ProviderConnectionError("connection reset")]
+    client, _, _ = await begin(connect, start_worker, ScriptedProvider([chunks]))
+    turn = await terminal(client)
+    assert turn["status"] == "failed" and texts(turn) == ["Half an answer"]
+    assert "(connection)" in turn["error"] and REF.search(turn["error"])
+    state = await stored()
+    assert state["rows"] == [
+        ("user", "hi", "completed", False, None),
+        ("assistant", "Half an answer", "interrupted", False, None),
+    ]
+    assert state["ids"][1] == turn["message_id"]
+    assert state["inbox"] == [("done", turn["error"])]
+
+
+async def test_failure_row_provider_failure_after_reasoning_only_creates_no_assistant_row(connect, start_worker):
+    chunks = [ReasoningDelta("Thinking"), ReasoningDelta(" hard"), OverloadedError("gone", http_status=529)]
+    client, _, _ = await begin(connect, start_worker, ScriptedProvider([chunks]))
+    turn = await terminal(client)
+    assert turn["status"] == "failed" and "overloaded" in turn["error"] and REF.search(turn["error"])
+    state = await stored()
+    assert [r[0] for r in state["rows"]] == ["user"]
+    assert state["inbox"][0][0] == "done"
+
+
+async def test_failure_row_provider_failure_after_a_finished_tool_chain_keeps_the_chain(connect, start_worker):
+    provider = ScriptedProvider([script_tool_call("call_t", "clock", {}), ServerError("bad gateway", http_status=502)])
+    client, _, _ = await begin(connect, start_worker, provider, tools=CLOCK)
+    turn = await terminal(client)
+    assert turn["status"] == "failed" and "server error (server_error, HTTP 502)" in turn["error"]
+    assert REF.search(turn["error"])
+    assert [b["status"] for b in turn["blocks"] if b["type"] == "tool"] == ["completed"]
+    state = await stored()
+    assert state["rows"] == [
+        ("user", "hi", "completed", False, None),
+        ("assistant", "", "completed", False, None),
+        ("tool", "12:00 UTC", "completed", False, "call_t"),
+    ]
+    assert state["inbox"] == [("done", turn["error"])]
+
+
+async def test_failure_row_a_commit_storage_refuses_is_never_completed_and_says_the_preview_was_not_saved(
+    connect, start_worker, monkeypatch, caplog
+):
+    def broken_commit(*args, **kwargs):
+        raise OperationalError("disk I/O error; dsn postgres://app:hunter2@db/picobot")
+
+    monkeypatch.setattr(storage, "commit_turn", broken_commit)
+    caplog.set_level(logging.WARNING, logger="conversations.executor")
+    client, _, _ = await begin(connect, start_worker, ScriptedProvider([script_text("forty two")]))
+    turn = await terminal(client)
+    notice = await client.until("notification")
+    assert turn["status"] == "failed" and texts(turn) == ["forty two"]
+    assert "could not be saved" in turn["error"] and "not in the history" in turn["error"]
+    ref = REF.search(turn["error"]).group(1)
+    assert notice["level"] == "error" and "not saved" in notice["content"] and f"(ref {ref})" in notice["content"]
+    frames = [str(f) for f in client.frames]
+    assert not any("disk I/O" in f for f in frames), "the storage error stays in the log"
+    assert not [f for f in client.of_type("turn_updated") if f["turn"]["status"] == "completed"]
+    assert not client.of_type("turn_committed")
+    state = await stored()
+    assert state["rows"] == [("user", "hi", "completed", False, None)]
+    assert state["inbox"] == [("done", f"commit failed (ref {ref})")]
+    logged = "\n".join(r.getMessage() for r in caplog.records if ref in r.getMessage())
+    assert "disk I/O error" in logged and "hunter2" not in logged
+
+
+async def test_failure_row_a_fatal_tool_error_fails_the_turn_and_keeps_its_cause_in_the_log(
+    connect, start_worker, caplog
+):
+    async def vault(arguments: dict) -> str:
+        raise ToolFatalError("vault unreachable at https://admin:pw0rd@vault.internal")
+
+    tools = ToolRegistry([Tool("vault", "secrets", {"type": "object", "properties": {}}, vault)])
+    caplog.set_level(logging.WARNING, logger="conversations.executor")
+    client, _, _ = await begin(
+        connect, start_worker, ScriptedProvider([script_tool_call("call_v", "vault", {})]), tools=tools
+    )
+    turn = await terminal(client)
+    assert turn["status"] == "failed"
+    ref = REF.search(turn["error"]).group(1)
+    assert turn["error"] == f"A tool failed and the turn cannot go on (ref {ref})."
+    state = await stored()
+    assert state["rows"] == [
+        ("user", "hi", "completed", False, None),
+        ("assistant", "", "completed", False, None),
+        ("tool", CANCELLED_TOOL_RESULT, "completed", True, "call_v"),
+    ]
+    assert state["inbox"] == [("done", turn["error"])]
+    logged = "\n".join(r.getMessage() for r in caplog.records if ref in r.getMessage())
+    assert "vault unreachable" in logged and "pw0rd" not in logged
+
+
+async def test_failure_row_the_turn_deadline_keeps_the_shown_text_interrupted(connect, start_worker, settings):
+    settings.PICOBOT = {**settings.PICOBOT, "TURN_TIMEOUT": 0.5}
+    provider = SilentProvider([[TextDelta("Slow"), SILENCE]])
+    client, _, _ = await begin(connect, start_worker, provider)
+    turn = await terminal(client)
+    assert provider.log == ["stream:silent", "stream:cancelled"]
+    assert turn["status"] == "failed" and texts(turn) == ["Slow"]
+    assert turn["error"].startswith("The turn took longer than 0.5 s and was stopped") and REF.search(turn["error"])
+    state = await stored()
+    assert state["rows"][1:] == [("assistant", "Slow", "interrupted", False, None)]
+    assert state["inbox"] == [("done", turn["error"])]
+
+
+async def test_failure_row_an_internal_error_shows_only_its_ref(connect, start_worker, caplog):
+    chunks = [TextDelta("Before"), RuntimeError("boom; key sk-live-0123456789abcdef leaked")]
+    caplog.set_level(logging.WARNING, logger="conversations.executor")
+    client, _, _ = await begin(connect, start_worker, ScriptedProvider([chunks]))
+    turn = await terminal(client)
+    ref = REF.search(turn["error"]).group(1)
+    assert (turn["status"], turn["error"]) == ("failed", f"Internal error (ref {ref}).")
+    state = await stored()
+    assert state["rows"][1:] == [("assistant", "Before", "interrupted", False, None)]
+    assert state["inbox"] == [("done", turn["error"])]
+    logged = "\n".join(r.getMessage() for r in caplog.records if ref in r.getMessage())
+    assert "boom" in logged and "0123456789abcdef" not in logged and "sk-[redacted]" in logged
+
+
+async def test_failure_row_a_key_echoed_by_the_provider_is_redacted_for_the_user(connect, start_worker):
+    error = AuthenticationError("Incorrect API key provided: sk-live-0123456789abcdef", http_status=401)
+    client, _, _ = await begin(connect, start_worker, ScriptedProvider([error]))
+    turn = await terminal(client)
+    assert turn["status"] == "failed" and "authentication" in turn["error"] and REF.search(turn["error"])
+    assert "0123456789abcdef" not in turn["error"] and "sk-[redacted]" in turn["error"]
+    state = await stored()
+    assert [r[0] for r in state["rows"]] == ["user"]
+    assert "0123456789abcdef" not in state["inbox"][0][1]
+
+
+# == Stale state (seed 003 §8.3) ================================================================
+
+
+@pytest.fixture
+def short_leases(settings):
+    """Leases short enough to expire within a test, renewed often while renewals work."""
+    settings.PICOBOT = {**settings.PICOBOT, "LEASE_SECONDS": 0.6, "LEASE_RENEW_SECONDS": 0.05}
+
+
+def break_renewals(monkeypatch) -> None:
+    """This worker's renewals fail from now on (its storage link is broken): the lease expires."""
+
+    def renew(*args, **kwargs):
+        raise OperationalError("renewal failed")
+
+    monkeypatch.setattr(storage, "renew_lease", renew)
+
+
+async def take_over(session_id: str) -> int:
+    """Another worker claims the dialog as soon as the lease has expired (``claim_lease``)."""
+    claim = database_sync_to_async(storage.claim_lease)
+    for _ in range(200):
+        epoch = await claim(session_id, "thief:serve", 60_000)
+        if epoch is not None:
+            return epoch
+        await asyncio.sleep(0.05)
+    raise AssertionError("the lease never expired")
+
+
+async def drain(client) -> None:
+    while not await client.communicator.receive_nothing(timeout=0.2, interval=0.01):
+        await client.recv()
+
+
+async def executor_gone(worker, session_id: str) -> None:
+    for _ in range(200):
+        if session_id not in worker.executors:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the stale executor never ended")
+
+
+async def test_stale_a_turn_taken_over_mid_tool_publishes_and_commits_nothing(
+    connect, start_worker, monkeypatch, short_leases
+):
+    """The lease expires while a tool runs and another worker claims the dialog: after the tool
+    batch the loop sees it is stale and stops — no second provider call, no snapshot, no terminal,
+    no commit; the inbox row stays ``started`` for the new owner to report."""
+    log: list[str] = []
+    gate = Gate(log)
+    provider = ScriptedProvider([script_tool_call("call_g", "gate", {}), script_text("never asked")])
+    client, session_id, worker = await begin(connect, start_worker, provider, tools=gate.registry())
+    await asyncio.wait_for(gate.started.wait(), 10)
+    await client.until("turn_updated", shows("tool"))
+    await drain(client)
+    seen = len(client.frames)
+    break_renewals(monkeypatch)
+    thief_epoch = await take_over(session_id)
+    gate.release.set()  # the tool batch completes after the takeover
+    await executor_gone(worker, session_id)
+    assert log == ["tool:started", "tool:finished"]
+    assert await client.communicator.receive_nothing(timeout=0.5)
+    assert client.frames[seen:] == [], "a stale owner publishes nothing after the takeover"
+    assert all(f["turn"]["status"] == "running" for f in client.of_type("turn_updated"))
+    assert len(provider.requests) == 1, "no provider call after the stale tool batch"
+    state = await stored()
+    assert state["rows"] == [("user", "hi", "completed", False, None)]
+    assert state["inbox"] == [("started", "")]
+    owner = await database_sync_to_async(lambda: Dialog.objects.values_list("lease_owner", "lease_epoch").get())()
+    assert owner == ("thief:serve", thief_epoch)
+
+
+async def test_stale_a_turn_taken_over_before_its_provider_call_never_calls_it(
+    connect, start_worker, monkeypatch, short_leases
+):
+    """The takeover happens while the turn is being set up: the check before the provider call
+    stops it — the provider is never asked and the chat sees nothing of the turn."""
+    opening, release = asyncio.Event(), asyncio.Event()
+
+    async def held_sink(start):
+        opening.set()
+        await release.wait()
+        return await open_cli_chat_sink(start)
+
+    provider = ScriptedProvider([script_text("never asked")])
+    client, session_id, worker = await begin(connect, start_worker, provider, sink_factory=held_sink)
+    await asyncio.wait_for(opening.wait(), 10)
+    await client.until("ack")
+    await drain(client)
+    seen = len(client.frames)
+    break_renewals(monkeypatch)
+    await take_over(session_id)
+    release.set()
+    await executor_gone(worker, session_id)
+    await drain(client)
+    assert client.frames[seen:] == [], "a stale owner publishes nothing after the takeover"
+    assert provider.requests == []
+    assert client.of_type("turn_updated") == [] and not client.of_type("turn_committed")
+    state = await stored()
+    assert state["rows"] == [("user", "hi", "completed", False, None)]
+    assert state["inbox"] == [("started", "")]
+
+
+async def test_a_stale_turns_row_is_reported_by_the_next_owner(connect, start_worker, monkeypatch, short_leases):
+    """The stale owner stays silent; whoever owns the dialog next reports the turn interrupted."""
+    log: list[str] = []
+    gate = Gate(log)
+    provider = ScriptedProvider([script_tool_call("call_g", "gate", {})])
+    client, session_id, worker = await begin(connect, start_worker, provider, tools=gate.registry())
+    await asyncio.wait_for(gate.started.wait(), 10)
+    break_renewals(monkeypatch)
+    await take_over(session_id)
+    gate.release.set()
+    await executor_gone(worker, session_id)
+    # The thief dies without running anything; its lease expires and this worker takes over.
+    await database_sync_to_async(lambda: Dialog.objects.update(lease_expires_at=0))()
+    monkeypatch.undo()
+    worker.wake(session_id)
+    final = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running")
+    assert final["turn"]["status"] == "failed"
+    state = await stored()
+    assert state["inbox"][0][0] == "interrupted"
+    assert [r[0] for r in state["rows"]] == ["user"]

@@ -1,0 +1,280 @@
+"""Typed turn failures, their presenter and redaction (seed 000 §13), and the agent loop's cancel and
+stale-state rules (seed 003 §14.1, §8.3) — pure, no database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+import pytest
+
+from conversations.agent_loop import AgentLoop
+from conversations.tools.registry import Tool, ToolRegistry
+from conversations.turn_failures import (
+    DEFAULT_MESSAGES,
+    TurnFailedError,
+    TurnFailure,
+    TurnFailureKind,
+    TurnFailurePresenter,
+    log_failure,
+    provider_failure_lead,
+    redact,
+)
+from delivery.events import TextDelta
+from delivery.turn import TurnController, TurnStatus
+from providers.chunks import ReasoningDelta as ReasoningChunk
+from providers.chunks import TextDelta as TextChunk
+from providers.errors import (
+    AuthenticationError,
+    OverloadedError,
+    ProviderError,
+    RequestBlockedError,
+    ServerError,
+)
+from providers.messages import Message
+from providers.testing import ScriptedProvider, script_text, script_tool_call
+
+REF_AT_END = re.compile(r" \(ref [0-9a-f]{8}\)\.$")
+INPUT = [Message.system("You are PicoBot."), Message.user("Hi")]
+present = TurnFailurePresenter().present
+
+
+# -- redact ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "secret"),
+    [
+        ("Authorization: Bearer sk-live-0123456789abcdef", "sk-live-0123456789abcdef"),
+        ("authorization: Bearer abc.def.ghi-jkl_mno", "abc.def.ghi-jkl_mno"),
+        ("curl -H 'Bearer eyJhbGciOiJIUzI1NiJ9.payload' https://api", "eyJhbGciOiJIUzI1NiJ9.payload"),
+        ("Incorrect API key provided: sk-proj-AbCdEf0123456789", "AbCdEf0123456789"),
+        ("sk-ant-api03-xyzXYZ0123456789 was refused", "xyzXYZ0123456789"),
+        ("GET https://gen.example/v1/models?key=AIzaSyD-0123456789abcdefghijk&alt=sse", "AIzaSyD-0123456789abcdefghijk"),
+        ("POST /v1/chat?api_key=plain-key-value-42 failed", "plain-key-value-42"),
+        ("GET /stream?alt=sse&token=tok_98765 HTTP/1.1", "tok_98765"),
+        ('{"api_key": "hunter2hunter2", "model": "m"}', "hunter2hunter2"),
+        ("x-api-key: 0f0f0f0f0f0f0f0f", "0f0f0f0f0f0f0f0f"),
+        ("Invalid API key: gsk_abcdefghijklmnop", "gsk_abcdefghijklmnop"),
+        ("connect to https://admin:s3cr3t@db.internal:5432/picobot failed", "s3cr3t"),
+        ("password=correct-horse in DSN", "correct-horse"),
+    ],
+)
+def test_redact_removes_credentials(raw, secret):
+    cleaned = redact(raw)
+    assert secret not in cleaned
+    assert "[redacted]" in cleaned
+
+
+def test_redact_replaces_known_secrets_verbatim_and_ignores_tiny_ones():
+    text = "upstream echoed my-custom-key-xyz back (id abc)"
+    assert redact(text, ["my-custom-key-xyz", "abc", ""]) == "upstream echoed [redacted] back (id abc)"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Rate limit reached for requests",
+        "Token limit exceeded for this model",
+        "The upstream model is temporarily unavailable.",
+        "the key: value pair is missing",
+        "Basic plan users cannot use this model",
+        "",
+    ],
+)
+def test_redact_leaves_ordinary_messages_alone(text):
+    assert redact(text) == text
+
+
+def test_redact_is_idempotent():
+    once = redact("Authorization: Bearer sk-live-0123456789 and ?key=abc123&x=1")
+    assert redact(once) == once
+
+
+# -- TurnFailure and the presenter --------------------------------------------------------------
+
+
+def test_a_provider_failure_names_kind_status_and_message_and_ends_with_its_ref():
+    failure = TurnFailure.provider(OverloadedError("upstream overloaded", http_status=503, provider_code="overloaded"))
+    text = present(failure)
+    assert text.startswith("The model provider is overloaded (overloaded, HTTP 503): upstream overloaded")
+    assert text.endswith(f" (ref {failure.ref}).") and REF_AT_END.search(text)
+    assert failure.kind is TurnFailureKind.PROVIDER
+    assert "provider_code='overloaded'" in failure.detail and "OverloadedError" in failure.detail
+
+
+def test_provider_failure_lead_keeps_server_error_and_overloaded_apart():
+    assert provider_failure_lead(ServerError("x", http_status=502)) == "The model provider had a server error (server_error, HTTP 502)"
+    assert provider_failure_lead(OverloadedError("x", http_status=529)).startswith("The model provider is overloaded")
+    assert provider_failure_lead(ProviderError("x")) == "The model provider failed (provider_error)"
+
+
+def test_a_blocked_request_says_so_with_its_reason():
+    text = present(TurnFailure.provider(RequestBlockedError("passwords are not sent to the model", hook="no_passwords")))
+    assert text.startswith("The request was blocked before reaching the model: passwords are not sent to the model")
+    assert REF_AT_END.search(text)
+
+
+def test_a_key_inside_a_provider_message_never_reaches_the_user_or_the_log():
+    error = AuthenticationError("Incorrect API key provided: sk-live-0123456789abcdef", http_status=401)
+    error.__cause__ = RuntimeError("POST https://api.example/v1?key=leaky-key-123 with Bearer abcdefghijklmnop")
+    failure = TurnFailure.provider(error)
+    text = present(failure)
+    assert "0123456789abcdef" not in text and "sk-[redacted]" in text
+    for leaked in ("0123456789abcdef", "leaky-key-123", "abcdefghijklmnop"):
+        assert leaked not in failure.detail
+    assert "RuntimeError" in failure.detail, "the cause chain is kept for the log"
+
+
+@pytest.mark.parametrize("kind", list(TurnFailureKind))
+def test_every_kind_has_a_short_default_message_with_the_ref(kind):
+    failure = TurnFailure.of(kind)
+    text = present(failure)
+    assert text == f"{DEFAULT_MESSAGES[kind]} (ref {failure.ref})."
+    assert len(text) < 200
+
+
+def test_an_exception_stays_in_the_detail_and_out_of_the_message():
+    try:
+        raise RuntimeError("database at postgres://app:pa55word@db/picobot is gone")
+    except RuntimeError as exc:
+        failure = TurnFailure.from_exception(TurnFailureKind.INTERNAL, exc)
+    assert present(failure) == f"Internal error (ref {failure.ref})."
+    assert "Traceback" in failure.detail and "is gone" in failure.detail
+    assert "pa55word" not in failure.detail
+
+
+def test_the_persistence_failure_says_the_preview_was_not_saved_and_gets_a_notice():
+    failure = TurnFailure.of(TurnFailureKind.TURN_PERSISTENCE, detail="OperationalError: disk I/O error")
+    presenter = TurnFailurePresenter()
+    assert "could not be saved" in presenter.present(failure)
+    assert "not in the history" in presenter.present(failure)
+    notice = presenter.notice(failure)
+    assert notice is not None and "not saved" in notice and f"(ref {failure.ref})" in notice
+    assert "disk I/O" not in notice
+    assert presenter.notice(TurnFailure.of(TurnFailureKind.PROVIDER)) is None
+
+
+def test_long_user_messages_are_bounded_and_one_line():
+    failure = TurnFailure.of(TurnFailureKind.CONTEXT_PREPARATION, user_message="too long\n" + "x" * 5000)
+    text = present(failure)
+    assert "\n" not in text and len(text) < 700 and REF_AT_END.search(text)
+
+
+def test_turn_failed_error_carries_its_failure():
+    failure = TurnFailure.of(TurnFailureKind.AGENT_CREATION)
+    assert TurnFailedError(failure).failure is failure
+
+
+def test_the_configured_api_key_is_redacted_from_details(settings):
+    settings.PICOBOT = {**settings.PICOBOT, "LLM_API_KEY": "custom-configured-key-777"}
+    failure = TurnFailure.of(TurnFailureKind.PROVIDER, detail="echo: custom-configured-key-777")
+    assert failure.detail == "echo: [redacted]"
+
+
+def test_log_failure_writes_kind_ref_and_redacted_detail(caplog):
+    logger = logging.getLogger("test.turn_failures")
+    failure = TurnFailure.of(TurnFailureKind.TURN_PERSISTENCE, detail="commit failed; dsn password=opensesame")
+    with caplog.at_level(logging.WARNING, logger="test.turn_failures"):
+        log_failure(logger, "turn-1", failure)
+        log_failure(logger, "turn-2", TurnFailure.of(TurnFailureKind.PROVIDER, detail="503"))
+    first, second = caplog.records
+    assert first.levelno == logging.ERROR and second.levelno == logging.WARNING
+    assert "turn-1" in first.getMessage() and failure.ref in first.getMessage()
+    assert "turn_persistence" in first.getMessage() and "opensesame" not in first.getMessage()
+
+
+# -- the agent loop: stale state (seed 003 §8.3) -----------------------------------------------
+
+
+def clock_tools(log: list[str] | None = None, flip: dict | None = None) -> ToolRegistry:
+    async def clock(arguments: dict) -> str:
+        if log is not None:
+            log.append("tool ran")
+        if flip is not None:
+            flip["current"] = False  # the owner loses the dialog while the tool runs
+        return "12:00"
+
+    return ToolRegistry([Tool("clock", "time", {"type": "object", "properties": {}}, clock)])
+
+
+async def test_a_stale_owner_never_calls_the_provider():
+    provider = ScriptedProvider([script_text("never")])
+    events: list = []
+    agent = AgentLoop(provider, clock_tools(), events.append, is_current=lambda: False)
+    result = await agent.run(INPUT)
+    assert result.stale and provider.requests == [] and events == [] and result.messages == []
+
+
+async def test_the_loop_stops_after_a_tool_batch_when_the_owner_lost_the_dialog():
+    flip = {"current": True}
+    provider = ScriptedProvider([script_tool_call("call_1", "clock", {}), script_text("never asked")])
+    agent = AgentLoop(provider, clock_tools(flip=flip), lambda e: None, is_current=lambda: flip["current"])
+    result = await agent.run(INPUT)
+    assert result.stale
+    assert len(provider.requests) == 1, "no provider call after the stale tool batch"
+    assert [m.message.role for m in result.messages] == ["assistant", "tool"]
+
+
+async def test_a_current_owner_runs_every_iteration():
+    provider = ScriptedProvider([script_tool_call("call_1", "clock", {}), script_text("It is noon.")])
+    agent = AgentLoop(provider, clock_tools(), lambda e: None, is_current=lambda: True)
+    result = await agent.run(INPUT)
+    assert not result.stale and result.final_text == "It is noon."
+
+
+# -- the agent loop: cancel and partials (seed 003 §14.1, §14.2) ---------------------------------
+
+
+class StubbornProvider(ScriptedProvider):
+    """Shows "Shown", then ignores the first cancellation and keeps streaming late text."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.silent = asyncio.Event()
+        self.log: list[str] = []
+
+    async def _stream(self, request):
+        self.requests.append(request)
+        yield TextChunk("Shown")
+        self.silent.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.log.append("cancel swallowed")
+        for late in (" LATE", " MORE"):
+            self.log.append(f"yielded{late}")
+            yield TextChunk(late)
+
+
+async def test_late_chunks_after_a_cancel_are_dropped_and_the_cancel_goes_on():
+    provider = StubbornProvider()
+    controller = TurnController("t1", "cli_chat:1:d1", "m1")
+    agent = AgentLoop(provider, ToolRegistry([]), controller.apply)
+    task = asyncio.ensure_future(agent.run(INPUT))
+    await asyncio.wait_for(provider.silent.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert provider.log == ["cancel swallowed", "yielded LATE"], "the first late chunk ended the stream"
+    assert controller.snapshot().answer_text() == "Shown"
+    assert agent.partial_message().message.text == "Shown"
+
+
+async def test_events_after_the_turn_is_terminal_are_dropped_by_the_controller():
+    controller = TurnController("t1", "cli_chat:1:d1", "m1")
+    controller.apply(TextDelta(iteration=0, delta="Shown"))
+    controller.cancel("stopped")
+    revision = controller.revision
+    assert controller.apply(TextDelta(iteration=0, delta=" late")) is False
+    assert controller.revision == revision and controller.status is TurnStatus.CANCELLED
+    assert controller.snapshot().answer_text() == "Shown"
+
+
+async def test_reasoning_alone_is_no_partial_answer():
+    error = OverloadedError("gone", http_status=503)
+    provider = ScriptedProvider([[ReasoningChunk("Let me think"), TextChunk("\n\n"), error]])
+    agent = AgentLoop(provider, ToolRegistry([]), lambda e: None)
+    result = await agent.run(INPUT)
+    assert result.error is error and result.partial is None

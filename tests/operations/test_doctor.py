@@ -1,0 +1,184 @@
+"""``manage.py doctor`` (issue 7 Must show 4: a wrong provider URL is reported clearly)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from providers.testing import openai_events, sse_body
+
+pytestmark = [pytest.mark.django_db]
+
+KEY = "sk-test-secret-key-1234567890"
+
+
+def doctor(*args: str) -> tuple[str, CommandError | None]:
+    out = StringIO()
+    try:
+        call_command("doctor", *args, stdout=out, stderr=StringIO())
+    except CommandError as exc:
+        return out.getvalue(), exc
+    return out.getvalue(), None
+
+
+def line(text: str, name: str) -> str:
+    found = [chunk for chunk in text.split("\n") if f" {name}:" in chunk[:30]]
+    assert found, f"no {name} line in:\n{text}"
+    index = text.split("\n").index(found[0])
+    rest = text.split("\n")[index + 1 :]
+    fix = rest[0] if rest and rest[0].startswith("     fix:") else ""
+    return f"{found[0]}\n{fix}".strip()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def use_openai(settings, base_url: str) -> None:
+    settings.PICOBOT = {
+        **settings.PICOBOT, "LLM_PROVIDER": "openai", "LLM_BASE_URL": base_url, "LLM_MODEL": "test-model",
+        "LLM_API_KEY": KEY,
+    }
+
+
+def test_a_wrong_provider_url_is_a_failure_naming_the_setting_and_the_connection_error(settings):
+    use_openai(settings, f"http://127.0.0.1:{closed_port()}/v1")
+    text, error = doctor("--timeout", "5")
+    assert error is not None and "LLM provider" in str(error)
+    provider = line(text, "LLM provider")
+    assert provider.startswith("FAIL LLM provider: openai at http://127.0.0.1:")
+    assert "cannot connect" in provider and "Connection refused" in provider
+    assert "fix: check PICOBOT_LLM_BASE_URL" in provider
+    assert KEY not in text
+    # The other checks still ran and passed.
+    assert line(text, "database").startswith("OK") and line(text, "channel layer").startswith("OK")
+
+
+def test_the_embedded_defaults_pass_with_a_warning_for_the_replay_provider(settings):
+    settings.PICOBOT = {**settings.PICOBOT, "LLM_PROVIDER": ""}
+    text, error = doctor()
+    assert error is None, text
+    assert line(text, "database").startswith("OK") and "all migrations applied" in text
+    assert line(text, "channel layer").startswith("OK   channel layer: in-memory")
+    assert line(text, "LLM provider").startswith("WARN LLM provider: offline replay provider")
+    assert "checks: 0 failed, 1 warning(s)." in text
+
+
+class _FakeOpenAI(BaseHTTPRequestHandler):
+    status = 200
+    seen: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        type(self).seen.append({"path": self.path, "auth": self.headers.get("authorization"), "body": body})
+        if self.status == 200:
+            payload, ctype = sse_body(openai_events("p")), "text/event-stream"
+        else:
+            payload = json.dumps({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}).encode()
+            ctype = "application/json"
+        self.send_response(self.status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[tuple[str, type[_FakeOpenAI]]]:
+    handler = type("Handler", (_FakeOpenAI,), {"seen": [], "status": 200})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_reachable_provider_answers_one_token(settings, fake_openai):
+    url, handler = fake_openai
+    use_openai(settings, url)
+    text, error = doctor()
+    assert error is None, text
+    assert line(text, "LLM provider").startswith(f"OK   LLM provider: openai at {url}, model test-model: answered")
+    [request] = handler.seen
+    assert request["path"] == "/v1/chat/completions" and request["auth"] == f"Bearer {KEY}"
+    assert request["body"]["max_tokens"] == 1 and request["body"]["stream"] is True
+    assert KEY not in text
+
+
+def test_a_refused_key_is_a_failure_naming_the_key_setting(settings, fake_openai):
+    url, handler = fake_openai
+    handler.status = 401
+    use_openai(settings, url)
+    text, error = doctor()
+    assert error is not None
+    provider = line(text, "LLM provider")
+    assert provider.startswith("FAIL") and "HTTP 401" in provider and "PICOBOT_LLM_API_KEY" in provider
+    assert len(handler.seen) == 1  # no retries
+
+
+def test_no_llm_request_only_builds_the_provider(settings, fake_openai):
+    url, handler = fake_openai
+    use_openai(settings, url)
+    text, error = doctor("--no-llm-request")
+    assert error is None and "no request made" in text and handler.seen == []
+
+
+def test_a_configuration_error_names_the_variable(settings):
+    settings.PICOBOT = {**settings.PICOBOT, "LLM_PROVIDER": "openai", "LLM_MODEL": ""}
+    text, error = doctor()
+    assert error is not None and "PICOBOT_LLM_MODEL" in line(text, "LLM provider")
+
+
+def test_an_unreachable_redis_is_a_failure_naming_the_setting(settings):
+    url = f"redis://:hunter2@127.0.0.1:{closed_port()}/0"
+    settings.REDIS_URL = url
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                           "CONFIG": {"hosts": [{"address": url, "socket_connect_timeout": 2}]}}}
+    text, error = doctor("--timeout", "5")
+    layer = line(text, "channel layer")
+    assert error is not None and layer.startswith("FAIL channel layer: Redis at redis://127.0.0.1:")
+    assert "PICOBOT_REDIS_URL" in layer and "hunter2" not in text
+
+
+def test_settings_problems_fail_with_how_to_fix_them(settings, tmp_path):
+    settings.DEBUG = True
+    settings.SECRET_KEY = "change-me"
+    settings.ALLOWED_HOSTS = []
+    settings.DATA_DIR = tmp_path / "does-not-exist"
+    text, error = doctor("--no-llm-request")
+    assert error is not None
+    assert "Failed: DEBUG, ALLOWED_HOSTS, secret key, data directory." in str(error)
+    assert "unset PICOBOT_DEBUG" in line(text, "DEBUG")
+    assert "PICOBOT_ALLOWED_HOSTS" in line(text, "ALLOWED_HOSTS")
+    assert "PICOBOT_SECRET_KEY" in line(text, "secret key") and "change-me" not in text
+    assert "PICOBOT_DATA_DIR" in line(text, "data directory")
+
+
+def test_unapplied_migrations_fail_with_the_migrate_command(monkeypatch):
+    from django.db.migrations.executor import MigrationExecutor
+
+    real = MigrationExecutor.migration_plan
+
+    def pending(self, targets, clean_start=False):
+        plan = real(self, [("conversations", "0002_message_tool_fields_text")], clean_start)
+        return plan or [(self.loader.graph.nodes[("conversations", "0003_sessions_titles_context")], False)]
+
+    monkeypatch.setattr(MigrationExecutor, "migration_plan", pending)
+    text, error = doctor("--no-llm-request")
+    assert error is not None
+    assert "migration(s) not applied: conversations.0003_sessions_titles_context" in line(text, "database")
+    assert "python manage.py migrate" in line(text, "database")

@@ -1,0 +1,232 @@
+"""``manage.py export`` and ``import`` (issue 7, Must show 4: the round trip is exact)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from conversations.models import Dialog, Message, Plan
+from conversations.transfer import DIALOG_FIELDS, MESSAGE_FIELDS, markdown_dialog, validate_document
+from tests.operations.conftest import PNG, make_dialog
+
+pytestmark = [pytest.mark.django_db]
+
+
+@pytest.fixture
+def alice():
+    return get_user_model().objects.create_user("alice")
+
+
+def export(*args: str) -> dict:
+    out, err = StringIO(), StringIO()
+    call_command("export", *args, stdout=out, stderr=err)
+    return json.loads(out.getvalue())
+
+
+def import_file(path: Path, *args: str) -> list[str]:
+    out, err = StringIO(), StringIO()
+    call_command("import", str(path), *args, stdout=out, stderr=err)
+    return out.getvalue().split()
+
+
+def without(doc: dict, *keys: str) -> dict:
+    doc = copy.deepcopy(doc)
+    for key in keys:
+        doc.pop(key, None)
+    return doc
+
+
+def test_the_export_covers_every_message_column_and_every_durable_dialog_column():
+    message_columns = {f.name for f in Message._meta.concrete_fields} - {"dialog"}
+    assert set(MESSAGE_FIELDS) == message_columns
+    runtime_only = {"owner", "lease_owner", "lease_epoch", "lease_expires_at", "inbox_position"}
+    assert set(DIALOG_FIELDS) == {f.name for f in Dialog._meta.concrete_fields} - runtime_only
+
+
+def test_export_then_import_into_an_empty_database_round_trips_exactly(alice, tmp_path):
+    dialog = make_dialog(alice, turns=2, summary="Earlier: greetings.", summary_seq=2)
+    path = tmp_path / "export.json"
+    call_command("export", "--dialog", dialog.pk, "--output", str(path), stderr=StringIO())
+    first = json.loads(path.read_text())
+    assert first["format"] == "picobot-export" and first["version"] == 1
+    exported = first["dialogs"][0]
+    assert exported["owner"] == "alice" and exported["plan"]["content"]["steps"][0]["text"] == "check time"
+    calls = exported["messages"][1]["tool_calls"]
+    assert calls[1]["raw_arguments"] == "{url: nope" and exported["messages"][1]["provider_state"]["provider"] == "openai"
+    assert exported["messages"][0]["media_refs"][0]["data"] == PNG
+    assert exported["messages"][-1]["completion_status"] == "cancelled"
+
+    Dialog.objects.filter(pk=dialog.pk).delete()  # as good as a fresh database for this dialog
+    assert not Message.objects.exists() and not Plan.objects.exists()
+    assert import_file(path) == [dialog.pk]
+    again = export("--dialog", dialog.pk)
+    assert without(again, "exported_at") == without(first, "exported_at")
+
+
+def test_import_as_new_copies_a_dialog_beside_the_original(alice, tmp_path):
+    dialog = make_dialog(alice, turns=2)
+    path = tmp_path / "export.json"
+    call_command("export", "--dialog", dialog.pk, "-o", str(path), stderr=StringIO())
+    [new_id] = import_file(path, "--as-new")
+    assert new_id != dialog.pk and new_id.startswith(f"cli_chat:{alice.pk}:")
+    original = export("--dialog", dialog.pk)["dialogs"][0]
+    copied = export("--dialog", new_id)["dialogs"][0]
+    assert {m["id"] for m in original["messages"]}.isdisjoint(m["id"] for m in copied["messages"])
+
+    def strip_ids(d: dict) -> dict:
+        d = without(d, "id", "dialog_id")
+        d["messages"] = [without(m, "id") for m in d["messages"]]
+        return d
+
+    assert strip_ids(copied) == strip_ids(original)
+    assert Message.objects.count() == 20 and Dialog.objects.count() == 2
+
+
+def test_an_existing_dialog_without_as_new_is_an_error_and_nothing_is_imported(alice, tmp_path):
+    kept = make_dialog(alice, title="already here")
+    other = make_dialog(alice, title="second")
+    path = tmp_path / "both.json"
+    call_command("export", "--user", "alice", "-o", str(path), stderr=StringIO())
+    Dialog.objects.filter(pk=other.pk).delete()
+    with pytest.raises(CommandError, match=r"already exists.*--as-new"):
+        import_file(path)
+    # The dialog that did not exist was not imported either: one transaction.
+    assert set(Dialog.objects.values_list("pk", flat=True)) == {kept.pk}
+
+
+def test_owners_follow_usernames_and_cli_chat_dialogs_move_to_the_new_owners_chat(alice, tmp_path):
+    dialog = make_dialog(alice)
+    feishu = make_dialog(None, channel="feishu", chat_id="oc_42")
+    path = tmp_path / "export.json"
+    call_command("export", "--dialog", dialog.pk, "--dialog", feishu.pk, "-o", str(path), stderr=StringIO())
+    bob = get_user_model().objects.create_user("bob")
+    ids = import_file(path, "--user", "bob", "--as-new")
+    moved = Dialog.objects.get(pk=ids[0])
+    assert (moved.owner, moved.chat_id) == (bob, str(bob.pk)) and moved.channel == "cli_chat"
+    ext = Dialog.objects.get(pk=ids[1])
+    assert (ext.owner, ext.chat_id) == (bob, "oc_42")
+    Dialog.objects.filter(pk__in=[dialog.pk]).delete()
+    alice.delete()
+    with pytest.raises(CommandError, match=r"owner 'alice' .* is not a user here"):
+        import_file(path)
+    with pytest.raises(CommandError, match="no user 'nobody'"):
+        import_file(path, "--user", "nobody")
+
+
+def bad(doc: dict, change) -> dict:
+    doc = copy.deepcopy(doc)
+    change(doc)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda d: d.update(version=2), r"unsupported export version 2.*newer PicoBot"),
+        (lambda d: d.update(format="other"), "not a PicoBot export"),
+        (lambda d: d["dialogs"][0].pop("channel"), r"dialogs\[0\]\.channel is required"),
+        (lambda d: d["dialogs"][0].update(id="x:y:z"), r"dialogs\[0\]\.id .* is not channel:chat_id:dialog_id"),
+        (lambda d: d["dialogs"][0]["messages"][2].update(seq=4), r"dialogs\[0\]\.messages\[2\]\.seq must be 3"),
+        (lambda d: d["dialogs"][0]["messages"].pop(0), r"messages\[0\]\.seq must be 1"),
+        (lambda d: d["dialogs"][0]["messages"][0].update(role="system"), r"messages\[0\]\.role must be one of"),
+        (lambda d: d["dialogs"][0]["messages"][1]["tool_calls"][0].pop("name"), r"tool_calls\[0\]\.name"),
+        (lambda d: d["dialogs"][0]["messages"][1].update(completion_status="done"), "completion_status must be"),
+        (lambda d: d["dialogs"][0]["messages"][1].update(created_at="yesterday"), "created_at must be"),
+        (lambda d: d["dialogs"][0].update(history_revision=9), "history_revision is 9 but the last seq is 5"),
+        (lambda d: d["dialogs"][0]["messages"][1].update(id=d["dialogs"][0]["messages"][0]["id"]), "appears twice"),
+    ],
+)
+def test_invalid_documents_are_refused_with_the_place_named_and_nothing_imported(alice, tmp_path, change, error):
+    dialog = make_dialog(alice)
+    doc = export("--dialog", dialog.pk)
+    Dialog.objects.all().delete()
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad(doc, change)))
+    with pytest.raises(CommandError, match=error):
+        import_file(path)
+    assert not Dialog.objects.exists() and not Message.objects.exists()
+
+
+def test_unreadable_files_are_clear_errors(tmp_path):
+    with pytest.raises(CommandError, match="cannot read"):
+        import_file(tmp_path / "missing.json")
+    (tmp_path / "x.json").write_text("{not json")
+    with pytest.raises(CommandError, match="is not JSON"):
+        import_file(tmp_path / "x.json")
+
+
+def test_export_selects_by_chat_or_user_and_leaves_soft_deleted_dialogs_out_unless_asked(alice):
+    live = make_dialog(alice, title="live")
+    gone = make_dialog(alice, title="gone", deleted_at=1_700_000_000_000)
+    make_dialog(None, channel="feishu", chat_id="oc_1")
+    assert [d["id"] for d in export("--user", "alice")["dialogs"]] == [live.pk]
+    assert {d["id"] for d in export("--user", "alice", "--include-deleted")["dialogs"]} == {live.pk, gone.pk}
+    assert [d["id"] for d in export("--chat", f"cli_chat:{alice.pk}")["dialogs"]] == [live.pk]
+    assert [d["id"] for d in export("--dialog", gone.pk)["dialogs"]] == [gone.pk]
+    for args, message in [
+        (["--dialog", "cli_chat:1:nope"], "no dialog"),
+        (["--chat", "cli_chat"], "CHANNEL:CHAT_ID"),
+        (["--chat", "feishu:none"], "no dialogs in chat"),
+        (["--user", "nobody"], "no user"),
+    ]:
+        with pytest.raises(CommandError, match=message):
+            export(*args)
+
+
+def test_markdown_is_a_readable_transcript_without_provider_state_or_media_data(alice):
+    dialog = make_dialog(alice, turns=2)
+    out = StringIO()
+    call_command("export", "--dialog", dialog.pk, "--format", "markdown", stdout=out, stderr=StringIO())
+    text = out.getvalue()
+    assert text.startswith("# Weather and time")
+    assert "<details><summary>Reasoning</summary>\n\nThe user wants the time; call tools." in text
+    assert "**Tool call** `current_time` (call_0_a)\n\n```json\n{\n  \"tz\": \"Europe/Paris\"\n}\n```" in text
+    assert "Arguments (not a JSON object, sent as-is):\n\n```\n{url: nope\n```" in text
+    assert "#### Tool result `http_fetch` (call_0_b)" in text and "**error**" in text
+    assert "*cancelled*" in text and "image/png" in text
+    assert PNG not in text and "api.example/v1" not in text
+    # Content holding a fence gets a longer one, so the transcript stays well-formed.
+    assert markdown_dialog({"messages": [{"role": "tool", "seq": 1, "content": "```x```"}]}).count("````") == 2
+
+
+def test_validate_document_accepts_an_export_and_optional_fields_may_be_left_out(alice, tmp_path):
+    dialog = make_dialog(alice)
+    doc = export("--dialog", dialog.pk)
+    assert validate_document(doc)[0]["id"] == dialog.pk
+    minimal = {"format": "picobot-export", "version": 1, "dialogs": [{
+        "channel": "feishu", "chat_id": "oc_9", "dialog_id": "abc",
+        "messages": [{"seq": 1, "role": "user", "content": "hi"}, {"seq": 2, "role": "assistant", "content": "hello"}],
+    }]}
+    path = tmp_path / "minimal.json"
+    path.write_text(json.dumps(minimal))
+    assert import_file(path) == ["feishu:oc_9:abc"]
+    made = Dialog.objects.get(pk="feishu:oc_9:abc")
+    assert (made.message_count, made.total_message_count, made.history_revision, made.owner) == (1, 2, 2, None)
+
+
+def test_import_help_works_although_import_is_a_keyword():
+    result = subprocess.run(
+        [sys.executable, "manage.py", "import", "--help"], cwd=settings.BASE_DIR, capture_output=True, text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0 and "--as-new" in result.stdout and "FILE" in result.stdout
+
+
+def test_import_reads_standard_input_with_a_dash(alice, monkeypatch):
+    dialog = make_dialog(alice)
+    doc = export("--dialog", dialog.pk)
+    Dialog.objects.all().delete()
+    monkeypatch.setattr("sys.stdin", StringIO(json.dumps(doc)))
+    out = StringIO()
+    call_command("import", "-", stdout=out, stderr=StringIO())
+    assert out.getvalue().split() == [dialog.pk] and Message.objects.count() == 5

@@ -1,0 +1,81 @@
+"""``manage.py revoketoken`` (issue 7; DESIGN §9 per-user API tokens)."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from conversations.auth import create_token, user_for_token
+from conversations.models import ApiToken
+
+pytestmark = [pytest.mark.django_db]
+
+
+@pytest.fixture
+def tokens() -> dict[str, str]:
+    users = {name: get_user_model().objects.create_user(name) for name in ("alice", "bob")}
+    return {
+        "alice_laptop": create_token(users["alice"], name="laptop"),
+        "alice_script": create_token(users["alice"], name="script"),
+        "bob": create_token(users["bob"]),
+    }
+
+
+def revoke(*args: str) -> str:
+    out = StringIO()
+    call_command("revoketoken", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def usable(tokens: dict[str, str]) -> set[str]:
+    return {name for name, raw in tokens.items() if user_for_token(raw) is not None}
+
+
+def test_revoke_by_prefix_lists_what_was_revoked(tokens):
+    prefix = tokens["alice_laptop"][:8]
+    text = revoke(prefix)
+    assert f"{prefix}… 'laptop' of alice" in text and "1 token(s) revoked." in text
+    assert usable(tokens) == {"alice_script", "bob"}
+    assert tokens["alice_laptop"] not in text  # never the token itself
+    assert "already revoked" in revoke(prefix)  # idempotent, exit 0
+
+
+def test_revoke_by_id_or_by_the_whole_token(tokens):
+    token_id = ApiToken.objects.get(name="script").pk
+    revoke(str(token_id))
+    revoke(tokens["bob"])
+    assert usable(tokens) == {"alice_laptop"}
+
+
+def test_revoke_every_token_of_a_user(tokens):
+    text = revoke("--user", "alice", "--all")
+    assert "2 token(s) revoked." in text and "'laptop'" in text and "'script'" in text
+    assert usable(tokens) == {"bob"}
+
+
+def test_an_ambiguous_prefix_is_refused_with_the_candidates(tokens):
+    ApiToken.objects.update(prefix="pb_same0")
+    with pytest.raises(CommandError, match=r"3 tokens have the prefix 'pb_same0': #\d+ \(alice 'laptop'\)"):
+        revoke("pb_same0")
+    revoke("pb_same0", "--user", "bob")  # narrowed to one
+    assert usable(tokens) == {"alice_laptop", "alice_script"}
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ((), "name a token"),
+        (("--all",), "--user USERNAME --all"),
+        (("pb_x", "--user", "alice", "--all"), "--user USERNAME --all"),
+        (("pb_nope",), "no matching token"),
+        (("--user", "nobody", "--all"), "no user 'nobody'"),
+    ],
+)
+def test_bad_input_is_a_command_error_and_revokes_nothing(tokens, args, error):
+    with pytest.raises(CommandError, match=error):
+        revoke(*args)
+    assert usable(tokens) == set(tokens)
