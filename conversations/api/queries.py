@@ -62,7 +62,7 @@ def list_dialogs(owner: Any, channel: str | None, chat_id: str | None, limit: in
         ).values_list("dialog_id", "status")
     )
     items = [
-        dialog_fields(
+        storage.dialog_fields(
             d,
             queued=statuses[(d.id, InboxMessage.Status.QUEUED.value)],
             running=statuses[(d.id, InboxMessage.Status.STARTED.value)] > 0,
@@ -71,29 +71,6 @@ def list_dialogs(owner: Any, channel: str | None, chat_id: str | None, limit: in
         for d in page
     ]
     return {"items": items, "total": total, "limit": limit, "offset": offset}
-
-
-def dialog_fields(dialog: Dialog, *, queued: int, running: bool, active: bool) -> dict:
-    """A dialog in ``storage.dialog_info``'s shape, from a row and its inbox/chat facts."""
-    return {
-        "session_id": dialog.id,
-        "dialog_id": dialog.dialog_id,
-        "channel": dialog.channel,
-        "chat_id": dialog.chat_id,
-        "title": dialog.title,
-        "title_is_default": dialog.title_is_default,
-        "message_count": dialog.message_count,
-        "total_message_count": dialog.total_message_count,
-        "history_revision": dialog.history_revision,
-        "created_at": dialog.created_at,
-        "last_active_at": dialog.last_active_at,
-        "model": dialog.model,
-        "usage": {"input_tokens": dialog.usage_input_tokens, "output_tokens": dialog.usage_output_tokens},
-        "compacted_through_seq": dialog.summary_seq,
-        "queued": queued,
-        "running": running,
-        "active": active,
-    }
 
 
 def delete_owned(owner: Any, session_id: str) -> storage.DeletedDialog:

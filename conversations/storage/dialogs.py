@@ -311,6 +311,16 @@ def dialog_info(owner: Any, session_id: str) -> dict:
     active_id = ChatState.objects.filter(channel=dialog.channel, chat_id=dialog.chat_id).values_list(
         "active_dialog_id", flat=True
     ).first()
+    return dialog_fields(
+        dialog,
+        queued=statuses.count(InboxMessage.Status.QUEUED),
+        running=InboxMessage.Status.STARTED in statuses,
+        active=active_id == dialog.id,
+    )
+
+
+def dialog_fields(dialog: Dialog, *, queued: int, running: bool, active: bool) -> dict:
+    """A dialog in ``dialog_info``'s shape, from its row and its inbox/chat facts (no queries)."""
     return {
         "session_id": dialog.id,
         "dialog_id": dialog.dialog_id,
@@ -326,7 +336,7 @@ def dialog_info(owner: Any, session_id: str) -> dict:
         "model": dialog.model,
         "usage": {"input_tokens": dialog.usage_input_tokens, "output_tokens": dialog.usage_output_tokens},
         "compacted_through_seq": dialog.summary_seq,
-        "queued": statuses.count(InboxMessage.Status.QUEUED),
-        "running": InboxMessage.Status.STARTED in statuses,
-        "active": active_id == dialog.id,
+        "queued": queued,
+        "running": running,
+        "active": active,
     }
