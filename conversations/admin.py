@@ -117,21 +117,30 @@ def _age_filter(field: str, label: str) -> type[admin.SimpleListFilter]:
     return AgeFilter
 
 
-class DeletedFilter(admin.SimpleListFilter):
-    """Deleted = soft-deleted by ``/delete`` (``deleted_at`` set; ``purge`` removes it later)."""
+def _set_filter(field: str, title: str, unset_label: str, set_label: str, doc: str) -> type[admin.SimpleListFilter]:
+    """A list filter on whether a nullable time column (``deleted_at``, ``revoked_at``) is set."""
 
-    title = "deleted"
-    parameter_name = "deleted"
+    class SetFilter(admin.SimpleListFilter):
+        parameter_name = title
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        return [("no", "Live"), ("yes", "Deleted")]
+        def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+            return [("no", unset_label), ("yes", set_label)]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "yes":
-            return queryset.filter(deleted_at__isnull=False)
-        if self.value() == "no":
-            return queryset.filter(deleted_at__isnull=True)
-        return queryset
+        def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+            if self.value() in ("yes", "no"):
+                return queryset.filter(**{f"{field}__isnull": self.value() == "no"})
+            return queryset
+
+    SetFilter.title = title
+    SetFilter.__doc__ = doc
+    SetFilter.__name__ = f"{title.title()}Filter"
+    return SetFilter
+
+
+DeletedFilter = _set_filter(
+    "deleted_at", "deleted", "Live", "Deleted",
+    "Deleted = soft-deleted by ``/delete`` (``deleted_at`` set; ``purge`` removes it later).",
+)
 
 
 class ActiveFilter(admin.SimpleListFilter):
@@ -516,19 +525,7 @@ WebSocket, or as the password on the WebUI login page.</p>
 )
 
 
-class RevokedFilter(admin.SimpleListFilter):
-    title = "revoked"
-    parameter_name = "revoked"
-
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        return [("no", "Usable"), ("yes", "Revoked")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "yes":
-            return queryset.filter(revoked_at__isnull=False)
-        if self.value() == "no":
-            return queryset.filter(revoked_at__isnull=True)
-        return queryset
+RevokedFilter = _set_filter("revoked_at", "revoked", "Usable", "Revoked", "Tokens by whether they were revoked.")
 
 
 class ApiTokenAddForm(forms.ModelForm):
