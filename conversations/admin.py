@@ -10,16 +10,23 @@ window of :data:`HISTORY_PAGE` rows in ``seq`` order (``?history_from=SEQ`` page
 the Message list, filtered by dialog, pages through all of it.
 
 Writes go through the storage service semantics: a title edited in the dialog form is a user
-rename (``storage.rename_dialog``: ``title_is_default=False``, ``state_version`` bumped), and no
-dialog row is ever saved whole (that would overwrite counters a running turn just committed).
+rename (``storage.rename_dialog``: ``title_is_default=False``, ``state_version`` bumped; the
+chat's open clients get ``session_changed``), and no dialog row is ever saved whole (that would
+overwrite counters a running turn just committed). A plan is checked with the plan tool's rules.
+
+Dialogs, history and inbox rows cannot be deleted here (the confirmation page would list every
+history row; users ``/delete``, ``manage.py purge`` removes). So a user who owns dialogs cannot be
+deleted here either: ``manage.py purge --user USERNAME --apply`` first (README).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -33,9 +40,13 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from conversations import storage
+from conversations import notify, storage
 from conversations.auth import create_token
 from conversations.models import ApiToken, ChatState, Dialog, InboxMessage, MemoryItem, Message, Plan, now_ms
+from conversations.notify import session_changed
+from conversations.transfer import clean_plan_content
+
+log = logging.getLogger(__name__)
 
 HISTORY_PAGE = 200  # history rows shown at once in a dialog's change page
 EXCERPT = 120  # characters of content shown in lists
@@ -343,11 +354,19 @@ class DialogAdmin(LeanListMixin, admin.ModelAdmin):
         if "title" not in form.changed_data:
             return
         try:
-            storage.rename_dialog(obj.owner, obj.pk, obj.title)
+            dialog = storage.rename_dialog(obj.owner, obj.pk, obj.title)
         except storage.NotFoundError:
             self.message_user(request, "The dialog was deleted meanwhile; the title was not changed.", messages.ERROR)
+            return
         except ValueError as exc:  # pragma: no cover - the form checked it
             self.message_user(request, str(exc), messages.ERROR)
+            return
+        # As /rename and PATCH: the chat's open clients see the new title (best effort).
+        active = ChatState.objects.filter(channel=dialog.channel, chat_id=dialog.chat_id, active_dialog=dialog).exists()
+        try:
+            async_to_sync(notify.publish_frame)(dialog.channel, dialog.chat_id, session_changed(dialog, active=active))
+        except Exception:
+            log.warning("could not tell the chat of %s about its new title", dialog.pk, exc_info=True)
 
     @admin.display(description="last active", ordering="last_active_at")
     def last_active(self, row: Dialog) -> str:
@@ -647,8 +666,24 @@ class MemoryItemAdmin(LeanListMixin, admin.ModelAdmin):
         return _ms_to_text(row.updated_at)
 
 
+class PlanForm(forms.ModelForm):
+    """The plan's content is checked with the plan tool's own rules (``transfer.clean_plan_content``)
+    and stored as the tool would store it: a malformed plan would break every turn of its dialog."""
+
+    class Meta:
+        model = Plan
+        fields = ["dialog", "content"]
+
+    def clean_content(self) -> Any:
+        try:
+            return clean_plan_content(self.cleaned_data.get("content"))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+
 @admin.register(Plan)
 class PlanAdmin(admin.ModelAdmin):
+    form = PlanForm
     list_display = ["dialog_link", "excerpt", "updated"]
     list_select_related = ["dialog"]
     search_fields = ["=dialog__id", "dialog__title"]

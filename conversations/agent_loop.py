@@ -17,14 +17,27 @@ text* only: reasoning alone is no answer and is not kept.
 Stale state (seed 003 §8.3): with ``is_current``, the loop checks that its owner still holds the
 dialog before every provider request and after every tool batch; when not, it stops at once with
 ``result.stale`` set and emits nothing more (the executor then cancels the turn silently).
+
+Context budget of a growing turn (seed 000 §7.2): with ``fit`` (``TurnInputBuilder.fit``), every
+request after the first is fitted to the context window first — request-only, the turn's messages
+stay whole. When the provider still reports a context overflow at a later iteration before that
+iteration showed anything (text or reasoning), the request is fitted harder (``hard=True``: half
+the budget) and sent once more; a second overflow ends the turn with the error. The first
+request's overflow is the input builder's to recover (``turn_input.run_with_overflow_recovery``).
+
+Tool outcomes are recorded as each call finishes: a stop or a fatal tool error during a batch
+keeps the results that already came (shown ``completed``/``failed``); only the calls still
+running get the "stopped" error result (``turn_rows.complete_tool_chains``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from conversations.tools.registry import ToolFatalError, ToolRegistry
 from delivery.events import (
@@ -38,8 +51,16 @@ from delivery.events import (
 from providers.base import LLMProvider, ProviderRequest, StreamAccumulator, ToolCall
 from providers.chunks import ReasoningDelta as ReasoningChunk
 from providers.chunks import TextDelta as TextChunk
-from providers.errors import ProviderError
+from providers.errors import ContextOverflowError, ProviderError
 from providers.messages import Message, Usage
+
+log = logging.getLogger(__name__)
+
+
+class FitRequest(Protocol):
+    """Fits a later request of the turn to the context window (``TurnInputBuilder.fit``)."""
+
+    def __call__(self, messages: list[Message], *, hard: bool = False) -> list[Message]: ...
 
 
 @dataclass
@@ -57,8 +78,10 @@ class AgentResult:
     ``messages`` are complete assistant/tool messages in order. When the provider failed,
     ``error`` is set and ``partial`` holds the assistant text (with its reasoning) shown before
     the failure (to be kept as ``interrupted``; seed 003 §14.2), or None when no answer text was
-    shown. ``stale`` is set when the loop stopped because its owner no longer holds the dialog
-    (seed 003 §8.3): such a result must be neither committed nor published.
+    shown. ``shown_before_error`` is set when the failed response had shown text or reasoning
+    (reasoning alone is no ``partial``, but the user saw it: such a response cannot be retried
+    unnoticed). ``stale`` is set when the loop stopped because its owner no longer holds the
+    dialog (seed 003 §8.3): such a result must be neither committed nor published.
     """
 
     messages: list[TurnMessage] = field(default_factory=list)
@@ -66,6 +89,7 @@ class AgentResult:
     finish_reason: str | None = None
     error: ProviderError | None = None
     partial: TurnMessage | None = None
+    shown_before_error: bool = False
     iterations: int = 0
     stale: bool = False
 
@@ -90,6 +114,8 @@ class AgentLoop:
         is_current: the owner's cheap, synchronous stale-state check (generation / lease epoch,
             seed 003 §8.3), asked before each provider request and after each tool batch; None
             means always current.
+        fit: fits each request after the first to the context window (module docstring); None
+            sends the turn's messages as they are.
     """
 
     def __init__(
@@ -101,8 +127,10 @@ class AgentLoop:
         max_iterations: int = 8,
         tool_timeout: float = 30.0,
         is_current: Callable[[], bool] | None = None,
+        fit: FitRequest | None = None,
     ) -> None:
         self.provider = provider
+        self.fit = fit
         self.tools = tools
         self._sink = emit
         self.is_current = is_current
@@ -112,6 +140,7 @@ class AgentLoop:
         """The turn so far; still readable after ``run`` was cancelled (``/stop``, a deadline)."""
         self._streaming: StreamAccumulator | None = None
         self._streaming_iteration = 0
+        self._shown = False  # the response being streamed showed text or reasoning
         self._task: asyncio.Task | None = None
 
     def emit(self, event: TurnEvent) -> None:
@@ -155,22 +184,33 @@ class AgentLoop:
         self._task = asyncio.current_task()
         conversation = list(messages)
         seen_call_ids: set[str] = set()
+        hard = False  # after an overflow at a later iteration, every later request is fitted hard
         for iteration in range(self.max_iterations):
             if not self._current():  # stale-state check before the provider call (seed 003 §8.3)
                 result.stale = True
                 return result
             result.iterations = iteration + 1
             last = iteration == self.max_iterations - 1
+            tools = [] if last else self.tools.definitions()
             # A copy: the request must not change when this turn appends to its conversation.
-            request = ProviderRequest(messages=list(conversation), tools=[] if last else self.tools.definitions())
-            accumulator = self._streaming = StreamAccumulator()
-            self._streaming_iteration = iteration
-            try:
-                await self._stream(request, iteration, accumulator)
-            except ProviderError as exc:
-                result.error = exc
-                result.partial = self.partial_message()
-                return result
+            outgoing = list(conversation)
+            if iteration and self.fit is not None:
+                outgoing = self.fit(outgoing, hard=hard)
+            while True:
+                accumulator = self._streaming = StreamAccumulator()
+                self._streaming_iteration = iteration
+                self._shown = False
+                try:
+                    await self._stream(ProviderRequest(messages=outgoing, tools=tools), iteration, accumulator)
+                except ContextOverflowError as exc:
+                    retry = self._refit_after_overflow(conversation, outgoing, iteration, hard)
+                    if retry is not None:
+                        outgoing, hard = retry, True
+                        continue
+                    return self._failed(exc)
+                except ProviderError as exc:
+                    return self._failed(exc)
+                break
             self._streaming = None
             response = accumulator.result()
             if response.usage is not None:
@@ -186,13 +226,36 @@ class AgentLoop:
             if not calls:
                 return result
             self.emit(TextSegmentFinished(iteration=iteration))
-            for tool_message in await self._run_tools(calls, iteration):
-                result.messages.append(TurnMessage(iteration, tool_message))
-                conversation.append(tool_message)
+            conversation.extend(await self._run_tools(calls, iteration))
             if not self._current():  # stale-state check after each tool batch (seed 003 §8.3)
                 result.stale = True
                 return result
         return result
+
+    def _failed(self, error: ProviderError) -> AgentResult:
+        """End the turn on a provider failure, keeping what the failed response showed."""
+        result = self.result
+        result.error = error
+        result.partial = self.partial_message()
+        result.shown_before_error = self._shown
+        return result
+
+    def _refit_after_overflow(
+        self, conversation: list[Message], sent: list[Message], iteration: int, hard: bool
+    ) -> list[Message] | None:
+        """The request to send once more after a context overflow at ``iteration``, or None.
+
+        Only a later iteration's overflow (the first request belongs to the input builder's
+        recovery), only once per turn, only when that iteration showed nothing yet, and only when
+        the hard fit (half the budget) makes the request smaller.
+        """
+        if iteration == 0 or hard or self.fit is None or self._shown:
+            return None
+        fitted = self.fit(list(conversation), hard=True)
+        if len(fitted) == len(sent) and all(a is b for a, b in zip(fitted, sent, strict=True)):
+            return None  # nothing more to cut: the same request would overflow again
+        log.warning("context overflow at iteration %d; retrying once with the request fitted harder", iteration)
+        return fitted
 
     async def _stream(self, request: ProviderRequest, iteration: int, accumulator: StreamAccumulator) -> None:
         stream = self.provider.stream(request)
@@ -204,8 +267,10 @@ class AgentLoop:
                     raise asyncio.CancelledError
                 accumulator.feed(chunk)
                 if isinstance(chunk, TextChunk):
+                    self._shown = self._shown or bool(chunk.text.strip())
                     self.emit(TextDelta(iteration=iteration, delta=chunk.text))
                 elif isinstance(chunk, ReasoningChunk):
+                    self._shown = self._shown or bool(chunk.text.strip())
                     self.emit(ReasoningDelta(iteration=iteration, delta=chunk.text))
         finally:
             await stream.aclose()
@@ -227,27 +292,47 @@ class AgentLoop:
         return out
 
     async def _run_tools(self, calls: list[ToolCall], iteration: int) -> list[Message]:
+        """Run one response's calls concurrently; returns their results in call order.
+
+        Each result is recorded in ``result.messages`` (in call order) even when the batch ends
+        early: a stop or a ``ToolFatalError`` keeps the results that already came, so the commit
+        stores what the user saw (``complete_tool_chains`` fills only the calls still running).
+        """
         for call in calls:
             self.emit(ToolStarted(iteration=iteration, call_id=call.id, name=call.name, arguments=_display_args(call)))
+        finished: dict[str, Message] = {}
 
-        async def one(call: ToolCall) -> Message:
+        async def one(call: ToolCall) -> None:
             outcome = await self.tools.run(call, self.tool_timeout)
+            if self._closed():
+                return  # a late result after /stop: neither shown nor kept (seed 003 §14.1)
+            # Recorded and shown together, with no await in between: shown means kept.
+            finished[call.id] = Message.tool_result(
+                call.id, outcome.content, is_error=outcome.is_error, tool_name=call.name
+            )
             self.emit(
                 ToolFinished(iteration=iteration, call_id=call.id, success=not outcome.is_error, preview=outcome.preview)
             )
-            return Message.tool_result(call.id, outcome.content, is_error=outcome.is_error, tool_name=call.name)
 
         # A TaskGroup cancels the sibling calls when one raises (ToolFatalError, cancellation).
         try:
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(call)) for call in calls]
+                for call in calls:
+                    group.create_task(one(call))
         except* ToolFatalError as failures:
             raise failures.exceptions[0] from None
-        return [task.result() for task in tasks]
+        finally:
+            self.result.messages.extend(
+                TurnMessage(iteration, finished[call.id]) for call in calls if call.id in finished
+            )
+        return [finished[call.id] for call in calls]
 
 
-def _display_args(call: ToolCall) -> dict | str:
+def _display_args(call: ToolCall) -> dict:
+    """The arguments a tool block shows: the parsed JSON object, or ``{}`` when the model's text
+    was not one (PROTOCOL §1: the raw text stays on the server; the result says what was wrong)."""
     try:
-        return call.arguments()
+        arguments = call.arguments()
     except ValueError:
-        return call.arguments_json
+        return {}
+    return arguments if isinstance(arguments, dict) else {}

@@ -4,24 +4,51 @@ API tokens are random strings shown once; only their SHA-256 hash and an 8-chara
 stored (``ApiToken``). A WebSocket authenticates by ``Authorization: Bearer <token>`` or
 ``?token=<token>`` (no Origin needed), or by the Django session cookie, which is accepted only from
 an allowed Origin (cross-site WebSocket hijacking).
+
+Revoking a token (``manage.py revoketoken``, the admin) ends everything it opened:
+
+* REST and new WebSockets check the token on every request / handshake;
+* a WebUI session logged in *with* a token (``ApiTokenBackend``) remembers the token's id
+  (``SESSION_TOKEN_KEY``); ``RevokedTokenSessionMiddleware`` logs such a session out on its next
+  request once the token is revoked, and a WebSocket handshake with it is refused;
+* open WebSockets authenticated by a token (directly or through such a session) are closed with
+  code 4401 within ``REVOCATION_CHECK_SECONDS``: one query per process checks the tokens of all
+  its open sockets (``ChatAuthMiddleware``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import secrets
+import weakref
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.contrib.auth import get_user_model
+from django.contrib.auth import alogout, get_user_model, logout
+from django.contrib.auth.backends import BaseBackend
 from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.signals import user_logged_in
+from django.dispatch import receiver
 from django.http.request import split_domain_port, validate_host
 
 from conversations.models import ApiToken, now_ms
+from conversations.storage_runner import run_storage
+
+log = logging.getLogger(__name__)
 
 TOKEN_PREFIX_CHARS = 8
+SESSION_TOKEN_KEY = "picobot_api_token_id"
+"""Session key holding the id of the API token a WebUI session logged in with (none: a password)."""
+REVOCATION_CHECK_SECONDS = 2.0
+"""How often a process checks the tokens of its open token-authenticated WebSockets (one query
+for all of them)."""
+CLOSE_REVOKED = 4401  # = conversations.consumers.CLOSE_UNAUTHORIZED
 
 
 def create_token(user: Any, name: str = "") -> str:
@@ -33,8 +60,9 @@ def create_token(user: Any, name: str = "") -> str:
     return raw
 
 
-def user_for_token(raw: str) -> Any | None:
-    """The active user owning the unrevoked token ``raw``, or None. Touches the DB."""
+def live_token(raw: str) -> ApiToken | None:
+    """The unrevoked token ``raw`` of an active user (its ``user`` loaded), or None; stamps its
+    ``last_used_at``. Touches the DB."""
     if not raw or len(raw) > 200:
         return None
     token = (
@@ -45,7 +73,31 @@ def user_for_token(raw: str) -> Any | None:
     if token is None or not token.user.is_active:
         return None
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=now_ms())
-    return token.user
+    return token
+
+
+def user_for_token(raw: str) -> Any | None:
+    """The active user owning the unrevoked token ``raw``, or None. Touches the DB."""
+    token = live_token(raw)
+    return token.user if token is not None else None
+
+
+def token_is_live(token_id: Any) -> bool:
+    """Whether the token with this id is unrevoked and its user active (one indexed query)."""
+    try:
+        pk = int(token_id)
+    except (TypeError, ValueError):
+        return False
+    return ApiToken.objects.filter(pk=pk, revoked_at__isnull=True, user__is_active=True).exists()
+
+
+def dead_tokens(token_ids: list[int]) -> set[int]:
+    """Which of these token ids are revoked (or their user deactivated, or gone): one query."""
+    live = set(
+        ApiToken.objects.filter(pk__in=token_ids, revoked_at__isnull=True, user__is_active=True)
+        .values_list("pk", flat=True)
+    )
+    return set(token_ids) - live
 
 
 def get_or_create_user(username: str) -> tuple[Any, bool]:
@@ -104,25 +156,129 @@ def origin_allowed(scope: dict) -> bool:
     return validate_host(split_domain_port(host)[0] or host, settings.ALLOWED_HOSTS)
 
 
+class _RevocationWatch:
+    """The token ids of one event loop's open WebSockets, checked together every
+    ``REVOCATION_CHECK_SECONDS`` (one query whatever the number of sockets); a revoked token's
+    sockets get their event set (``ChatAuthMiddleware`` then closes them)."""
+
+    def __init__(self) -> None:
+        self.sockets: dict[int, set[asyncio.Event]] = {}
+        self.task: asyncio.Task | None = None
+
+    def add(self, token_id: int, revoked: asyncio.Event) -> None:
+        self.sockets.setdefault(token_id, set()).add(revoked)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def discard(self, token_id: int, revoked: asyncio.Event) -> None:
+        events = self.sockets.get(token_id)
+        if events is not None:
+            events.discard(revoked)
+            if not events:
+                del self.sockets[token_id]
+
+    async def _run(self) -> None:
+        while self.sockets:
+            await asyncio.sleep(REVOCATION_CHECK_SECONDS)
+            ids = list(self.sockets)
+            if not ids:
+                break
+            try:  # on the agent's storage threads, not the thread sync views share (DESIGN §2)
+                dead = await run_storage(dead_tokens, ids, retry=False)
+            except Exception:
+                log.warning("could not check the tokens of open WebSockets; trying again", exc_info=True)
+                continue
+            for token_id in dead:
+                for revoked in list(self.sockets.get(token_id, ())):
+                    revoked.set()
+
+
+_watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _RevocationWatch] = weakref.WeakKeyDictionary()
+
+
+def _revocation_watch() -> _RevocationWatch:
+    loop = asyncio.get_running_loop()
+    watch = _watches.get(loop)
+    if watch is None:
+        watch = _watches[loop] = _RevocationWatch()
+    return watch
+
+
+async def _closed_when_revoked(inner: Any, scope: dict, receive: Any, send: Any, token_id: int) -> Any:
+    """Run ``inner`` for a WebSocket authenticated by token ``token_id``; when the token is revoked
+    while it is open, close it (4401, "API token revoked") and tell ``inner`` it disconnected."""
+    revoked = asyncio.Event()
+    watch = _revocation_watch()
+    watch.add(token_id, revoked)
+    pending: asyncio.Future | None = None
+
+    async def guarded_receive() -> dict:
+        nonlocal pending
+        if pending is None:
+            pending = asyncio.ensure_future(receive())
+        waiter = asyncio.ensure_future(revoked.wait())
+        try:
+            await asyncio.wait({pending, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if pending.done():
+            message, pending = pending.result(), None
+            return message
+        with contextlib.suppress(Exception):  # already closed by the consumer: nothing to send
+            await send({"type": "websocket.close", "code": CLOSE_REVOKED, "reason": "API token revoked"})
+        return {"type": "websocket.disconnect", "code": CLOSE_REVOKED}
+
+    try:
+        return await inner(scope, guarded_receive, send)
+    finally:
+        watch.discard(token_id, revoked)
+        if pending is not None and not pending.done():
+            pending.cancel()
+
+
+class _SessionTokenCheck:
+    """Inside the session stack: a session logged in with an API token that is revoked now is
+    anonymous (refused, 4401); one whose token is live is watched like a token connection."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
+        session = scope.get("session")
+        token_id = await database_sync_to_async(session.get)(SESSION_TOKEN_KEY) if session is not None else None
+        if token_id is None:
+            return await self.inner(scope, receive, send)
+        scope = dict(scope)
+        if not await database_sync_to_async(token_is_live)(token_id):
+            scope["user"] = AnonymousUser()
+            scope["auth_method"] = None
+            return await self.inner(scope, receive, send)
+        return await _closed_when_revoked(self.inner, scope, receive, send, int(token_id))
+
+
 class ChatAuthMiddleware:
     """ASGI middleware setting ``scope["user"]`` and ``scope["auth_method"]`` for WebSockets.
 
     ``auth_method`` is ``"token"``, ``"session"`` or None (anonymous: the consumer refuses it with
-    close code 4401). A token that does not match never falls back to the cookie.
+    close code 4401). A token that does not match never falls back to the cookie. A session
+    logged in with a token that is revoked now is anonymous too; a socket authenticated by a
+    token (directly or through such a session) is closed with 4401 when the token is revoked.
     """
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.session_stack = AuthMiddlewareStack(inner)
+        self.session_stack = AuthMiddlewareStack(_SessionTokenCheck(inner))
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
         scope = dict(scope)
         raw = token_from_scope(scope)
         if raw is not None:
-            user = await database_sync_to_async(user_for_token)(raw)
-            scope["user"] = user or AnonymousUser()
-            scope["auth_method"] = "token" if user else None
-            return await self.inner(scope, receive, send)
+            token = await database_sync_to_async(live_token)(raw)
+            scope["user"] = token.user if token is not None else AnonymousUser()
+            scope["auth_method"] = "token" if token is not None else None
+            if token is None or scope.get("type") != "websocket":
+                return await self.inner(scope, receive, send)
+            return await _closed_when_revoked(self.inner, scope, receive, send, token.pk)
         if not origin_allowed(scope):
             scope["user"] = AnonymousUser()
             scope["auth_method"] = None
@@ -131,22 +287,70 @@ class ChatAuthMiddleware:
         return await self.session_stack(scope, receive, send)
 
 
-class ApiTokenBackend:
+class ApiTokenBackend(BaseBackend):
     """Django auth backend: log in to the WebUI with a username and one of its API tokens.
 
     Lets a user created by ``manage.py createtoken`` (no password) use the WebUI; the token is
-    checked exactly like a WebSocket or REST token.
+    checked exactly like a WebSocket or REST token. ``BaseBackend`` adds the async variants
+    (``aget_user``: the async views' ``request.auser()``).
     """
 
     def authenticate(self, request: Any, username: str | None = None, password: str | None = None, **_: Any) -> Any:
         if not username or not password:
             return None
-        user = user_for_token(password)
-        if user is None or user.get_username() != username:
+        token = live_token(password)
+        if token is None or token.user.get_username() != username:
             return None
+        user = token.user
+        user.picobot_token_id = token.pk  # kept in the session by remember_login_token()
         return user
 
     def get_user(self, user_id: Any) -> Any:
         model = get_user_model()
         user = model.objects.filter(pk=user_id).first()
         return user if user is not None and user.is_active else None
+
+
+@receiver(user_logged_in, dispatch_uid="picobot-remember-login-token")
+def remember_login_token(sender: Any, request: Any, user: Any, **_: Any) -> None:
+    """Keep the id of the token a WebUI session logged in with (``ApiTokenBackend``), so that
+    revoking the token ends the session; a password login of the same session forgets it."""
+    session = getattr(request, "session", None)
+    if session is None:
+        return
+    token_id = getattr(user, "picobot_token_id", None)
+    if token_id is not None:
+        session[SESSION_TOKEN_KEY] = token_id
+    else:
+        session.pop(SESSION_TOKEN_KEY, None)
+
+
+class RevokedTokenSessionMiddleware:
+    """Log out a session whose login token was revoked (or whose user was deactivated), on its
+    next request: one indexed query, and only for sessions logged in with a token. Goes after
+    ``AuthenticationMiddleware``. Sync and async capable (no thread hop for async views)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: Any) -> Any:
+        if self.is_async:
+            return self.__acall__(request)
+        session = getattr(request, "session", None)
+        token_id = session.get(SESSION_TOKEN_KEY) if session is not None else None
+        if token_id is not None and not token_is_live(token_id):
+            logout(request)
+        return self.get_response(request)
+
+    async def __acall__(self, request: Any) -> Any:
+        session = getattr(request, "session", None)
+        token_id = await session.aget(SESSION_TOKEN_KEY) if session is not None else None
+        if token_id is not None and not await database_sync_to_async(token_is_live)(token_id):
+            await alogout(request)
+        return await self.get_response(request)

@@ -13,6 +13,7 @@ a hint; another user's or another chat's dialog answers ``not_found`` (the calle
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from dataclasses import dataclass
@@ -204,17 +205,60 @@ async def _stop(client: CommandClient, channel: str, argument: str, session_id: 
 
 async def _compact(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
     _no_argument(argument)
-    from conversations.supervisor import SupervisorClosedError, control_supervisor
+    from conversations.supervisor import SupervisorClosedError
 
     target = await _target(client, channel, session_id)
     try:
-        control_supervisor().spawn(
-            compact_and_report(channel, client.chat_id, target.id),
-            name=f"compact {target.id}",
-            timeout=float(settings.PICOBOT["COMPACT_TIMEOUT"]) + 10,
-        )
+        started = start_compaction(channel, client.chat_id, target.id)
     except SupervisorClosedError:
         await client.send_error("unavailable", "the server is shutting down; try /compact again in a moment")
+        return
+    if not started:
+        await client.send_frame({"type": "notification", "level": "info", "session_id": target.id,
+                                 "content": COMPACTION_RUNNING})
+
+
+COMPACTION_RUNNING = "A compaction of this dialog is already running; you are told when it is done."
+_compacting: set[str] = set()
+"""Dialogs whose manual compaction runs in this process (``/compact``, ``POST …/compact``)."""
+
+
+def compaction_running(dialog_id: str) -> bool:
+    """Whether a manual compaction of ``dialog_id`` runs in this process (the in-flight set, or a
+    live task of the control supervisor named for it)."""
+    if dialog_id in _compacting:
+        return True
+    name = f"control:compact {dialog_id}"
+    try:
+        tasks = asyncio.all_tasks()
+    except RuntimeError:  # no running loop
+        return False
+    return any(task.get_name() == name and not task.done() for task in tasks)
+
+
+def start_compaction(channel: str, chat_id: str, dialog_id: str) -> bool:
+    """Start a manual compaction of the dialog in the control supervisor (seed 004 §7 ``/compact``).
+
+    At most one per dialog and process: False (nothing started, no model call) while one runs —
+    fifteen ``/compact`` in a row are one paid summary call, not fifteen. Raises
+    SupervisorClosedError while the server shuts down.
+    """
+    from conversations.supervisor import control_supervisor
+
+    if compaction_running(dialog_id):
+        return False
+    _compacting.add(dialog_id)
+    try:
+        task = control_supervisor().spawn(
+            compact_and_report(channel, chat_id, dialog_id),
+            name=f"compact {dialog_id}",
+            timeout=float(settings.PICOBOT["COMPACT_TIMEOUT"]) + 10,
+        )
+    except BaseException:
+        _compacting.discard(dialog_id)
+        raise
+    task.add_done_callback(lambda _task: _compacting.discard(dialog_id))
+    return True
 
 
 async def compact_and_report(channel: str, chat_id: str, dialog_id: str) -> None:

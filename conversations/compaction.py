@@ -21,7 +21,13 @@ Used by the manual ``/compact`` (``conversations.compaction_service``); automati
   tool results with a short marker, never an error result (seed 002 §6c, FIX-F).
 * :func:`drop_oldest_turns` — the last resort: leave the oldest whole turns out of a request so
   that it fits, never separating a tool call from its results.
+* :func:`truncate_tool_results` — cut the largest tool results of a request to one level, each
+  with a marker (successful ones only, unless told otherwise).
+* :func:`fit_request` — the request of a later step of a turn (after tool calls) made to fit:
+  older results pruned, the largest results cut, old turns left out, error results last.
 * :func:`fit_summary_request` — a summary request that itself fits the model's window.
+* :func:`summary_token_cap` — how long a summary may be (the request asks for it with
+  ``max_tokens``; :func:`clean_summary` cuts a runaway answer at :data:`MAX_SUMMARY_CHARS`).
 
 Token figures are estimates (``conversations.tokens``).
 
@@ -60,6 +66,14 @@ PRUNED_RESULT = "[older tool result pruned: {chars} chars]"
 MAX_CONSECUTIVE_FAILURES = 3
 #: Per-row character limits tried in turn by :func:`fit_summary_request`: (text, tool result).
 SUMMARY_ROW_LIMITS = ((2000, 500), (1000, 250), (500, 120), (200, 60))
+#: A summary is asked to stay within this many tokens at most (:func:`summary_token_cap`).
+SUMMARY_MAX_TOKENS = 4000
+#: A summary longer than this (a model that ignored its ``max_tokens``) is cut by :func:`clean_summary`.
+MAX_SUMMARY_CHARS = 24000
+#: The end of a tool result that :func:`truncate_tool_results` cut (this request only).
+TRUNCATED_RESULT = "\n[tool result cut to fit the context window: {kept} of {chars} chars kept]"
+#: :func:`truncate_tool_results` keeps at least this many characters of a result it cuts.
+MIN_TRUNCATED_CHARS = 200
 
 
 def choose_boundary(rows: list[dict], keep: int) -> int | None:
@@ -90,6 +104,7 @@ def build_summary_request(
     max_row_chars: int = 2000,
     max_tool_chars: int = 500,
     omitted: int = 0,
+    max_tokens: int | None = None,
 ) -> ProviderRequest:
     """The request that asks the model for the updated summary.
 
@@ -102,6 +117,8 @@ def build_summary_request(
         max_tool_chars: the same for a tool result (results are included briefly).
         omitted: how many rows before ``rows`` were left out (they did not fit the model); the
             material says so, so the summary does not pretend to be complete.
+        max_tokens: the summary's length limit (:func:`summary_token_cap`): the request's output
+            cap, and said in the material; None leaves both to the provider.
 
     Returns:
         A request of a system message (the instructions) and one user message (the material).
@@ -113,9 +130,13 @@ def build_summary_request(
     if omitted:
         lines.insert(0, f"({omitted} earlier message(s) left out: too long to summarise at once)")
     parts.append("Messages to add:\n\n" + ("\n\n".join(lines) if lines else "(none)"))
-    parts.append("Write the updated summary.")
+    parts.append(
+        "Write the updated summary." if max_tokens is None else
+        f"Write the updated summary, at most about {max_tokens:,} tokens long."
+    )
     return ProviderRequest(
-        messages=[Message.system(SUMMARY_INSTRUCTIONS), Message.user("\n\n".join(parts))]
+        messages=[Message.system(SUMMARY_INSTRUCTIONS), Message.user("\n\n".join(parts))],
+        max_tokens=max_tokens,
     )
 
 
@@ -143,13 +164,34 @@ def _row_lines(row: dict, max_row_chars: int, max_tool_chars: int) -> list[str]:
     return lines
 
 
-def clean_summary(text: str) -> str | None:
-    """The summary in a model's answer: think spans stripped, whitespace trimmed.
+def clean_summary(text: str, *, max_chars: int = MAX_SUMMARY_CHARS) -> str | None:
+    """The summary in a model's answer: think spans stripped, whitespace trimmed, at most
+    ``max_chars`` characters (a longer one is cut at a word boundary and ends with ``…``).
 
     Returns None for an empty or reasoning-only answer and for one whose think span never
     closes (a cut-off answer must not replace the history it summarises).
     """
-    return strip_reasoning(text or "")
+    summary = strip_reasoning(text or "")
+    if summary is None or len(summary) <= max_chars:
+        return summary
+    cut = summary[: max(1, max_chars - 1)]
+    space = cut.rfind(" ", max_chars // 2)
+    return (cut[:space] if space > 0 else cut).rstrip() + "…"
+
+
+def summary_token_cap(budget: int) -> int:
+    """Tokens a summary written for a request budget of ``budget`` tokens may take.
+
+    A quarter of the budget (the summary has to leave room for the rows kept verbatim and the
+    current turn), at most :data:`SUMMARY_MAX_TOKENS`, at least 64.
+    """
+    return max(64, min(SUMMARY_MAX_TOKENS, int(budget) // 4))
+
+
+def summary_too_large(summary: str, budget: int) -> bool:
+    """Whether ``summary`` takes more than half of a ``budget``-token request: such a summary
+    would crowd out the conversation it stands for, and is not used (nor stored)."""
+    return estimate_text(summary) > max(1, int(budget)) // 2
 
 
 # --- automatic compaction -------------------------------------------------------------------------
@@ -241,19 +283,125 @@ def drop_oldest_turns(messages: Sequence[Message], budget: int) -> tuple[list[Me
     return [*messages[:head], *body[cut:]], cut
 
 
-def fit_summary_request(previous_summary: str, rows: list[dict], budget: int) -> tuple[ProviderRequest, int]:
+def truncate_tool_results(
+    messages: Sequence[Message], budget: int, *, include_errors: bool = False
+) -> tuple[list[Message], int]:
+    """Cut the largest tool results of a request to one level until its messages fit ``budget``.
+
+    Water-filling: the results over a common level (in estimated tokens) are cut to it, each
+    keeping its beginning and ending with :data:`TRUNCATED_RESULT`; smaller results stay whole,
+    and no result is cut below :data:`MIN_TRUNCATED_CHARS`. Error results are left alone unless
+    ``include_errors`` (they tell the model why something failed). Request-only, like
+    :func:`microcompact`: new message objects, ids and order unchanged, nothing stored.
+
+    Returns:
+        ``(messages, cut)``: the new list and how many results were cut (0: it already fitted,
+        or nothing could be cut). The result may still be over ``budget``.
+    """
+    out = list(messages)
+    cut_total = 0
+    for _ in range(3):  # the level is an estimate: a second pass takes the rounding error
+        excess = estimate_messages(out) - budget
+        if excess <= 0:
+            break
+        candidates = [
+            (index, block_index, block, estimate_text(block.content))
+            for index, message in enumerate(out)
+            for block_index, block in enumerate(message.content)
+            if isinstance(block, ToolResultBlock)
+            and (include_errors or not block.is_error)
+            and len(block.content) > MIN_TRUNCATED_CHARS + len(TRUNCATED_RESULT)
+        ]
+        if not candidates:
+            break
+        marker = estimate_text(TRUNCATED_RESULT.format(kept=10**6, chars=10**7))
+        need = excess + marker * len(candidates)
+        floor = estimate_text("x" * MIN_TRUNCATED_CHARS)
+        low, high = floor, max(tokens for *_, tokens in candidates)
+        if sum(max(0, tokens - low) for *_, tokens in candidates) < need:
+            level = low  # even the floor does not fit: cut everything to it (the caller goes on)
+        else:  # the highest level that frees enough
+            while low < high:
+                middle = (low + high + 1) // 2
+                if sum(max(0, tokens - middle) for *_, tokens in candidates) >= need:
+                    low = middle
+                else:
+                    high = middle - 1
+            level = low
+        changed = 0
+        for index, block_index, block, tokens in candidates:
+            if tokens <= level:
+                continue
+            keep = max(MIN_TRUNCATED_CHARS, len(block.content) * level // max(tokens, 1))
+            if keep >= len(block.content):
+                continue
+            content = block.content[:keep] + TRUNCATED_RESULT.format(kept=keep, chars=len(block.content))
+            message = out[index]
+            blocks = list(message.content)
+            blocks[block_index] = ToolResultBlock(block.tool_call_id, content, block.is_error, block.tool_name)
+            out[index] = Message(message.role, blocks, message.provider_state)
+            changed += 1
+        if not changed:
+            break
+        cut_total += changed
+    return out, cut_total
+
+
+def fit_request(messages: Sequence[Message], budget: int, *, keep_recent: int = 0) -> list[Message]:
+    """A later request of a turn (after tool calls) made to fit ``budget`` tokens, request-only.
+
+    In order, until the messages fit:
+
+    1. :func:`microcompact` of the older tool results: every result but those of the newest tool
+       batch (the model has not read them yet) and the newest ``keep_recent`` is pruned to its
+       marker — successful ones only;
+    2. :func:`truncate_tool_results`: the largest successful results are cut to one level;
+    3. :func:`drop_oldest_turns`: the oldest whole turns before this turn's user message are left
+       out;
+    4. only then, unavoidable: error results are cut too.
+
+    The system prompt, the current user message (with the runtime context) and the turn's tool
+    chains stay; nothing stored changes (messages are immutable; changed ones are new objects).
+    The result may still be over ``budget`` (the provider then says so).
+    """
+    out = list(messages)
+    if estimate_messages(out) <= budget:
+        return out
+    newest_batch = 0
+    for message in reversed(out):
+        if message.role != "tool":
+            break
+        newest_batch += sum(1 for block in message.content if isinstance(block, ToolResultBlock))
+    out, _ = microcompact(out, max(keep_recent, newest_batch))
+    if estimate_messages(out) <= budget:
+        return out
+    out, _ = truncate_tool_results(out, budget)
+    if estimate_messages(out) <= budget:
+        return out
+    out, _ = drop_oldest_turns(out, budget)
+    if estimate_messages(out) <= budget:
+        return out
+    out, _ = truncate_tool_results(out, budget, include_errors=True)
+    return out
+
+
+def fit_summary_request(
+    previous_summary: str, rows: list[dict], budget: int, *, max_tokens: int | None = None
+) -> tuple[ProviderRequest, int]:
     """The summary request of :func:`build_summary_request`, made to fit ``budget`` tokens.
 
     The per-row limits of :data:`SUMMARY_ROW_LIMITS` are tried in turn; when even the smallest
     is over ``budget``, the oldest rows are left out (the request says how many; the previous
     summary still carries what came before them). Keeps one request, hence one model call.
+    ``max_tokens`` is the summary's length limit (:func:`build_summary_request`).
 
     Returns:
         ``(request, omitted_rows)``.
     """
     for max_row_chars, max_tool_chars in SUMMARY_ROW_LIMITS:
         request = build_summary_request(
-            previous_summary, rows, max_row_chars=max_row_chars, max_tool_chars=max_tool_chars
+            previous_summary, rows, max_row_chars=max_row_chars, max_tool_chars=max_tool_chars,
+            max_tokens=max_tokens,
         )
         if estimate_request(request.messages) <= budget:
             return request, 0
@@ -268,6 +416,7 @@ def fit_summary_request(previous_summary: str, rows: list[dict], budget: int) ->
         start += 1
     kept = rows[start:]
     request = build_summary_request(
-        previous_summary, kept, max_row_chars=max_row_chars, max_tool_chars=max_tool_chars, omitted=start
+        previous_summary, kept, max_row_chars=max_row_chars, max_tool_chars=max_tool_chars, omitted=start,
+        max_tokens=max_tokens,
     )
     return request, start

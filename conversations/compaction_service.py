@@ -33,7 +33,13 @@ from django.conf import settings
 from django.db.models import F
 
 from conversations import storage
-from conversations.compaction import choose_boundary, clean_summary, fit_summary_request
+from conversations.compaction import (
+    choose_boundary,
+    clean_summary,
+    fit_summary_request,
+    summary_token_cap,
+    summary_too_large,
+)
 from conversations.models import Dialog
 from conversations.storage.shapes import scrub_nul
 from conversations.storage_runner import run_storage
@@ -107,8 +113,8 @@ async def compact_dialog(
         or another compaction of the dialog committed first (nothing changed then).
 
     Raises:
-        CompactionError: the offline replay provider, a provider failure, timeout or crash, or an
-            empty summary; nothing was changed.
+        CompactionError: the offline replay provider, a provider failure, timeout or crash, an
+            empty summary, or one too large to use (``reject_oversized``); nothing was changed.
         storage.NotFoundError: the dialog is unknown or deleted.
         django.db.DatabaseError: storage kept failing after ``run_storage``'s retries.
     """
@@ -127,8 +133,10 @@ async def compact_dialog(
             "(always from a question of yours on) stay as they are.",
         )
     folded = [r for r in rows if r["seq"] <= boundary]
-    request, _ = fit_summary_request(source["summary"], folded, summary_budget())
+    budget = summary_budget()
+    request, _ = summary_request(provider, source["summary"], folded, budget)
     summary = await summarise(dialog_id, provider, request, timeout)
+    reject_oversized(dialog_id, summary, budget)
     committed = await run_storage(storage.commit_summary, dialog_id, summary, boundary, source["summary_seq"])
     if not committed:
         log.info("compaction of %s discarded: another compaction came first", dialog_id)
@@ -152,6 +160,40 @@ def summary_budget(window: int | None = None) -> int:
     config = settings.PICOBOT
     window = int(config["LLM_CONTEXT_WINDOW"]) if window is None else window
     return max(1, int(window * float(config["COMPACT_THRESHOLD"])))
+
+
+def summary_request(
+    provider: LLMProvider, previous_summary: str, rows: list[dict], budget: int
+) -> tuple[ProviderRequest, int]:
+    """The summary request for ``rows`` within ``budget`` tokens, its answer capped.
+
+    The material asks for at most ``compaction.summary_token_cap(budget)`` tokens; the request's
+    ``max_tokens`` is twice that plus the provider's thinking budget (a reasoning model spends
+    output tokens before it writes), so a runaway answer stops early without starving a short one.
+
+    Returns:
+        ``(request, omitted_rows)`` (``compaction.fit_summary_request``).
+    """
+    cap = summary_token_cap(budget)
+    request, omitted = fit_summary_request(previous_summary, rows, budget, max_tokens=cap)
+    request.max_tokens = 2 * cap + int(getattr(provider, "thinking_budget", 0) or 0)
+    return request, omitted
+
+
+def reject_oversized(dialog_id: str, summary: str, budget: int) -> None:
+    """Raise :class:`CompactionError` when ``summary`` is too large to use within ``budget``
+    tokens (``compaction.summary_too_large``): it would crowd out the conversation it replaces."""
+    if summary_too_large(summary, budget):
+        ref = secrets.token_hex(4)
+        log.warning(
+            "compaction of %s: the summary of %d chars is too large for a %d-token request (ref %s)",
+            dialog_id, len(summary), budget, ref,
+        )
+        raise CompactionError(
+            f"The model's summary was too long to use ({len(summary):,} characters); nothing was changed "
+            f"(ref {ref}).",
+            ref=ref,
+        )
 
 
 @dataclass(frozen=True)
@@ -200,14 +242,16 @@ async def summarise_rows(
         The summary, or None when nothing can be folded (no safe cut). No DB access.
 
     Raises:
-        CompactionError: provider failure, timeout, crash or an unusable answer.
+        CompactionError: provider failure, timeout, crash or an unusable answer — also one too
+            large to use within ``budget`` (``reject_oversized``).
     """
     boundary = choose_boundary(rows, keep)
     if boundary is None:
         return None
     folded = [r for r in rows if r["seq"] <= boundary]
-    request, omitted = fit_summary_request(previous_summary, folded, budget)
+    request, omitted = summary_request(provider, previous_summary, folded, budget)
     summary = await summarise(dialog_id, provider, request, timeout)
+    reject_oversized(dialog_id, summary, budget)
     return RowsSummary(
         summary=summary,
         covers_seq=boundary,

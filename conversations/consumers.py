@@ -19,6 +19,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -51,6 +52,10 @@ MAX_HISTORY_LIMIT = 200
 # Seconds a stop request waits for the owning worker's acknowledgement before telling the user
 # that no live worker runs the turn.
 STOP_ACK_SECONDS = 2.0
+# A stop without turn_id this soon after a stop of the same dialog (from any client of this
+# process), whose turn has ended since, is that stop again (a double click, a retry): answered,
+# never applied to the next turn. See ``remember_stop``.
+STOP_REPEAT_SECONDS = 3.0
 MAX_SEQ = 2**53  # JavaScript's safe integers; also below PostgreSQL's bigint
 CLOSE_UNAUTHORIZED = 4401
 # DESIGN §2 asks for 1001, but Daphne's WebSocket stack (autobahn) refuses to send any server close
@@ -66,6 +71,31 @@ def process_connections_group() -> str:
     """
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())[:40]
     return f"picobot.connections.{host}.{os.getpid()}"
+
+
+_recent_stops: dict[str, tuple[float, str, dict | None]] = {}  # dialog id → (monotonic, turn id, REST answer)
+
+
+def remember_stop(dialog_id: str, turn_id: str, answer: dict | None = None) -> None:
+    """Note that the dialog's turn ``turn_id`` was just asked to stop (WebSocket, ``/stop``, REST
+    with its 202 ``answer``), so that the same stop again is not applied to the next turn."""
+    now = time.monotonic()
+    if len(_recent_stops) > 1000:  # bounded: forget what no repeat can refer to any more
+        for key, (when, _, _) in list(_recent_stops.items()):
+            if now - when > STOP_REPEAT_SECONDS:
+                del _recent_stops[key]
+    _recent_stops[dialog_id] = (now, turn_id, answer)
+
+
+def repeated_stop(dialog_id: str, running_turn_id: str | None) -> tuple[str, dict | None] | None:
+    """``(turn id, REST answer)`` of the stop a new stop (without ``turn_id``) repeats: one of
+    the last ``STOP_REPEAT_SECONDS`` whose turn ended and another one of the dialog runs now.
+    None otherwise (nothing runs: the repeat is answered "nothing is running")."""
+    recent = _recent_stops.get(dialog_id)
+    if (recent is None or running_turn_id is None or recent[1] == running_turn_id
+            or time.monotonic() - recent[0] > STOP_REPEAT_SECONDS):
+        return None
+    return recent[1], recent[2]
 
 
 class FrameError(Exception):
@@ -113,7 +143,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.chat_id = str(user.pk)
         self.group = chat_group(CHANNEL, self.chat_id)
         self.window = SnapshotCreditWindow()
-        self.stop_acks: dict[str, asyncio.Event] = {}
+        self.stop_acks: dict[str, tuple[asyncio.Event, int]] = {}  # turn id → (acked, watchdogs waiting)
         self.watchdogs: set[asyncio.Task] = set()
         self.groups_joined = [self.group, process_connections_group()]
         try:
@@ -316,43 +346,65 @@ class ChatConsumer(AsyncWebsocketConsumer):
         session_id = _optional_str(frame, "session_id", 255)
         if session_id is None:
             raise FrameError("invalid_frame", "stop needs a session_id")
-        await self.stop_turn(session_id)
+        turn_id = _optional_str(frame, "turn_id", 64)
+        await self.stop_turn(session_id, turn_id)
 
-    async def stop_turn(self, session_id: str) -> None:
+    async def stop_turn(self, session_id: str, turn_id: str | None = None) -> None:
         """Ask the workers to cancel the dialog's running turn (its terminal snapshot answers).
 
-        Raises storage.NotFoundError for a foreign dialog; a notification when nothing runs.
+        Only the turn running now (or ``turn_id``, when the client names the turn it sees) is
+        cancelled: a repeated stop never cancels the next queued turn. Raises
+        storage.NotFoundError for a foreign dialog; a notification when nothing (or another turn)
+        runs.
         """
         await run_storage(storage.dialog_for_user, self.user, session_id)
         running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
-        if not any(item["session_id"] == session_id for item in running):
-            await self.send_frame({"type": "notification", "level": "info", "content": "Nothing is running.",
+        current = next((item for item in running if item["session_id"] == session_id), None)
+        repeated = repeated_stop(session_id, current["turn_id"] if current else None) if turn_id is None else None
+        if repeated is not None:
+            # The same stop again (a double click) after its turn ended: never the next turn.
+            await self.send_frame({"type": "notification", "level": "info", "session_id": session_id,
+                                   "turn_id": repeated[0], "content": "That turn was already stopped."})
+            return
+        if current is None or (turn_id is not None and current["turn_id"] != turn_id):
+            content = "Nothing is running." if current is None else "That turn is not running any more."
+            await self.send_frame({"type": "notification", "level": "info", "content": content,
                                    "session_id": session_id})
             return
-        acked = self.stop_acks.setdefault(session_id, asyncio.Event())
-        acked.clear()
-        await request_stop(session_id, reply_channel=self.channel_name)
-        watchdog = asyncio.ensure_future(self._stop_watchdog(session_id, acked))
+        turn_id = current["turn_id"]
+        remember_stop(session_id, turn_id)
+        acked, waiting = self.stop_acks.get(turn_id) or (asyncio.Event(), 0)
+        self.stop_acks[turn_id] = (acked, waiting + 1)
+        await request_stop(session_id, turn_id=turn_id, reply_channel=self.channel_name)
+        watchdog = asyncio.ensure_future(self._stop_watchdog(session_id, turn_id, acked))
         self.watchdogs.add(watchdog)
         watchdog.add_done_callback(self.watchdogs.discard)
 
-    async def _stop_watchdog(self, session_id: str, acked: asyncio.Event) -> None:
+    async def _stop_watchdog(self, session_id: str, turn_id: str, acked: asyncio.Event) -> None:
         """No worker acknowledged the stop: the turn's process died and no one took it over yet.
 
         Its dialog is taken over when the dead owner's lease expires, and the turn is then reported
-        interrupted; say so now rather than leave ``/stop`` unanswered.
+        interrupted; say so now rather than leave ``/stop`` unanswered — only while that very turn
+        still reads started (one that just ended was answered by its terminal snapshot).
         """
         try:
             await asyncio.wait_for(acked.wait(), STOP_ACK_SECONDS)
             return
         except TimeoutError:
             pass
+        finally:
+            event, waiting = self.stop_acks.get(turn_id, (None, 0))
+            if event is acked:
+                if waiting <= 1:
+                    del self.stop_acks[turn_id]
+                else:
+                    self.stop_acks[turn_id] = (acked, waiting - 1)
         try:
             running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
-            if any(item["session_id"] == session_id for item in running):
+            if any(item["turn_id"] == turn_id for item in running):
                 lease = float(settings.PICOBOT["LEASE_SECONDS"]) + float(settings.PICOBOT["INBOX_SCAN_SECONDS"])
                 await self.send_frame(
-                    {"type": "notification", "level": "warning", "session_id": session_id,
+                    {"type": "notification", "level": "warning", "session_id": session_id, "turn_id": turn_id,
                      "content": "No server is running that turn any more (it was cut off, probably by a "
                                 f"restart); it will be reported as interrupted within about {lease:.0f} s."}
                 )
@@ -361,9 +413,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def stop_ack(self, message: dict) -> None:
         """A worker cancelled the turn we asked it to stop (its terminal snapshot follows)."""
-        event = self.stop_acks.get(str(message.get("dialog_id")))
-        if event is not None:
-            event.set()
+        entry = self.stop_acks.get(str(message.get("turn_id")))
+        if entry is not None:
+            entry[0].set()
 
     async def on_seen(self, frame: dict) -> None:
         turn_id = _optional_str(frame, "turn_id", 64)

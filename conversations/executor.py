@@ -13,7 +13,7 @@ import contextlib
 import logging
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from channels.layers import get_channel_layer
@@ -41,6 +41,7 @@ from conversations.turn_input import (
     ContextPreparationError,
     Publish,
     TurnInputBuilder,
+    overflow_mid_turn_message,
     run_with_overflow_recovery,
 )
 from conversations.turn_rows import complete_tool_chains, turn_rows
@@ -50,6 +51,7 @@ from delivery.presentation import PresentationPolicy
 from delivery.sinks import TurnSink
 from delivery.turn import TurnController
 from delivery.turn_delivery import DeliveryOutcome, FailureReport, TurnDelivery
+from providers.errors import ContextOverflowError
 
 if TYPE_CHECKING:
     from conversations.worker import AgentWorker
@@ -280,14 +282,6 @@ class DialogExecutor:
     async def _run_and_commit(self, start: storage.TurnStart, running: RunningTurn) -> storage.CommitResult | None:
         """Run the agent loop under the turn's deadline, then commit; None when nothing committed."""
         config = settings.PICOBOT
-        loop = AgentLoop(
-            self.worker.provider,
-            self.worker.tools.bind(ToolContext(start.dialog_id, start.channel, start.chat_id)),
-            running.controller.apply,
-            max_iterations=config["MAX_ITERATIONS"],
-            tool_timeout=config["TOOL_TIMEOUT"],
-            is_current=self.holds_lease,  # before each provider call and after each tool batch (seed 003 §8.3)
-        )
         # One input path (seed 000 §7.1): compaction under the `compacting` phase, and one rebuild
         # after a context overflow (§7.2), all inside the task that /stop and the deadline cancel.
         builder = TurnInputBuilder.from_settings(
@@ -295,6 +289,15 @@ class DialogExecutor:
             tools=self.worker.tools.definitions(),
             memory_recall=recall_memories,
             phase=running.controller,
+        )
+        loop = AgentLoop(
+            self.worker.provider,
+            self.worker.tools.bind(ToolContext(start.dialog_id, start.channel, start.chat_id)),
+            running.controller.apply,
+            max_iterations=config["MAX_ITERATIONS"],
+            tool_timeout=config["TOOL_TIMEOUT"],
+            is_current=self.holds_lease,  # before each provider call and after each tool batch (seed 003 §8.3)
+            fit=builder.fit,  # every later request is fitted to the window (seed 000 §7.2)
         )
         task = asyncio.ensure_future(
             run_with_overflow_recovery(builder, start, loop.run, publish=self._context_notice(start))
@@ -306,20 +309,24 @@ class DialogExecutor:
         result: AgentResult | None = None
         cancelled = False
         failure: TurnFailure | None = None
+        deadline = asyncio.timeout(config["TURN_TIMEOUT"])
         try:
-            async with asyncio.timeout(config["TURN_TIMEOUT"]):
+            async with deadline:
                 result = await task
         except asyncio.CancelledError:
             if not task.cancelled() or asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 raise
             cancelled = True  # /stop cancelled the loop task, not this executor
         # Typed failures (seed 000 §13): _finish presents them; only the log gets their cause.
-        except TimeoutError:
-            failure = TurnFailure.of(
-                TurnFailureKind.TIMEOUT,
-                user_message=f"The turn took longer than {config['TURN_TIMEOUT']:g} s and was stopped",
-                detail=f"TURN_TIMEOUT of {config['TURN_TIMEOUT']:g} s passed",
-            )
+        except TimeoutError as exc:
+            if deadline.expired():  # the turn's own deadline, not a TimeoutError from inside it
+                failure = TurnFailure.of(
+                    TurnFailureKind.TIMEOUT,
+                    user_message=f"The turn took longer than {config['TURN_TIMEOUT']:g} s and was stopped",
+                    detail=f"TURN_TIMEOUT of {config['TURN_TIMEOUT']:g} s passed",
+                )
+            else:
+                failure = TurnFailure.from_exception(TurnFailureKind.INTERNAL, exc)
         except ToolFatalError as exc:  # the tool's own words may hold anything: the log only
             failure = TurnFailure.from_exception(TurnFailureKind.TOOL, exc, traceback=False)
         except ContextPreparationError as exc:
@@ -331,7 +338,7 @@ class DialogExecutor:
             failure = exc.failure
         except Exception as exc:
             failure = TurnFailure.from_exception(TurnFailureKind.INTERNAL, exc)
-        if result is None:  # cancelled or timed out: keep what the loop finished, plus the partial
+        if result is None:  # cancelled, failed or timed out: keep what the loop finished, plus the partial
             result = loop.result
             result.partial = loop.partial_message()
         return await self._finish(start, running.controller, result, cancelled, failure)
@@ -374,7 +381,9 @@ class DialogExecutor:
             return self._drop_stale(start, controller, "before its commit")
         messages = complete_tool_chains(result.messages)
         status = Message.CompletionStatus.COMPLETED
-        if result.error is not None:
+        if isinstance(result.error, ContextOverflowError):  # not recovered: too long even fitted (§7.2)
+            failure = replace(TurnFailure.provider(result.error), user_message=overflow_mid_turn_message())
+        elif result.error is not None:
             failure = TurnFailure.provider(result.error)
         if failure is not None:
             log_failure(log, start.turn_id, failure)
@@ -424,9 +433,14 @@ class DialogExecutor:
 
         ``lease_lost`` makes ``holds_lease()`` false first, so the coordinator publishes no terminal
         snapshot; the executor stops and the new owner reports the turn (``interrupt_started``:
-        its inbox row still reads ``started``). Always returns None (nothing to publish).
+        its inbox row still reads ``started``). A deleted dialog is a new generation too
+        (``storage.delete_dialog`` bumps the lease epoch and ends the row itself): nobody reports
+        it. Always returns None (nothing to publish).
         """
-        log.warning("turn %s: stale %s; another worker owns %s (nothing published)", start.turn_id, when, self.dialog_id)
+        log.warning(
+            "turn %s: stale %s; %s was deleted or another worker owns it (nothing published)",
+            start.turn_id, when, self.dialog_id,
+        )
         self.lease_lost = True
         self.worker.sessions.evict(self.dialog_id)
         controller.cancel(STALE_TURN_REASON)

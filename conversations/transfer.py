@@ -31,10 +31,11 @@ from typing import IO, Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import QuerySet
 
 from conversations.models import Dialog, Message, Plan, now_ms
-from conversations.storage import scrub_nul
+from conversations.storage import clean_user_title, scrub_nul
 
 EXPORT_FORMAT = "picobot-export"
 EXPORT_VERSION = 1
@@ -202,6 +203,8 @@ def ms_to_text(ms: int | None) -> str:
 
 
 def _fence(text: str, lang: str = "") -> str:
+    """``text`` verbatim in a fenced code block whose fence is longer than any backtick run in it:
+    no line of ``text`` can close it, and nothing inside is read as Markdown or HTML."""
     longest = run = 0
     for ch in text:
         run = run + 1 if ch == "`" else 0
@@ -210,55 +213,74 @@ def _fence(text: str, lang: str = "") -> str:
     return f"{ticks}{lang}\n{text}\n{ticks}\n"
 
 
+_MD_PUNCTUATION = "\\`*_[]!#|~:+-"  # with <, >, & as entities: no emphasis, link, image, heading, autolink
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
+
+
+def _inline(value: object) -> str:
+    """A value shown inside a line (title, owner, tool names and ids): one line, with HTML and
+    Markdown syntax escaped, so it can neither start a heading or a speaker turn nor inject HTML,
+    links or images."""
+    text = " ".join(str(value).split())
+    return "".join(_HTML.get(c, "\\" + c if c in _MD_PUNCTUATION else c) for c in text)
+
+
 def _media_line(media: list) -> str:
     parts = []
     for item in media:
         if isinstance(item, dict):
             size = len(str(item.get("data", ""))) * 3 // 4
-            parts.append(f"{item.get('mime_type', 'file')}, {size // 1024 or 1} KiB")
-    return f"*[{len(parts)} attachment(s): {'; '.join(parts)}]*\n\n" if parts else ""
+            parts.append(f"{_inline(item.get('mime_type', 'file'))}, {size // 1024 or 1} KiB")
+    return f"*\\[{len(parts)} attachment(s): {'; '.join(parts)}\\]*\n\n" if parts else ""
+
+
+def _details(summary: str, text: str) -> str:
+    """A collapsible block; its text fenced, so a ``</details>`` inside cannot close it early."""
+    return f"<details><summary>{summary}</summary>\n\n{_fence(text, 'text')}\n</details>\n\n"
 
 
 def markdown_dialog(item: dict[str, Any]) -> str:
     """A readable transcript of one export dict (pure).
 
-    Reasoning goes into a collapsible ``<details>``, tool calls and tool results into code
-    blocks; ``provider_state`` and media data are left out.
+    Message contents, reasoning, summaries, tool arguments and results are shown verbatim in
+    fenced code blocks (fences longer than any backtick run inside), so no content can forge a
+    heading or a speaker turn, inject HTML or close a ``<details>`` block; the title and other
+    values inside lines are made single-line and escaped. Reasoning goes into a collapsible
+    ``<details>``; ``provider_state`` and media data are left out.
     """
-    lines = [f"# {item.get('title') or 'Untitled'}\n\n"]
+    lines = [f"# {_inline(item.get('title') or 'Untitled')}\n\n"]
     deleted = f" · deleted {ms_to_text(item.get('deleted_at'))}" if item.get("deleted_at") else ""
     lines.append(
-        f"`{item.get('id')}` · owner {item.get('owner') or '—'} · created {ms_to_text(item.get('created_at'))}"
-        f" · last active {ms_to_text(item.get('last_active_at'))} · {len(item.get('messages', []))} messages"
-        f"{deleted}\n\n"
+        f"{_inline(item.get('id'))} · owner {_inline(item.get('owner') or '—')} · "
+        f"created {ms_to_text(item.get('created_at'))} · last active {ms_to_text(item.get('last_active_at'))} · "
+        f"{len(item.get('messages', []))} messages{deleted}\n\n"
     )
     if item.get("summary"):
-        lines.append(
-            f"<details><summary>Summary of messages 1–{item.get('summary_seq')}</summary>\n\n"
-            f"{item['summary']}\n\n</details>\n\n"
-        )
+        lines.append(_details(f"Summary of messages 1–{_inline(item.get('summary_seq'))}", str(item["summary"])))
     for m in item.get("messages", []):
         role = m.get("role")
         status = m.get("completion_status")
-        marker = "" if status in (None, "completed") else f" · *{status}*"
+        marker = "" if status in (None, "completed") else f" · *{_inline(status)}*"
         when = ms_to_text(m.get("created_at"))
+        seq = _inline(m.get("seq"))
         if role == "tool":
             error = " · **error**" if m.get("is_error") else ""
             lines.append(
-                f"#### Tool result `{m.get('tool_name') or '?'}` ({m.get('tool_call_id') or '?'})"
-                f" · #{m.get('seq')} · {when}{error}{marker}\n\n"
+                f"#### Tool result {_inline(m.get('tool_name') or '?')} ({_inline(m.get('tool_call_id') or '?')})"
+                f" · \\#{seq} · {when}{error}{marker}\n\n"
             )
-            lines.append(_fence(m.get("content") or ""))
+            lines.append(_fence(str(m.get("content") or ""), "text"))
             lines.append("\n")
             continue
-        lines.append(f"## {'User' if role == 'user' else 'Assistant'} · #{m.get('seq')} · {when}{marker}\n\n")
+        lines.append(f"## {'User' if role == 'user' else 'Assistant'} · \\#{seq} · {when}{marker}\n\n")
         if m.get("reasoning_content"):
-            lines.append(f"<details><summary>Reasoning</summary>\n\n{m['reasoning_content']}\n\n</details>\n\n")
+            lines.append(_details("Reasoning", str(m["reasoning_content"])))
         lines.append(_media_line(m.get("media_refs") or []))
         if m.get("content"):
-            lines.append(f"{m['content']}\n\n")
+            lines.append(_fence(str(m["content"]), "text"))
+            lines.append("\n")
         for call in m.get("tool_calls") or []:
-            lines.append(f"**Tool call** `{call.get('name')}` ({call.get('id')})\n\n")
+            lines.append(f"**Tool call** {_inline(call.get('name'))} ({_inline(call.get('id'))})\n\n")
             if call.get("raw_arguments") is not None:
                 lines.append("Arguments (not a JSON object, sent as-is):\n\n")
                 lines.append(_fence(str(call["raw_arguments"])))
@@ -272,70 +294,140 @@ def markdown_dialog(item: dict[str, Any]) -> str:
 
 _ROLES = {c.value for c in Message.Role}
 _STATUSES = {c.value for c in Message.CompletionStatus}
-# name → (type check, description, default when absent)
-_INT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a non-negative integer")
-_OPT_INT = (lambda v: v is None or _INT[0](v), "a non-negative integer or null")
-_STR = (lambda v: isinstance(v, str), "a string")
-_OPT_STR = (lambda v: v is None or isinstance(v, str), "a string or null")
-_BOOL = (lambda v: isinstance(v, bool), "true or false")
-_LIST = (lambda v: isinstance(v, list), "a list")
-_DICT = (lambda v: isinstance(v, dict), "an object")
-_ANY = (lambda v: True, "any JSON value")
+Check = tuple[Callable[[Any], bool], str]
+
+MAX_TOOL_ID_CHARS = 512
+"""Bound of a message's ``tool_call_id``/``tool_name`` and of a tool call's ``id``/``name`` (model
+generated, stored as text: an import must not bring in megabytes of them)."""
+MAX_JSON_DEPTH = 100
+"""Nesting bound of the whole document: deeper JSON is no export (and would overflow the stack)."""
+MAX_OWNER_CHARS = 150
+# The keys an export has; anything else is refused (a misspelt field is never silently dropped).
+DOCUMENT_KEYS = frozenset({"format", "version", "exported_at", "dialogs"})
+DIALOG_KEYS = frozenset({*DIALOG_FIELDS, "owner", "plan", "messages"})
+MESSAGE_KEYS = frozenset(MESSAGE_FIELDS)
+TOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "raw_arguments"})
+PLAN_KEYS = frozenset({"content", "updated_at"})
+
+
+def _int_check(model: type, name: str, *, nullable: bool = False) -> Check:
+    """An integer the column can hold (its range on every supported database, never negative)."""
+    kind = model._meta.get_field(name).get_internal_type()
+    low, high = BaseDatabaseOperations.integer_field_ranges.get(kind, (0, 2**63 - 1))
+    low = max(low, 0)
+
+    def ok(v: Any) -> bool:
+        return (nullable and v is None) or (isinstance(v, int) and not isinstance(v, bool) and low <= v <= high)
+
+    return ok, f"an integer from {low} to {high}" + (" or null" if nullable else "")
+
+
+def _str_check(max_chars: int | None = None, *, nullable: bool = False) -> Check:
+    def ok(v: Any) -> bool:
+        return (nullable and v is None) or (isinstance(v, str) and (max_chars is None or len(v) <= max_chars))
+
+    bound = f" of at most {max_chars} characters" if max_chars is not None else ""
+    return ok, f"a string{bound}" + (" or null" if nullable else "")
 
 
 def _uuid_text(v: Any) -> bool:
+    """A UUID in its canonical form (lowercase, hyphenated: what the export writes)."""
+    if not isinstance(v, str):
+        return False
     try:
-        uuid.UUID(str(v))
+        return str(uuid.UUID(v)) == v
     except ValueError:
         return False
-    return isinstance(v, str)
 
 
-_UUID = (_uuid_text, "a UUID string")
-_OPT_UUID = (lambda v: v is None or _uuid_text(v), "a UUID string or null")
+_BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
+_LIST: Check = (lambda v: isinstance(v, list), "a list")
+_DICT: Check = (lambda v: isinstance(v, dict), "an object")
+_ANY: Check = (lambda v: True, "any JSON value")
+_UUID: Check = (_uuid_text, "a UUID string in canonical form (e.g. 3f2b…-…, lowercase)")
+_OPT_UUID: Check = (lambda v: v is None or _uuid_text(v), "a UUID string in canonical form, or null")
+_TITLE: Check = (lambda v: isinstance(v, str), "a string")
 
-_DIALOG_CHECKS: dict[str, tuple[tuple[Callable[[Any], bool], str], Any]] = {
-    "title": (_STR, "New chat"),
+_DIALOG_CHECKS: dict[str, tuple[Check, Any]] = {
+    "title": (_TITLE, "New chat"),
     "title_is_default": (_BOOL, True),
-    "created_at": (_INT, None),
-    "last_active_at": (_INT, None),
-    "message_count": (_INT, None),
-    "total_message_count": (_INT, None),
-    "state_version": (_INT, 0),
-    "history_revision": (_INT, None),
-    "usage_input_tokens": (_INT, 0),
-    "usage_output_tokens": (_INT, 0),
-    "model": (_STR, ""),
-    "summary": (_STR, ""),
-    "summary_seq": (_INT, 0),
-    "auto_compact_failures": (_INT, 0),
-    "title_attempted_at": (_INT, 0),
-    "deleted_at": (_OPT_INT, None),
-    "owner": (_OPT_STR, None),
-    "plan": ((lambda v: v is None or (isinstance(v, dict) and "content" in v), "null or {content, updated_at}"), None),
+    "created_at": (_int_check(Dialog, "created_at"), None),
+    "last_active_at": (_int_check(Dialog, "last_active_at"), None),
+    "message_count": (_int_check(Dialog, "message_count"), None),
+    "total_message_count": (_int_check(Dialog, "total_message_count"), None),
+    "state_version": (_int_check(Dialog, "state_version"), 0),
+    "history_revision": (_int_check(Dialog, "history_revision"), None),
+    "usage_input_tokens": (_int_check(Dialog, "usage_input_tokens"), 0),
+    "usage_output_tokens": (_int_check(Dialog, "usage_output_tokens"), 0),
+    "model": (_str_check(Dialog._meta.get_field("model").max_length), ""),
+    "summary": (_str_check(), ""),
+    "summary_seq": (_int_check(Dialog, "summary_seq"), 0),
+    "auto_compact_failures": (_int_check(Dialog, "auto_compact_failures"), 0),
+    "title_attempted_at": (_int_check(Dialog, "title_attempted_at"), 0),
+    "deleted_at": (_int_check(Dialog, "deleted_at", nullable=True), None),
+    "owner": (_str_check(MAX_OWNER_CHARS, nullable=True), None),
+    "plan": ((lambda v: v is None or isinstance(v, dict), "null or {content, updated_at}"), None),
 }
-_MESSAGE_CHECKS: dict[str, tuple[tuple[Callable[[Any], bool], str], Any]] = {
+_MESSAGE_CHECKS: dict[str, tuple[Check, Any]] = {
     "id": (_UUID, None),
-    "content": (_STR, ""),
-    "reasoning_content": (_OPT_STR, None),
+    "content": (_str_check(), ""),
+    "reasoning_content": (_str_check(nullable=True), None),
     "provider_state": (_ANY, None),
     "tool_calls": (_LIST, []),
-    "tool_call_id": (_OPT_STR, None),
-    "tool_name": (_OPT_STR, None),
+    "tool_call_id": (_str_check(MAX_TOOL_ID_CHARS, nullable=True), None),
+    "tool_name": (_str_check(MAX_TOOL_ID_CHARS, nullable=True), None),
     "is_error": (_BOOL, False),
     "media_refs": (_LIST, []),
     "turn_id": (_OPT_UUID, None),
-    "iteration": (_INT, 0),
+    "iteration": (_int_check(Message, "iteration"), 0),
     "completion_status": ((lambda v: v in _STATUSES, f"one of {sorted(_STATUSES)}"), "completed"),
     "source": (_DICT, {}),
-    "created_at": (_INT, None),
+    "created_at": (_int_check(Message, "created_at"), None),
 }
+# Dialog key parts: required, printable, no ':' in channel and dialog_id, the model's lengths.
+_KEY_PARTS = {name: Dialog._meta.get_field(name).max_length for name in ("channel", "chat_id", "dialog_id")}
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
 
 
 def _check_fields(obj: dict, checks: dict, where: str) -> None:
     for name, ((ok, what), _default) in checks.items():
         if name in obj and not ok(obj[name]):
-            raise TransferError(f"{where}.{name} must be {what}, got {json.dumps(obj[name])[:60]}")
+            raise TransferError(f"{where}.{name} must be {what}, got {_shown(obj[name])}")
+
+
+def _check_keys(obj: dict, allowed: frozenset[str], where: str) -> None:
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        listed = ", ".join(repr(k[:40]) for k in unknown[:3]) + (" …" if len(unknown) > 3 else "")
+        raise TransferError(f"{where} has unknown field(s) {listed} (this PicoBot reads version {EXPORT_VERSION})")
+
+
+def _check_json(doc: Any) -> None:
+    """Every value: nested at most ``MAX_JSON_DEPTH`` deep, every string storable (no lone
+    surrogates). Iterative, so a hostile document cannot overflow the stack here."""
+    stack: list[tuple[Any, int]] = [(doc, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise TransferError(f"the document nests deeper than {MAX_JSON_DEPTH} levels: it is not an export")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                stack.append((key, depth + 1))
+                stack.append((item, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise TransferError(f"the document holds a string that is not valid Unicode: {_shown(value)}") from None
 
 
 def _validate_tool_calls(calls: list, where: str) -> None:
@@ -343,31 +435,86 @@ def _validate_tool_calls(calls: list, where: str) -> None:
         at = f"{where}.tool_calls[{j}]"
         if not isinstance(call, dict):
             raise TransferError(f"{at} must be an object")
+        _check_keys(call, TOOL_CALL_KEYS, at)
         for key in ("id", "name"):
-            if not isinstance(call.get(key), str) or not call[key]:
-                raise TransferError(f"{at}.{key} must be a non-empty string")
+            value = call.get(key)
+            if not isinstance(value, str) or not value or len(value) > MAX_TOOL_ID_CHARS:
+                raise TransferError(f"{at}.{key} must be a non-empty string of at most {MAX_TOOL_ID_CHARS} characters")
         if not isinstance(call.get("arguments"), dict):
             raise TransferError(f"{at}.arguments must be an object")
         if "raw_arguments" in call and not isinstance(call["raw_arguments"], str):
             raise TransferError(f"{at}.raw_arguments must be a string")
 
 
+def clean_plan_content(content: Any) -> dict:
+    """A plan's ``content`` checked with the plan tool's own rules (``conversations.tools.plan``:
+    its parameter schema, then ``clean_plan``); returns what the tool would store. ``{}`` (no
+    plan) stays ``{}``. Raises ValueError saying what is wrong. Used by ``import`` and the admin:
+    a plan the tool could not have written never reaches a turn."""
+    from conversations.tools.plan import clean_plan, plan_tools
+    from conversations.tools.registry import ToolError, validate_arguments
+
+    if content == {}:
+        return {}
+    if not isinstance(content, dict):
+        raise ValueError("a plan is an object {\"steps\": [{\"text\", \"status\"}, …], \"note\": …}")
+    schema = next(tool.parameters for tool in plan_tools() if tool.name == "plan_update")
+    problem = validate_arguments(schema, content)
+    if problem is not None:
+        raise ValueError(f"not a plan the plan tool could write: {problem}")
+    try:
+        return clean_plan(content["steps"], content.get("note", ""))
+    except ToolError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _validate_plan(plan: dict, where: str) -> None:
+    _check_keys(plan, PLAN_KEYS, where)
+    if "content" not in plan:
+        raise TransferError(f"{where}.content is required")
+    try:
+        clean_plan_content(plan["content"])
+    except ValueError as exc:
+        raise TransferError(f"{where}.content: {exc}") from None
+    ok, what = _int_check(Plan, "updated_at", nullable=True)
+    if not ok(plan.get("updated_at")):
+        raise TransferError(f"{where}.updated_at must be {what}, got {_shown(plan.get('updated_at'))}")
+
+
+def _validate_title(d: dict, where: str) -> None:
+    if "title" not in d:
+        return
+    try:
+        clean = clean_user_title(d["title"])
+    except ValueError as exc:
+        raise TransferError(f"{where}.title: {exc}") from None
+    if clean != d["title"]:
+        raise TransferError(f"{where}.title must be one line, without leading, trailing or repeated whitespace")
+
+
 def validate_document(doc: Any) -> list[dict[str, Any]]:
     """Check an export document; return its dialogs.
 
-    Checks the format and version, each dialog's required fields (``channel``, ``chat_id``,
-    ``dialog_id``, ``messages``; ``id`` when present must be the unified id) and the types of the
-    optional ones, and each message list: ``seq`` contiguous from 1 in list order, known roles
-    and completion statuses, tool calls ``{id, name, arguments}``, unique message ids, and
-    ``history_revision`` (when present) equal to the last ``seq``. Raises TransferError naming
-    the place (``dialogs[0].messages[3].seq``). Pure.
+    Checks the format and version; no field beyond those an export writes (at every level); each
+    dialog's required key parts (``channel`` ≤ 32, ``chat_id`` ≤ 128, ``dialog_id`` ≤ 64
+    characters, printable; ``id`` when present must be the unified id), the types and ranges of
+    the optional fields (integers the column holds, ``model`` ≤ 200 characters, the title by the
+    rename rules, the plan by the plan tool's), and each message list: ``seq`` contiguous from 1
+    in list order, known roles and completion statuses, canonical UUIDs, tool calls ``{id, name,
+    arguments}`` (ids and names ≤ 512 characters), unique message ids, and ``history_revision``
+    (when present) equal to the last ``seq``. Raises TransferError naming the place
+    (``dialogs[0].messages[3].seq``). Pure.
     """
     if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
         raise TransferError(f"not a PicoBot export (expected \"format\": \"{EXPORT_FORMAT}\")")
     version = doc.get("version")
-    if version != EXPORT_VERSION:
+    if version != EXPORT_VERSION or isinstance(version, bool):
         hint = " (written by a newer PicoBot: upgrade this one)" if isinstance(version, int) and version > 1 else ""
-        raise TransferError(f"unsupported export version {version!r}; this PicoBot reads version {EXPORT_VERSION}{hint}")
+        raise TransferError(f"unsupported export version {_shown(version)}; this PicoBot reads version {EXPORT_VERSION}{hint}")
+    _check_keys(doc, DOCUMENT_KEYS, "the document")
+    _check_json(doc)
+    if "exported_at" in doc and not _int_check(Dialog, "created_at")[0](doc["exported_at"]):
+        raise TransferError("\"exported_at\" must be an integer (ms since the epoch)")
     dialogs = doc.get("dialogs")
     if not isinstance(dialogs, list):
         raise TransferError("\"dialogs\" must be a list")
@@ -377,20 +524,24 @@ def validate_document(doc: Any) -> list[dict[str, Any]]:
         where = f"dialogs[{i}]"
         if not isinstance(d, dict):
             raise TransferError(f"{where} must be an object")
-        for key in ("channel", "chat_id", "dialog_id"):
-            if not isinstance(d.get(key), str) or not d[key]:
-                raise TransferError(f"{where}.{key} is required (a non-empty string)")
+        for key, limit in _KEY_PARTS.items():
+            value = d.get(key)
+            if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
+                verb = "is required" if value is None else "must be"
+                raise TransferError(f"{where}.{key} {verb} (a non-empty printable string of at most {limit} characters)")
         if ":" in d["channel"] or ":" in d["dialog_id"]:
             raise TransferError(f"{where}: channel and dialog_id cannot contain ':'")
+        _check_keys(d, DIALOG_KEYS, where)
         unified = Dialog.unified_id(d["channel"], d["chat_id"], d["dialog_id"])
         if "id" in d and d["id"] != unified:
-            raise TransferError(f"{where}.id {d['id']!r} is not channel:chat_id:dialog_id ({unified!r})")
+            raise TransferError(f"{where}.id {_shown(d['id'])} is not channel:chat_id:dialog_id ({unified!r})")
         if unified in seen_dialogs:
             raise TransferError(f"{where}: dialog {unified!r} appears twice")
         seen_dialogs.add(unified)
         _check_fields(d, _DIALOG_CHECKS, where)
-        if len(d.get("title", "x")) > 200:
-            raise TransferError(f"{where}.title is longer than 200 characters")
+        _validate_title(d, where)
+        if d.get("plan") is not None:
+            _validate_plan(d["plan"], f"{where}.plan")
         messages = d.get("messages")
         if not isinstance(messages, list):
             raise TransferError(f"{where}.messages is required (a list)")
@@ -399,9 +550,10 @@ def validate_document(doc: Any) -> list[dict[str, Any]]:
             if not isinstance(m, dict):
                 raise TransferError(f"{at} must be an object")
             if m.get("seq") != j + 1 or isinstance(m.get("seq"), bool):
-                raise TransferError(f"{at}.seq must be {j + 1} (seq is contiguous from 1), got {m.get('seq')!r}")
+                raise TransferError(f"{at}.seq must be {j + 1} (seq is contiguous from 1), got {_shown(m.get('seq'))}")
             if m.get("role") not in _ROLES:
-                raise TransferError(f"{at}.role must be one of {sorted(_ROLES)}, got {m.get('role')!r}")
+                raise TransferError(f"{at}.role must be one of {sorted(_ROLES)}, got {_shown(m.get('role'))}")
+            _check_keys(m, MESSAGE_KEYS, at)
             _check_fields(m, _MESSAGE_CHECKS, at)
             _validate_tool_calls(m.get("tool_calls") or [], at)
             if "id" in m:
@@ -463,8 +615,9 @@ def import_document(
     """Import an export document (validated first) in one transaction: all of it or nothing.
 
     ``user``: owner of every imported dialog (else each dialog's ``owner`` username, which must
-    exist here). A ``cli_chat`` dialog with an owner moves to that owner's chat (its ``chat_id``
-    is the owner's user id here, as the WebSocket consumer expects). ``as_new``: new dialog ids
+    exist here). A ``cli_chat`` dialog moves to its owner's chat (its ``chat_id`` is the owner's
+    user id here, as the WebSocket consumer expects); one without an owner is refused unless
+    ``user`` is given (its chat id could name another user's chat here). ``as_new``: new dialog ids
     and message ids (the file can be imported again beside the original); without it an
     existing dialog or message id is an error. Lease and inbox state start empty.
 
@@ -475,8 +628,14 @@ def import_document(
     owners: dict[str, Any] = {}
     taken: set[str] = set()
     with transaction.atomic():
-        for d in dialogs:
+        for i, d in enumerate(dialogs):
             owner = _owner_for(d, user, owners)
+            if d["channel"] == CLI_CHAT_CHANNEL and owner is None:
+                # Its chat would be whichever user has that id here: never guess (another user's chat).
+                raise TransferError(
+                    f"dialogs[{i}] ({d.get('id') or d['dialog_id']!r}) is a cli_chat dialog without an owner: "
+                    "a cli_chat chat belongs to one user; import it with --user USERNAME"
+                )
             chat_id = d["chat_id"]
             if d["channel"] == CLI_CHAT_CHANNEL and owner is not None:
                 chat_id = str(owner.pk)
@@ -514,8 +673,10 @@ def import_document(
                 Message.objects.bulk_create(rows[start : start + BULK_BATCH])
             plan = d.get("plan")
             if plan is not None:
+                updated_at = plan.get("updated_at")
                 Plan.objects.create(
-                    dialog=dialog, content=scrub_nul(plan["content"]), updated_at=plan.get("updated_at") or now_ms()
+                    dialog=dialog, content=scrub_nul(clean_plan_content(plan["content"])),
+                    updated_at=now_ms() if updated_at is None else updated_at,
                 )
             item = ImportedDialog(source_id, unified, len(rows))
             done.append(item)

@@ -7,12 +7,17 @@ user can quote it and an operator can find the log entry.
 
 What goes where (seed 000 §13: "raw provider/storage errors only in the safe log"):
 
-- ``user_message``: short, user-safe wording. For a provider failure it names the kind and HTTP
-  status and carries the provider's own short message, which the provider layer already cleaned
-  (``ProviderError.message``: no payloads) and redacted; it is redacted here once more.
+- ``user_message``: short, user-safe wording. For a provider failure it names the kind, the HTTP
+  status and nothing else of the provider's answer — except the provider's own message when it
+  came from a structured JSON error (``provider_code`` set), is at most
+  :data:`MAX_PROVIDER_MESSAGE_CHARS` long and the status is 4xx (authentication, rate limit and
+  bad-request messages tell the user something useful). A 5xx, an in-band error or an unstructured
+  body (plain text, HTML, a traceback) never reaches the user: it may name internal hosts, paths
+  or credentials. What is shown is redacted once more.
 - ``detail``: the raw cause — exception types, the cause chain, a storage error's text, a
   traceback — for the server log only. It is passed through :func:`redact` when the failure is
-  built, so even the log never holds a key.
+  built, so even the log never holds a key; a provider failure's detail is one line (newlines
+  escaped), so a body cannot forge log lines.
 
 Pure module apart from :func:`configured_secrets` (which reads Django settings lazily).
 """
@@ -38,14 +43,18 @@ __all__ = [
     "describe_exception",
     "log_failure",
     "new_ref",
+    "one_line",
     "provider_failure_lead",
     "redact",
+    "shown_provider_message",
 ]
 
 #: Bound of a presented message (before the ref); a provider message is at most 500 chars.
 MAX_USER_MESSAGE_CHARS = 600
 #: Bound of a failure's ``detail`` (a traceback can be long; the log needs its tail).
 MAX_DETAIL_CHARS = 8000
+#: A provider's own message longer than this is never shown to the user (only its kind and status).
+MAX_PROVIDER_MESSAGE_CHARS = 200
 
 
 class TurnFailureKind(StrEnum):
@@ -109,15 +118,17 @@ def provider_failure_lead(error: ProviderError) -> str:
 # -- redaction ---------------------------------------------------------------------------------
 
 _REDACTED = "[redacted]"
-# Names whose ``name=value`` is a credential (query parameters, form bodies, log lines).
+# Names whose ``name=value`` is a credential (query parameters, form bodies, DSNs, log lines).
 _ASSIGNED = (
     r"api[_-]?key|apikey|key|access[_-]?token|refresh[_-]?token|id[_-]?token|token|secret|client[_-]?secret"
-    r"|password|passwd|sig|signature|x-amz-signature|x-amz-credential"
+    r"|password|passwd|pass|pwd|passphrase|user|username|user[_-]name|login|credentials?"
+    r"|sig|signature|x-amz-signature|x-amz-credential"
 )
-# Names whose ``name: value`` is a credential (HTTP headers, JSON/YAML fields).
+# Names whose ``name: value`` is a credential (HTTP headers, JSON/YAML fields, log lines).
 _LABELLED = (
     r"authorization|proxy-authorization|x-api-key|api[ _-]?key|apikey|x-goog-api-key|access[_-]?token"
-    r"|refresh[_-]?token|client[_-]?secret|password|secret[_-]?key"
+    r"|refresh[_-]?token|client[_-]?secret|password|passwd|pass|pwd|passphrase|user|username|user[_-]name"
+    r"|login|secret[_-]?key"
 )
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # ``Authorization: Bearer …``, ``"api_key": "…"``, ``x-api-key: …``: the whole value, scheme included.
@@ -137,8 +148,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"), _REDACTED),
     # ``key=…``, ``token=…``, ``api_key=…`` (query strings, form bodies).
     (re.compile(rf"(?<![A-Za-z0-9_\-])({_ASSIGNED})=(?!\[redacted\])[^&#\s'\",;]+", re.IGNORECASE), r"\1=" + _REDACTED),
-    # URL userinfo: ``https://user:pass@host``.
-    (re.compile(r"(?<=//)[^/@\s:]+:[^/@\s]+@"), _REDACTED + "@"),
+    # URL userinfo: ``https://user:pass@host``, ``postgres://svc@host`` (a user name alone too).
+    (re.compile(r"(?<=//)(?!\[redacted\]@)[^/@\s:]+(?::[^/@\s]*)?@"), _REDACTED + "@"),
 )
 
 
@@ -169,6 +180,26 @@ def configured_secrets() -> tuple[str, ...]:
     except Exception:  # settings not configured (a pure unit test): nothing known to hide
         return ()
     return tuple(v for v in values if isinstance(v, str) and v)
+
+
+def one_line(text: str) -> str:
+    """``text`` with CR and LF escaped (``\\n``): one log line, whatever a provider body held."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def shown_provider_message(error: ProviderError) -> str:
+    """The part of a provider's own message the user may read, or ``""`` (module docstring).
+
+    Only a 4xx whose message came from a structured JSON error (the provider layer sets
+    ``provider_code`` from its ``code``/``type`` field only then) and is at most
+    :data:`MAX_PROVIDER_MESSAGE_CHARS` long; never a 5xx, an in-band error, a connection or
+    timeout message, or a plain-text/HTML body.
+    """
+    status = error.http_status
+    if status is None or not 400 <= status < 500 or error.provider_code is None:
+        return ""
+    message = " ".join(str(error.message or "").split())
+    return message if len(message) <= MAX_PROVIDER_MESSAGE_CHARS else ""
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -227,23 +258,25 @@ class TurnFailure:
 
     @classmethod
     def provider(cls, error: ProviderError) -> TurnFailure:
-        """A provider failure: its kind, HTTP status and short message for the user (issue 3).
+        """A provider failure: its kind and HTTP status for the user (issue 3), plus the provider's
+        own message only when :func:`shown_provider_message` allows it (a short, structured 4xx).
 
-        ``error.message`` is the provider layer's cleaned, redacted summary (never a payload);
-        the vendor code, retry hints and the cause chain (e.g. an ``httpx`` error with its URL)
-        stay in ``detail``.
+        A blocked request shows its hook's reason (our own words, nothing from upstream). The
+        provider's message, the vendor code, retry hints and the cause chain (e.g. an ``httpx``
+        error with its URL) stay in ``detail``, on one line.
         """
-        message = " ".join(str(error.message or "").split())
         if isinstance(error, RequestBlockedError):
+            message = " ".join(str(error.message or "").split())
             user = f"The request was blocked before reaching the model: {message}"
         else:
+            message = shown_provider_message(error)
             user = f"{provider_failure_lead(error)}: {message}" if message else provider_failure_lead(error)
         detail = (
             f"{type(error).__name__} kind={error.kind} http_status={error.http_status} "
             f"provider_code={error.provider_code!r} retryable={error.retryable} "
             f"retry_after_s={error.retry_after_s}"
             + (f" hook={error.hook}" if isinstance(error, RequestBlockedError) else "")
-            + f": {describe_exception(error)}"
+            + f": {one_line(describe_exception(error))}"
         )
         return cls.of(TurnFailureKind.PROVIDER, user_message=user, detail=detail)
 

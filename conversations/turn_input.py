@@ -20,11 +20,18 @@ compared with ``share × window`` tokens (``PICOBOT_COMPACT_THRESHOLD`` ×
    result is a :class:`CompressionUpdate` that :meth:`TurnInputBuilder.commit_compression`
    stores only while the dialog's ``state_version`` is still ``base_state_version``. A failure
    is counted on the dialog and told in a notice; the turn goes on.
-3. ``compaction.drop_oldest_turns``: the oldest whole turns are left out of this request (and,
-   if that is still not enough, every old successful tool result is shortened).
+   A summary too large to use (``compaction.summary_too_large``: over half the budget) is
+   rejected like a failed one — neither used nor stored — and the turn goes on without it.
+3. Every old successful tool result is shortened (``microcompact(…, 0)``), and only if that is
+   still not enough ``compaction.drop_oldest_turns`` leaves the oldest whole turns out of this
+   request.
 
 If the request is still over the window itself, :class:`ContextPreparationError` fails the turn
-with a clear message.
+with a clear message; a storage error while building it fails the turn typed
+``context_preparation`` (:func:`run_with_overflow_recovery`).
+
+Later requests of the turn (after tool calls) are fitted by :meth:`TurnInputBuilder.fit`, which
+the agent loop calls before each of them (``compaction.fit_request``: request-only).
 
 Overflow recovery (seed 000 §7.2): :meth:`TurnInputBuilder.recover_after_overflow` runs the same
 path again from the compacted state with half the overflowing request's estimate as the window,
@@ -49,6 +56,7 @@ from conversations.compaction import (
     MAX_CONSECUTIVE_FAILURES,
     choose_boundary,
     drop_oldest_turns,
+    fit_request,
     microcompact,
     should_compact,
 )
@@ -64,6 +72,7 @@ from conversations.storage import TurnStart
 from conversations.storage_runner import run_storage
 from conversations.tokens import REQUEST_OVERHEAD, estimate_message, estimate_messages, estimate_tools
 from conversations.tools.plan import load_plan, render_plan
+from conversations.turn_failures import TurnFailedError, TurnFailure, TurnFailureKind
 from providers.base import LLMProvider
 from providers.errors import ContextOverflowError
 from providers.messages import Message, ToolDefinition
@@ -189,6 +198,13 @@ def runtime_context(start: TurnStart, *, now: datetime, plan: str = "", memory: 
     if memory:
         text += f"\nRecalled memory:\n{memory}"
     return text
+
+
+def overflow_mid_turn_message() -> str:
+    """What a turn fails with when the provider reported a context overflow that could not be
+    recovered: a later request (after tool calls) that overflowed also after it was fitted harder
+    (``AgentLoop``; seed 000 §7.2: a second overflow fails clearly), or one after output was shown."""
+    return f"{TOO_LONG}: the model refused this turn's input as over its context window. {START_OVER}"
 
 
 def overflow_again_message(prepared: PreparedInput) -> str:
@@ -349,6 +365,28 @@ class TurnInputBuilder:
         """Estimated tokens of a request of ``messages`` with this builder's tools."""
         return self._fixed + estimate_messages(messages)
 
+    def fit(self, messages: list[Message], *, hard: bool = False) -> list[Message]:
+        """A later request of the turn (after tool calls), fitted to the context window.
+
+        The budget is the compaction share of the window the turn's input was prepared for
+        (``prepared.window``; smaller after an overflow recovery), half of it with ``hard``
+        (after the provider reported an overflow anyway). ``compaction.fit_request`` shortens
+        older tool results, cuts the largest ones with a marker, then leaves old turns out — in
+        the request only: ``messages`` and the stored history stay whole. Pure, no I/O.
+        """
+        window = self.prepared.window if self.prepared is not None and self.prepared.window else self.window_tokens
+        budget = max(1, int(window * self.threshold))
+        if hard:
+            budget = max(1, budget // 2)
+        before = self.estimate(messages)
+        fitted = fit_request(messages, budget - self._fixed, keep_recent=self.keep_tool_results)
+        if len(fitted) != len(messages) or _changed(messages, fitted):
+            log.info(
+                "a later request fitted%s: about %d → %d estimated tokens (budget %d)",
+                " hard" if hard else "", before, self.estimate(fitted), budget,
+            )
+        return fitted
+
     async def _context(self, start: TurnStart) -> tuple[_DialogContext, str]:
         state, memory = await asyncio.gather(run_storage(load_dialog_context, start.dialog_id), self._recall(start))
         return (
@@ -382,7 +420,7 @@ class TurnInputBuilder:
             messages, estimate = shortened, self.estimate(shortened)
         failures = dialog.auto_compact_failures
         if should_compact(estimate, window, self.threshold, failures=failures) and not self.provider.offline:
-            try:  # 2. summarise older history through the model
+            try:  # 2. summarise older history through the model (an oversized summary is refused)
                 compression = await self._summarise(start, summary, rows, target)
             except CompactionError as exc:
                 failures = await self._count_failure(start, failures)
@@ -393,13 +431,13 @@ class TurnInputBuilder:
                 shortened, _ = microcompact(messages, self.keep_tool_results)
                 pruned = _changed(messages, shortened)
                 messages, estimate = shortened, self.estimate(shortened)
-        if estimate > target:  # 3. leave the oldest turns out of this request
-            messages, dropped = drop_oldest_turns(messages, target - self._fixed)
-            estimate = self.estimate(messages)
-            if estimate > target:  # … and shorten every old successful tool result
-                shortened, _ = microcompact(messages, 0)
-                pruned += _changed(messages, shortened)
-                messages, estimate = shortened, self.estimate(shortened)
+        if estimate > target:  # 3. shorten every old successful tool result first …
+            shortened, _ = microcompact(messages, 0)
+            pruned += _changed(messages, shortened)
+            messages, estimate = shortened, self.estimate(shortened)
+            if estimate > target:  # … and only then leave the oldest turns out of this request
+                messages, dropped = drop_oldest_turns(messages, target - self._fixed)
+                estimate = self.estimate(messages)
         if estimate > limit:
             log.warning(
                 "dialog %s: the input is estimated at %d tokens, over the %d-token %s",
@@ -417,10 +455,13 @@ class TurnInputBuilder:
                 )
             raise ContextPreparationError(f"{TOO_LONG}: {reason}. {START_OVER}")
         if dropped and not notices:
-            notices.append(
+            text = (
                 f"{dropped} older message(s) were left out of the model's input for this turn: the "
-                "conversation does not fit its context window. /compact summarises the history instead."
+                "conversation does not fit its context window."
             )
+            if compression is None:  # right after a compaction, /compact would not help
+                text += " /compact summarises the history instead."
+            notices.append(text)
         self.prepared = PreparedInput(
             messages=messages,
             base_state_version=dialog.state_version,
@@ -505,9 +546,16 @@ def overflowed_before_output(result: AgentResult) -> bool:
     """Whether the provider reported a context overflow before the turn showed anything.
 
     Nothing shown means no complete message (no answer, no tool call) and no partial text or
-    reasoning (seed 000 §7.2: only then can the turn start over unnoticed).
+    reasoning (seed 000 §7.2: only then can the turn start over unnoticed). Shown reasoning counts
+    although it is no ``partial`` (it is not kept): the user saw it, and a retry would show a
+    second attempt's reasoning after it.
     """
-    return isinstance(result.error, ContextOverflowError) and not result.messages and result.partial is None
+    return (
+        isinstance(result.error, ContextOverflowError)
+        and not result.messages
+        and result.partial is None
+        and not result.shown_before_error
+    )
 
 
 async def run_with_overflow_recovery(
@@ -532,8 +580,9 @@ async def run_with_overflow_recovery(
     Raises:
         ContextPreparationError: the input cannot be made to fit, or the rebuilt one overflowed
             too; nothing of the turn was shown.
+        TurnFailedError: storage failed while the input was built (kind ``context_preparation``).
     """
-    prepared = await builder.commit_compression(start, await builder.prepare(start))
+    prepared = await _preparing(start, builder.prepare(start), builder)
     await _tell(publish, prepared)
     result = await run(prepared.messages)
     if not overflowed_before_output(result):
@@ -543,13 +592,26 @@ async def run_with_overflow_recovery(
         start.dialog_id,
         prepared.estimate,
     )
-    prepared = await builder.commit_compression(start, await builder.recover_after_overflow(start, prepared))
+    prepared = await _preparing(start, builder.recover_after_overflow(start, prepared), builder)
     await _tell(publish, prepared)
     result = await run(prepared.messages)
     if overflowed_before_output(result):
         log.warning("dialog %s: context overflow again at about %d tokens", start.dialog_id, prepared.estimate)
         raise ContextPreparationError(overflow_again_message(prepared))
     return result
+
+
+async def _preparing(
+    start: TurnStart, building: Awaitable[PreparedInput], builder: TurnInputBuilder
+) -> PreparedInput:
+    """Await a build of the input and commit its compression; a storage error (after
+    ``run_storage``'s retries) becomes a typed ``context_preparation`` failure."""
+    try:
+        return await builder.commit_compression(start, await building)
+    except DatabaseError as exc:
+        raise TurnFailedError(
+            TurnFailure.from_exception(TurnFailureKind.CONTEXT_PREPARATION, exc, traceback=False)
+        ) from exc
 
 
 async def _tell(publish: Publish | None, prepared: PreparedInput) -> None:

@@ -7,8 +7,9 @@ dead worker left behind. Layer messages only *wake*; duplicates and losses are h
 
 Layer message types:
 - ``dialog.input`` ``{dialog_id}`` on ``picobot.agent``: the dialog has queued input.
-- ``dialog.stop`` ``{dialog_id, reply_channel?}`` on the workers group: cancel its running turn;
-  the owner answers ``stop.ack`` ``{dialog_id}`` on ``reply_channel``.
+- ``dialog.stop`` ``{dialog_id, turn_id?, reply_channel?}`` on the workers group: cancel its running
+  turn — only the turn ``turn_id`` when given (a repeated stop never cancels the next turn); the
+  owner answers ``stop.ack`` ``{dialog_id, turn_id}`` on ``reply_channel``.
 - ``turns.replay`` ``{channel, chat_id, reply_channel}`` on the workers group: send the latest
   snapshot of the chat's running turns to a newly connected client.
 """
@@ -28,7 +29,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from conversations import storage
-from conversations.executor import DialogExecutor, open_cli_chat_sink
+from conversations.executor import DialogExecutor, open_cli_chat_sink, split_session_id
 from conversations.runtime import get_provider
 from conversations.sessions import SessionManager, session_manager
 from conversations.storage_runner import run_storage
@@ -49,6 +50,10 @@ STOP_REASON = "stopped"
 SHUTDOWN_REASON = "the server is shutting down"
 LEASE_LOST_REASON = "another worker took over this dialog"
 WORKERS_GROUP = "picobot.workers"
+# A stop of a turn whose row is started while its executor has no running turn yet (setup):
+# how often, and how far apart, the row and the executor are looked at again.
+STOP_SETUP_POLLS = 10
+STOP_SETUP_POLL_SECONDS = 0.1
 
 
 async def wake_dialog(dialog_id: str) -> None:
@@ -56,13 +61,19 @@ async def wake_dialog(dialog_id: str) -> None:
     await get_channel_layer().send(AGENT_CHANNEL, {"type": "dialog.input", "dialog_id": dialog_id})
 
 
-async def request_stop(dialog_id: str, *, reply_channel: str | None = None) -> None:
+async def request_stop(dialog_id: str, *, turn_id: str | None = None, reply_channel: str | None = None) -> None:
     """Ask every agent worker to cancel ``dialog_id``'s running turn (only its owner has one).
 
+    With ``turn_id`` (the turn that was running when the stop was asked, ``storage.running_inbox``)
+    only that turn is cancelled: when it has ended meanwhile, nothing is — a repeated stop never
+    cancels the next queued turn. Without it, whatever turn runs (deleting a dialog).
     With ``reply_channel``, the worker that cancels it answers there with ``stop.ack``
-    ``{dialog_id}`` (a turn that no live worker runs gets no answer: see ``ChatConsumer.stop_turn``).
+    ``{dialog_id, turn_id}`` (a turn that no live worker runs gets no answer: see
+    ``ChatConsumer.stop_turn``).
     """
     message = {"type": "dialog.stop", "dialog_id": dialog_id}
+    if turn_id:
+        message["turn_id"] = turn_id
     if reply_channel:
         message["reply_channel"] = reply_channel
     await get_channel_layer().group_send(WORKERS_GROUP, message)
@@ -95,8 +106,38 @@ class AgentWorkerConsumer(AsyncConsumer):
 
     async def dialog_stop(self, message: dict) -> None:
         dialog_id = str(message.get("dialog_id", ""))
-        if self.worker.stop_turn(dialog_id) and message.get("reply_channel"):
-            await self.channel_layer.send(message["reply_channel"], {"type": "stop.ack", "dialog_id": dialog_id})
+        turn_id = str(message["turn_id"]) if message.get("turn_id") else None
+        reply = message.get("reply_channel")
+        worker = self.worker
+
+        async def acknowledge() -> None:
+            if reply:
+                await self.channel_layer.send(reply, {"type": "stop.ack", "dialog_id": dialog_id, "turn_id": turn_id})
+
+        stopped = worker.stop_turn(dialog_id, turn_id)
+        if stopped is None:
+            # This worker's executor is between turns: ``turn_id`` may be the turn being set up
+            # (its row reads started, its loop does not exist yet) or one that just ended. Its
+            # row decides, off the consumer's message loop (a handler only routes).
+            async def stop_if_setting_up() -> None:
+                channel, chat_id = split_session_id(dialog_id)
+                for _ in range(STOP_SETUP_POLLS):
+                    started = await run_storage(storage.running_inbox, channel, chat_id)
+                    if not any(t["turn_id"] == turn_id and t["session_id"] == dialog_id for t in started):
+                        return  # it ended: nothing to stop (never the next turn)
+                    outcome = worker.stop_turn(dialog_id, turn_id)
+                    if outcome is not None:
+                        if outcome:
+                            await acknowledge()
+                        return
+                    await asyncio.sleep(STOP_SETUP_POLL_SECONDS)
+                # Still being set up: cancelled the moment its loop starts.
+                if worker.stop_turn(dialog_id, turn_id, setting_up=True):
+                    await acknowledge()
+
+            worker.spawn(stop_if_setting_up())
+        elif stopped:
+            await acknowledge()
 
     async def turns_replay(self, message: dict) -> None:
         self.worker.spawn(self.worker.replay_running(message))
@@ -274,10 +315,27 @@ class AgentWorker:
         if executor.epoch:
             await run_storage(storage.release_lease, dialog_id, self.worker_id, executor.epoch)
 
-    def stop_turn(self, dialog_id: str) -> bool:
-        """Cancel the dialog's running turn here; False when this worker runs none."""
+    def stop_turn(self, dialog_id: str, turn_id: str | None = None, *, setting_up: bool = False) -> bool | None:
+        """Cancel the dialog's running turn here; False when this worker runs none.
+
+        With ``turn_id``, only that turn: False when another one runs; True (again) while it is
+        being cancelled. None when the executor is between turns, where ``turn_id`` may be the turn
+        being set up or one that just ended — only its inbox row tells (``dialog_stop`` reads it,
+        then calls again with ``setting_up=True`` to cancel the turn the moment its loop starts).
+        """
         executor = self.executors.get(dialog_id)
-        return executor is not None and executor.cancel_turn(STOP_REASON)
+        if executor is None:
+            return False
+        if turn_id is None:
+            return executor.cancel_turn(STOP_REASON)
+        running = executor.running
+        if running is None:
+            return executor.cancel_turn(STOP_REASON) if setting_up else None
+        if str(running.turn_id) != turn_id:
+            return False
+        if executor.cancel_turn(STOP_REASON):
+            return True
+        return running.task is not None and running.task.cancelled()  # already cancelled, now settling
 
     async def replay_running(self, message: dict) -> None:
         """Send the latest snapshots of a chat's running turns to one new connection."""

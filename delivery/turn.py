@@ -14,6 +14,11 @@ revision into its :class:`~delivery.cell.LatestSnapshotCell` after every visible
 plus ``"empty_answer": true`` on a completed turn that produced no answer text (seed 003 §7.4:
 no answer is invented from reasoning; clients show "the model returned no answer").
 
+A tool block's ``arguments`` is always a JSON object (PROTOCOL §1): ``{}`` when the model's
+argument text was not one (the raw text stays on the server), and ``{"_truncated": "<N> bytes"}``
+when the arguments are larger than :data:`MAX_ARGUMENTS_BYTES` as JSON — every live snapshot
+carries them; the history keeps them whole.
+
 Segments: a ``TextSegmentFinished`` or a ``ToolStarted`` ends the current text *segment*. Each
 reasoning/assistant block belongs to one segment (``TurnSnapshot.segments``, not on the wire). Two
 text blocks of the same type, iteration and segment are one run of text that only a block in
@@ -37,6 +42,7 @@ Pure module: no Django, Channels or httpx imports.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -53,6 +59,7 @@ from delivery.events import (
 )
 
 __all__ = [
+    "MAX_ARGUMENTS_BYTES",
     "MAX_PREVIEW_CHARS",
     "derive_segments",
     "ToolStatus",
@@ -65,6 +72,8 @@ __all__ = [
 
 #: Tool previews longer than this are cut (with "…"): every live snapshot carries them.
 MAX_PREVIEW_CHARS = 2000
+#: Tool arguments larger than this as JSON (UTF-8 bytes) are shown as ``{"_truncated": "<N> bytes"}``.
+MAX_ARGUMENTS_BYTES = 8 * 1024
 
 REASONING = "reasoning"
 ASSISTANT = "assistant"
@@ -223,9 +232,7 @@ class _ToolBlock:
 
     type = TOOL
 
-    def __init__(
-        self, call_id: str, iteration: int, segment: int, name: str, arguments: dict[str, Any] | str
-    ) -> None:
+    def __init__(self, call_id: str, iteration: int, segment: int, name: str, arguments: dict[str, Any]) -> None:
         self.id = call_id
         self.iteration = iteration
         self.segment = segment
@@ -252,6 +259,20 @@ class _ToolBlock:
                 "preview": self.preview,
             }
         return self._view
+
+
+def shown_arguments(arguments: object) -> dict[str, Any]:
+    """A tool block's ``arguments`` (module docstring): a private copy of a JSON object, ``{}`` for
+    anything else, ``{"_truncated": "<N> bytes"}`` for one over :data:`MAX_ARGUMENTS_BYTES`."""
+    if not isinstance(arguments, dict):
+        return {}
+    try:
+        size = len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+    except (TypeError, ValueError):  # a cycle, NaN, a key that is not a string: not JSON
+        return {}
+    if size > MAX_ARGUMENTS_BYTES:
+        return {"_truncated": f"{size} bytes"}
+    return copy.deepcopy(arguments)
 
 
 class TurnController:
@@ -357,14 +378,15 @@ class TurnController:
         return self.set_phase(TurnPhase.COMPACTING)
 
     def end_compacting(self) -> bool:
-        """Compaction ended (done or failed): back to ``queued``, waiting for the model.
+        """Compaction ended (done or failed): the model request comes next, phase ``responding``
+        (never back to ``queued``: the turn left the queue when it started compacting).
 
         Only leaves ``compacting``: any other phase (set meanwhile) is kept. Returns True when the
         phase changed.
         """
         if self._phase is not TurnPhase.COMPACTING:
             return False
-        return self.set_phase(TurnPhase.QUEUED)
+        return self.set_phase(TurnPhase.RESPONDING)
 
     def begin_finalizing(self) -> bool:
         """The model is done and the session is committing (phase ``finalizing``)."""
@@ -447,7 +469,7 @@ class TurnController:
             raise TurnEventError("tool call id must be a non-empty str")
         if event.call_id in self._tools:
             raise TurnEventError(f"duplicate tool call id {event.call_id!r}")
-        arguments = copy.deepcopy(event.arguments) if isinstance(event.arguments, dict) else event.arguments
+        arguments = shown_arguments(event.arguments)
         self._segment += 1  # text after a tool call is a new segment, even when tools are hidden
         block = _ToolBlock(event.call_id, event.iteration, self._segment, event.name, arguments)
         self._tools[event.call_id] = block

@@ -106,8 +106,12 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # /api/: HEAD served as GET without a body; unrouted paths and methods answer JSON 404/405.
+    "conversations.api.middleware.ApiHttpMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A WebUI session logged in with an API token ends when that token is revoked.
+    "conversations.auth.RevokedTokenSessionMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -287,6 +291,8 @@ PICOBOT = {
     "TOOL_MODULES": env_list("PICOBOT_TOOL_MODULES", []),
     # Tools (issue 6, DESIGN §6): a result longer than this many characters is cut, with a marker.
     "TOOL_RESULT_MAX_CHARS": env_int("PICOBOT_TOOL_RESULT_MAX_CHARS", 16000),
+    # Tool calls of one turn that run at the same time; further calls of a response wait for a slot.
+    "MAX_TOOL_CALLS": env_int("PICOBOT_MAX_TOOL_CALLS", 16),
     # http_fetch: body bytes read, seconds per fetch (redirects included), and whether loopback,
     # private and link-local addresses may be fetched (never the cloud metadata address).
     "HTTP_FETCH_MAX_BYTES": env_int("PICOBOT_HTTP_FETCH_MAX_BYTES", 1024 * 1024),

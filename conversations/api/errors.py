@@ -10,11 +10,15 @@ Status codes and their ``code`` values:
 400    ``bad_request`` — the body is not JSON
 401    ``unauthorized`` — no, a bad, or a revoked token; no session (``WWW-Authenticate: Bearer``)
 403    ``csrf_failed`` — a session-authenticated write without a valid CSRF token
-404    ``not_found`` — an unknown, deleted or another user's dialog (or an unknown path);
-       ``no_running_turn`` — ``GET …/turn`` while nothing runs
-405    ``method_not_allowed`` — a method the path does not serve (``Allow`` lists those it does)
-409    ``not_running`` (``POST …/stop``), ``client_msg_id_in_use`` (the id names a message of
-       another dialog), ``compaction_unavailable`` (no model to summarise with)
+404    ``not_found`` — an unknown, deleted or another user's dialog (or an unknown path, also one
+       no route matches: ``conversations.api.middleware``); ``no_running_turn`` — ``GET …/turn``
+       while nothing runs
+405    ``method_not_allowed`` — a method the path does not serve (``Allow`` lists those it does;
+       ``HEAD`` wherever ``GET``)
+409    ``not_running`` (``POST …/stop``: nothing runs, or that turn ended meanwhile),
+       ``client_msg_id_in_use`` (the id names a message of another dialog, deleted or not),
+       ``compaction_unavailable`` (no model to summarise with), ``compaction_running`` (one of
+       this dialog runs already)
 413    ``body_too_large`` — a body over 1 MiB (``Content-Length`` or the bytes received)
 422    ``validation_error`` (the schema: types, bounds, unknown members; with ``errors``),
        ``invalid_title``, ``invalid_content`` (blank), ``slash_command``, ``invalid_client_msg_id``
@@ -45,6 +49,9 @@ log = logging.getLogger("conversations.api")
 
 MAX_BODY_BYTES = 1024 * 1024
 """Bodies over this many bytes answer 413 (PROTOCOL §2)."""
+
+JSON_CONTENT_TYPE = "application/json; charset=utf-8"
+"""Every error body is UTF-8 JSON (``ensure_ascii=False``): say so."""
 
 INBOX_FULL_RETRY_AFTER = 10
 """``Retry-After`` seconds of a 429 ``inbox_full``: roughly a turn's length."""
@@ -83,13 +90,15 @@ def error_response(
 ) -> HttpResponse:
     """The JSON error response; logs one line carrying the same ``ref`` (5xx as errors)."""
     ref = secrets.token_hex(4)
-    where = f"{request.method} {getattr(request, 'path', '?')}"
+    # The path may hold anything a client sent (%0A…): one printable log line, bounded.
+    path = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(getattr(request, "path", "?"))[:300])
+    where = f"{request.method} {path}"
     if status >= 500:
         log.error("api %s → %d %s (ref %s): %s", where, status, code, ref, message, exc_info=exc_info)
     else:
         log.info("api %s → %d %s (ref %s): %s", where, status, code, ref, message)
     response = JsonResponse({"code": code, "message": message, "ref": ref, **(extra or {})}, status=status,
-                            json_dumps_params={"ensure_ascii": False})
+                            content_type=JSON_CONTENT_TYPE, json_dumps_params={"ensure_ascii": False})
     for name, value in (headers or {}).items():
         response[name] = value
     return response

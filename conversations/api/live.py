@@ -77,14 +77,17 @@ async def turn_snapshot(turn: dict, channel: str, chat_id: str, timeout: float |
     return json.loads(message["json"])
 
 
-async def stop_turn(session_id: str, timeout: float) -> bool:
-    """Ask the workers to cancel the dialog's running turn; True when its owner acknowledged it
-    within ``timeout`` seconds (False: no live worker runs it — it is reported interrupted once
-    its dialog is taken over)."""
+async def stop_turn(session_id: str, turn_id: str, timeout: float) -> bool:
+    """Ask the workers to cancel the dialog's turn ``turn_id`` (the one running when asked: a
+    repeated stop never cancels the next turn); True when its owner acknowledged it within
+    ``timeout`` seconds (False: it ended meanwhile, or no live worker runs it — it is reported
+    interrupted once its dialog is taken over)."""
     layer = get_channel_layer()
     reply = await layer.new_channel("picobot.api.stop")
-    await request_stop(session_id, reply_channel=reply)
+    await request_stop(session_id, turn_id=turn_id, reply_channel=reply)
     acked = await _receive_until(
-        reply, lambda m: m.get("type") == "stop.ack" and m.get("dialog_id") == session_id, timeout
+        reply,
+        lambda m: m.get("type") == "stop.ack" and m.get("dialog_id") == session_id and m.get("turn_id") == turn_id,
+        timeout,
     )
     return acked is not None

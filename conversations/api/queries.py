@@ -91,3 +91,12 @@ def running_turn(owner: Any, session_id: str) -> tuple[Dialog, dict | None]:
     dialog = storage.dialog_for_user(owner, session_id)
     running = storage.running_inbox(dialog.channel, dialog.chat_id)
     return dialog, next((item for item in running if item["session_id"] == dialog.id), None)
+
+
+def client_msg_dialog(owner: Any, client_msg_id: str) -> str | None:
+    """The dialog (deleted or not) of the owner's message sent with ``client_msg_id``, or None."""
+    return (
+        InboxMessage.objects.filter(user=owner, client_msg_id=client_msg_id)
+        .values_list("dialog_id", flat=True)
+        .first()
+    )

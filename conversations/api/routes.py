@@ -45,15 +45,15 @@ from conversations.api.schemas import (
     StopOut,
     TurnOut,
 )
-from conversations.commands import compact_and_report, welcome
-from conversations.consumers import STOP_ACK_SECONDS
+from conversations.commands import start_compaction, welcome
+from conversations.consumers import STOP_ACK_SECONDS, remember_stop, repeated_stop
 from conversations.inbound import InboundMessage
 from conversations.models import now_ms
 from conversations.notify import session_changed
 from conversations.runtime import get_provider
 from conversations.sessions import session_manager
 from conversations.storage_runner import run_storage
-from conversations.supervisor import SupervisorClosedError, control_supervisor
+from conversations.supervisor import SupervisorClosedError
 from conversations.worker import request_stop, wake_dialog
 
 log = logging.getLogger("conversations.api")
@@ -180,6 +180,8 @@ async def create_dialog(request: HttpRequest, response: HttpResponse, payload: D
     """
     user, chat_id = request.auth, str(request.auth.pk)
     title = payload.title if payload is not None else None
+    if title is not None and not title.strip():  # as PATCH: a title given must say something
+        raise ApiError(422, "invalid_title", "a title cannot be empty; leave it out for the default")
     try:
         dialog = await run_storage(storage.create_dialog, user, CHANNEL, chat_id, title)
     except ValueError as exc:
@@ -228,7 +230,8 @@ async def send_message(request: HttpRequest, payload: MessageIn, session_id: str
     it is durably in the dialog's inbox (the WebSocket ``ack``); its turn then runs like any other
     and every WebSocket client of the chat sees it (``turn_updated``, ``turn_committed``). A
     ``client_msg_id`` already used answers the same ``message_id`` again (``duplicate: true``),
-    or 409 ``client_msg_id_in_use`` when it names a message of another dialog. 422 for blank
+    or 409 ``client_msg_id_in_use`` when it names a message of another dialog (also a deleted
+    one; 404 only when this dialog itself was deleted). 422 for blank
     content and for a slash command (each has its endpoint); 429 ``inbox_full`` when the dialog
     already has its maximum of queued messages.
     """
@@ -252,7 +255,18 @@ async def send_message(request: HttpRequest, payload: MessageIn, session_id: str
         session_id=session_id,
         client_msg_id=client_msg_id,
     )
-    accepted = await run_storage(storage.accept_inbound, user, inbound)
+    try:
+        accepted = await run_storage(storage.accept_inbound, user, inbound)
+    except storage.NotFoundError:
+        # The target was checked just above: either it was deleted meanwhile (404), or the
+        # client_msg_id names a message of a dialog that was deleted — another dialog than this
+        # live one, so the id is taken (409), not this dialog missing.
+        if client_msg_id is not None:
+            used_in = await run_storage(queries.client_msg_dialog, user, client_msg_id)
+            if used_in is not None and used_in != session_id:
+                raise ApiError(409, "client_msg_id_in_use",
+                               "this client_msg_id already names a message of another dialog; use a new one") from None
+        raise
     if accepted.duplicate and accepted.session_id != session_id:
         raise ApiError(409, "client_msg_id_in_use",
                        "this client_msg_id already names a message of another dialog; use a new one")
@@ -283,26 +297,49 @@ async def running_turn(request: HttpRequest, session_id: str = SessionId) -> dic
 
 
 @api.post("/dialogs/{path:session_id}/stop", response={202: StopOut, **_errors(403, 404, 409)}, tags=["turns"])
-async def stop_turn(request: HttpRequest, session_id: str = SessionId) -> Status:
+async def stop_turn(
+    request: HttpRequest,
+    session_id: str = SessionId,
+    turn_id: str = Query(None, min_length=1, max_length=64,
+                         description="stop only this turn (the one the client shows); 409 when it is not running"),
+) -> Status:
     """Cancel the running turn now (as the WebSocket ``stop``; it does not queue behind it).
 
-    202 ``{session_id, status: "stopping", acknowledged, message}``: ``acknowledged`` when the
-    worker running it confirmed within 2 s (its terminal ``cancelled`` snapshot reaches the
-    WebSocket clients); false when no live server runs it any more. 409 ``not_running`` when
-    nothing runs.
+    Only the turn running when asked — or ``?turn_id=`` — is cancelled (its id is in the answer),
+    never the next queued one: the same stop again within ``STOP_REPEAT_SECONDS`` (from this or a
+    WebSocket client), after that turn ended and the next one started, gets the same answer and
+    cancels nothing. 202 ``{session_id, turn_id, status: "stopping", acknowledged, message}``:
+    ``acknowledged`` when the worker running it confirmed within 2 s (its terminal ``cancelled``
+    snapshot reaches the WebSocket clients; asked again while it is being cancelled, the same
+    answer); false when no live server runs it any more. 409 ``not_running`` when nothing (or not
+    ``turn_id``) runs, or when that turn ended before it could be stopped.
     """
     dialog, turn = await run_storage(queries.running_turn, request.auth, _checked(session_id))
-    if turn is None:
-        raise ApiError(409, "not_running", "nothing is running in this dialog")
-    acknowledged = await live.stop_turn(dialog.id, STOP_ACK_SECONDS)
+    running_id = turn["turn_id"] if turn is not None else None
+    repeated = repeated_stop(dialog.id, running_id) if turn_id is None else None
+    if repeated is not None:  # the same stop again, after its turn ended (STOP_REPEAT_SECONDS)
+        stopped_id, answer = repeated
+        return Status(202, answer or {"session_id": dialog.id, "turn_id": stopped_id, "status": "stopping",
+                                      "acknowledged": True, "message": "that turn was already stopped"})
+    if turn is None or (turn_id is not None and running_id != turn_id):
+        raise ApiError(409, "not_running", "nothing is running in this dialog" if turn is None
+                       else "that turn is not running (any more); nothing was stopped")
+    acknowledged = await live.stop_turn(dialog.id, running_id, STOP_ACK_SECONDS)
     if acknowledged:
         message = "the turn is being cancelled"
     else:
+        # No worker answered: the turn either ended meanwhile (nothing to stop) or its process died.
+        _, still = await run_storage(queries.running_turn, request.auth, dialog.id)
+        if still is None or still["turn_id"] != running_id:
+            raise ApiError(409, "not_running", "that turn has already ended; nothing was stopped")
         lease = float(settings.PICOBOT["LEASE_SECONDS"]) + float(settings.PICOBOT["INBOX_SCAN_SECONDS"])
         message = ("no server is running that turn any more (it was cut off, probably by a restart); "
                    f"it will be reported as interrupted within about {lease:.0f} s")
-    return Status(202, {"session_id": dialog.id, "status": "stopping", "acknowledged": acknowledged,
-                        "message": message})
+    body = {"session_id": dialog.id, "turn_id": running_id, "status": "stopping", "acknowledged": acknowledged,
+            "message": message}
+    if acknowledged:
+        remember_stop(dialog.id, running_id, body)
+    return Status(202, body)
 
 
 @api.post("/dialogs/{path:session_id}/compact", response={202: CompactOut, **_errors(403, 404, 409)},
@@ -314,7 +351,8 @@ async def compact(request: HttpRequest, session_id: str = SessionId) -> Status:
     the process's control supervisor (bounded, reaped at shutdown); the outcome reaches the chat's
     WebSocket clients as a ``notification``, and shows in ``GET …/{session_id}``'s
     ``compacted_through_seq``. 409 ``compaction_unavailable`` without a model that can summarise
-    (the offline replay provider); 503 while the server shuts down.
+    (the offline replay provider), 409 ``compaction_running`` while one of this dialog already runs
+    in this server (one summary call, however often it is asked); 503 while the server shuts down.
     """
     dialog = await run_storage(storage.dialog_for_user, request.auth, _checked(session_id))
     try:
@@ -325,13 +363,12 @@ async def compact(request: HttpRequest, session_id: str = SessionId) -> Status:
         raise ApiError(409, "compaction_unavailable",
                        "compaction needs a configured model; the offline replay provider cannot summarise")
     try:
-        control_supervisor().spawn(
-            compact_and_report(dialog.channel, dialog.chat_id, dialog.id),
-            name=f"compact {dialog.id}",
-            timeout=float(settings.PICOBOT["COMPACT_TIMEOUT"]) + 10,
-        )
+        started = start_compaction(dialog.channel, dialog.chat_id, dialog.id)
     except SupervisorClosedError:
         raise ApiError(503, "unavailable", "the server is shutting down; try again in a moment") from None
+    if not started:
+        raise ApiError(409, "compaction_running",
+                       "a compaction of this dialog is already running; the chat is notified when it is done")
     return Status(202, {"session_id": dialog.id, "status": "started",
                         "message": "compaction started; the chat is notified when it is done"})
 
@@ -385,7 +422,12 @@ async def delete_dialog(request: HttpRequest, session_id: str = SessionId) -> St
     return Status(204, None)
 
 
-_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "TRACE")
+
+ALLOWED_METHODS: dict[str, str | None] = {}
+"""URL name of each path (its first operation's view name) → its ``Allow`` list (``None``: the
+catch-all of unknown paths). ``conversations.api.middleware`` uses it for the 405 of methods no
+operation can be declared for (``PROPFIND``, ``FOO``…)."""
 
 
 @api.api_operation(list(_METHODS), "/{path:unknown}", auth=None, include_in_schema=False)
@@ -413,9 +455,16 @@ def _not_allowed_view(path: str, allowed: list[str]) -> Any:
 
 def _answer_other_methods_with_json_405() -> None:
     """Give every path a hidden operation for the methods it does not serve: a JSON 405 with
-    ``Allow`` (ninja's own is plain text)."""
+    ``Allow`` (ninja's own is plain text). A path with GET answers HEAD too (the middleware runs
+    it as GET without the body), so HEAD is listed in ``Allow`` and never refused."""
     for path, view in list(api.default_router.path_operations.items()):
-        allowed = sorted({method for op in view.operations for method in op.methods})
+        served = {method for op in view.operations for method in op.methods}
+        url_name = view.operations[0].view_func.__name__
+        if view.operations[0].view_func is unknown_path:
+            ALLOWED_METHODS[url_name] = None
+            continue
+        allowed = sorted(served | ({"HEAD"} if "GET" in served else set()))
+        ALLOWED_METHODS[url_name] = ", ".join(allowed)
         missing = [method for method in _METHODS if method not in allowed]
         if missing:
             api.api_operation(missing, path, auth=None, include_in_schema=False)(_not_allowed_view(path, allowed))

@@ -170,6 +170,7 @@ class TurnOut(Schema):
 
 class StopOut(Schema):
     session_id: str
+    turn_id: str = Field(..., description="the turn that was running when asked (the only one stopped)")
     status: Literal["stopping"] = "stopping"
     acknowledged: bool = Field(..., description="the worker running the turn confirmed the cancel")
     message: str

@@ -242,6 +242,10 @@ def rename_dialog(owner: Any, session_id: str, title: str) -> Dialog:
     return dialog
 
 
+#: The ``error`` of a deleted dialog's inbox rows that never ran or never finished.
+DELETED_DIALOG_ERROR = "the dialog was deleted"
+
+
 @dataclass(frozen=True)
 class DeletedDialog:
     """What ``delete_dialog`` did.
@@ -269,18 +273,34 @@ def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> De
     an error). Deleting the active dialog makes the chat's most recent other live dialog active,
     or a new one. Raises NotFoundError for a foreign, deleted or unknown dialog, or one of another
     chat.
+
+    Deleting is a generation change (seed 003 §8.3): the lease epoch is bumped and the lease
+    freed, so a running turn's owner fails its next renewal or its commit and drops the turn as
+    stale — nothing committed, nothing published. Its ``started`` row ends ``done`` here (error
+    "the dialog was deleted", its notice marked sent: no "interrupted by a restart" notice ever),
+    and no worker claims a deleted dialog again (``claim_lease``, ``dialogs_needing_work``).
     """
     now = now_ms()
     with transaction.atomic():
         dialog = dialog_for_user(owner, session_id)
         if (dialog.channel, dialog.chat_id) != (channel, chat_id):
             raise NotFoundError(f"no dialog {shown_ref(session_id)} in this chat")
-        Dialog.objects.filter(pk=dialog.pk).update(deleted_at=now, state_version=F("state_version") + 1)
+        Dialog.objects.filter(pk=dialog.pk).update(
+            deleted_at=now,
+            state_version=F("state_version") + 1,
+            lease_epoch=F("lease_epoch") + 1,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
         dialog.deleted_at = now
         dropped = InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.QUEUED).update(
-            status=InboxMessage.Status.DONE, finished_at=now, error="the dialog was deleted"
+            status=InboxMessage.Status.DONE, finished_at=now, error=DELETED_DIALOG_ERROR
         )
-        running = InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED).exists()
+        running = bool(
+            InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED).update(
+                status=InboxMessage.Status.DONE, finished_at=now, error=DELETED_DIALOG_ERROR, notice_sent_at=now
+            )
+        )
         state = ChatState.objects.filter(channel=channel, chat_id=chat_id).first()
         was_active = state is None or state.active_dialog_id in (None, dialog.pk)
         created = False

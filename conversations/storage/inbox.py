@@ -131,10 +131,13 @@ def running_inbox(channel: str, chat_id: str) -> list[dict]:
 
 
 def dialogs_needing_work(worker_id: str, limit: int = 100) -> list[str]:
-    """Dialogs with queued or orphaned started inbox rows whose lease is free, expired or ours."""
+    """Live dialogs with queued or orphaned started inbox rows whose lease is free, expired or ours
+    (a deleted dialog never runs again: ``delete_dialog``)."""
     now = now_ms()
     ids = (
-        InboxMessage.objects.filter(status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED])
+        InboxMessage.objects.filter(
+            status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED], dialog__deleted_at__isnull=True
+        )
         .filter(
             Q(dialog__lease_owner__isnull=True)
             | Q(dialog__lease_expires_at__lt=now)

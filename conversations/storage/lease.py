@@ -13,13 +13,13 @@ def claim_lease(dialog_id: str, worker_id: str, lease_ms: int) -> int | None:
     """Take the dialog's lease if it is free, expired or already ``worker_id``'s.
 
     Returns the new epoch (every claim bumps it, so an older holder's writes are refused), or
-    None when another live worker holds it. One conditional UPDATE: atomic on SQLite and
-    PostgreSQL alike.
+    None when another live worker holds it or the dialog is deleted (nothing of it runs again).
+    One conditional UPDATE: atomic on SQLite and PostgreSQL alike.
     """
     now = now_ms()
     with transaction.atomic():
         updated = (
-            Dialog.objects.filter(pk=dialog_id)
+            Dialog.objects.filter(pk=dialog_id, deleted_at__isnull=True)
             .filter(Q(lease_owner__isnull=True) | Q(lease_owner=worker_id) | Q(lease_expires_at__lt=now))
             .update(lease_owner=worker_id, lease_epoch=F("lease_epoch") + 1, lease_expires_at=now + lease_ms)
         )

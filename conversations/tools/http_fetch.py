@@ -19,8 +19,11 @@ Rules (issue 6 "Tools", DESIGN §6 and §9):
   unspecified or multicast addresses.
 - Environment proxies and ``.netrc`` are ignored (a proxy would bypass the address check).
 - Only text is returned (``text/*``, JSON, XML, JavaScript; an untyped body that decodes as
-  UTF-8), decoded by its charset; HTML is reduced to readable text with ``html.parser``. The
-  result names the final URL, status and content type, never other response headers (cookies).
+  UTF-8), decoded by its charset when that names a web text encoding (else UTF-8; never a codec
+  such as ``punycode`` or ``rot13``); HTML is reduced to readable text by a tokenizer that is
+  linear in the page. Decoding and HTML reduction run on a worker thread, so a big or hostile
+  page never blocks the event loop (other dialogs, ``/stop``, the time limit). The result names
+  the final URL, status and content type, never other response headers (cookies).
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ import codecs
 import ipaddress
 import re
 import socket
+import threading
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from html.parser import HTMLParser
+from html import unescape as html_unescape
 from typing import Any
 
 import httpcore2
@@ -275,6 +280,48 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
 
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+_WEB_CODECS = frozenset(
+    {
+        "utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be",
+        "cp1250", "cp1251", "cp1252", "cp1253", "cp1254", "cp1255", "cp1256", "cp1257", "cp1258",
+        "cp874", "cp866", "koi8-r", "koi8-u", "mac-roman", "mac-cyrillic", "tis-620",
+        "iso8859-2", "iso8859-3", "iso8859-4", "iso8859-5", "iso8859-6", "iso8859-7", "iso8859-8",
+        "iso8859-9", "iso8859-10", "iso8859-11", "iso8859-13", "iso8859-14", "iso8859-15", "iso8859-16",
+        "gbk", "gb18030", "big5", "big5hkscs", "cp950", "euc_jp", "iso2022_jp", "shift_jis", "cp932",
+        "euc_kr", "cp949", "iso2022_kr",
+    }
+)  # fmt: skip
+"""Python codecs of the web's text encodings (WHATWG Encoding Standard) plus UTF-32. A charset that
+names any other codec — ``punycode`` (quadratic), ``idna`` (fails on bad bytes), ``rot13``,
+``base64``, ``zlib``, ``unicode_escape`` (not text encodings), ``utf-7`` — is ignored."""
+_CHARSET_LABELS = {
+    "windows-874": "cp874",
+    "x-mac-cyrillic": "mac-cyrillic",
+    "windows-31j": "cp932",
+    "x-sjis": "shift_jis",
+    "windows-949": "cp949",
+    "x-gbk": "gbk",
+    "iso-8859-8-i": "iso8859-8",
+}
+"""Web labels Python's codec registry does not know, and the codec they name."""
+_CHARSET_SUPERSETS = {"ascii": "cp1252", "iso8859-1": "cp1252", "gb2312": "gbk", "euc_kr": "cp949"}
+"""Labels pages use for a superset (as browsers read them): ``iso-8859-1`` pages hold cp1252 quotes."""
+
+
+def text_codec(label: str | None) -> str | None:
+    """The Python codec of a ``charset`` label, or None when it names no web text encoding."""
+    if not label:
+        return None
+    name = label.strip().strip("\"'").strip().lower()
+    if not name or len(name) > 40:
+        return None
+    name = _CHARSET_LABELS.get(name, name)
+    try:
+        codec = codecs.lookup(name).name
+    except (LookupError, ValueError, TypeError):
+        return None
+    codec = _CHARSET_SUPERSETS.get(codec, codec)
+    return codec if codec in _WEB_CODECS else None
 
 
 def is_text_type(media_type: str) -> bool:
@@ -287,21 +334,13 @@ def is_text_type(media_type: str) -> bool:
     )
 
 
-def _codec(name: str | None) -> str | None:
-    if not name:
-        return None
-    try:
-        return codecs.lookup(name.strip().strip("\"'")).name
-    except LookupError:
-        return None
-
-
 def decode_body(body: bytes, media_type: str, charset: str | None) -> str:
     """``body`` as text: the header's charset, else (HTML/XML) a ``<meta charset>``, a BOM, UTF-8.
 
+    Only web text encodings are used (:func:`text_codec`); another charset counts as none.
     Undecodable bytes become U+FFFD, never an error.
     """
-    encoding = _codec(charset)
+    encoding = text_codec(charset)
     if encoding is None and body.startswith(codecs.BOM_UTF8):
         encoding = "utf-8-sig"
     if encoding is None and (body.startswith(codecs.BOM_UTF16_LE) or body.startswith(codecs.BOM_UTF16_BE)):
@@ -309,13 +348,50 @@ def decode_body(body: bytes, media_type: str, charset: str | None) -> str:
     if encoding is None and ("html" in media_type or "xml" in media_type):
         match = _META_CHARSET.search(body[:4096])
         if match:
-            encoding = _codec(match.group(1).decode("ascii", "replace"))
+            encoding = text_codec(match.group(1).decode("ascii", "replace"))
+            if encoding and encoding.startswith(("utf-16", "utf-32")):
+                encoding = "utf-8"  # an ASCII <meta> cannot be in UTF-16/32 (browsers read UTF-8)
     return body.decode(encoding or "utf-8", errors="replace")
 
 
-class _TextExtractor(HTMLParser):
+_MARKUP = re.compile(r"<[A-Za-z/!?]")
+_TAG_OPEN = re.compile(r"<(/?)([A-Za-z][^\t\n\r\f />\x00]*)")
+_ATTRIBUTES = re.compile(r"""(?:[^>"'=]+|=\s*(?:"[^"]*"|'[^']*'|[^\s>]*)|["'=])*""")
+"""A tag's attributes up to its ``>`` (or the end): a quoted value may hold ``>``. Every branch
+consumes, and a failed quote (no closing quote left in the page) can happen once per quote kind,
+so matching stays linear."""
+_BIG_CHARREF = re.compile(r"&#(?:[xX]0*+[0-9a-fA-F]{7,}|0*+[0-9]{8,});?")
+"""A numeric character reference beyond U+10FFFF: ``html.unescape`` would turn its digits into an
+int (a ValueError past 4300 digits); it reads as U+FFFD anyway."""
+_RAW_END: dict[str, re.Pattern[str]] = {}
+
+
+class _Stopped(Exception):
+    """The caller no longer waits for the text (``html_to_text``'s ``stop`` was set)."""
+
+
+def _unescape(text: str) -> str:
+    if "&" not in text:
+        return text
+    return html_unescape(_BIG_CHARREF.sub("\ufffd", text))
+
+
+def _raw_end(tag: str) -> re.Pattern[str]:
+    pattern = _RAW_END.get(tag)
+    if pattern is None:
+        pattern = _RAW_END[tag] = re.compile(rf"</{re.escape(tag)}(?=[\t\n\r\f />])", re.IGNORECASE)
+    return pattern
+
+
+class _TextExtractor:
     """Readable text of an HTML page: title, blocks as paragraphs, list items and table rows as
-    lines, cells separated by ``" | "``; no scripts, styles or other invisible content."""
+    lines, cells separated by ``" | "``; no scripts, styles or other invisible content.
+
+    Its tokenizer is linear in the page (each step consumes what it scanned; an unclosed comment,
+    tag or raw-text element ends the page, as in a browser), so a hostile page costs no more than
+    a plain one of the same size; the stdlib ``html.parser`` of Python < 3.11.13 is quadratic on
+    some malformed input (CVE-2025-6069) and raises on others (``<![``).
+    """
 
     SKIP = frozenset({"script", "style", "noscript", "template", "svg", "math", "iframe", "object", "head"})
     LINE = frozenset({"li", "tr", "br", "dt", "dd", "hr"})
@@ -326,71 +402,163 @@ class _TextExtractor(HTMLParser):
             "h2", "h3", "h4", "h5", "h6", "address", "details", "summary",
         }
     )  # fmt: skip
+    RAW_TEXT = frozenset({"script", "style", "xmp", "iframe", "noembed", "noframes", "noscript"})
+    """Elements whose content is text up to their end tag, never markup (no entities either)."""
+    RCDATA = frozenset({"title", "textarea"})
+    """Elements whose content is text up to their end tag, with character references."""
+    CHECK_EVERY = 1024
+    """Tokens between two looks at ``stop``."""
 
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.title: list[str] = []
+    def __init__(self, stop: threading.Event | None = None) -> None:
+        self.parts: list[str] = []  # never an empty piece
+        self.title: str | None = None
+        self.steps = 0
+        """Tokenizer steps taken (one per markup construct; tests bound it)."""
         self._skip = 0
-        self._in_title = False
         self._pre = 0
+        self._line_start = True  # whether the text so far ends a line
+        self._stop = stop
 
-    def _at_line_start(self) -> bool:
-        for part in reversed(self.parts):
-            if part:
-                return part.endswith("\n")
-        return True
+    def _emit(self, piece: str) -> None:
+        if piece:
+            self.parts.append(piece)
+            self._line_start = piece.endswith("\n")
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "title":
-            self._in_title = True
-        elif tag in self.SKIP:
+    def feed(self, html: str) -> None:
+        """Read the whole page (call once).
+
+        Raises:
+            _Stopped: ``stop`` was set.
+        """
+        n = len(html)
+        pos = text_from = 0  # next unread character; start of the text not yet handled
+        while True:
+            self.steps += 1
+            if self._stop is not None and self.steps % self.CHECK_EVERY == 1 and self._stop.is_set():
+                raise _Stopped
+            found = _MARKUP.search(html, pos)
+            if found is None:
+                break
+            lt = found.start()
+            tag = _TAG_OPEN.match(html, lt)
+            if tag is None:  # a comment, a declaration (<!DOCTYPE, <![CDATA[), a PI, a bogus </…>
+                if html.startswith("<!--", lt):
+                    close = html.find("-->", lt + 2)  # "<!-->" and "<!--->" close at once
+                    end = -1 if close < 0 else max(close + 3, lt + 5)
+                else:
+                    close = html.find(">", lt + 2)
+                    end = -1 if close < 0 else close + 1
+                self._flush(html, text_from, lt)
+                if end < 0:  # never closed: the rest of the page is inside it
+                    return
+                pos = text_from = end
+                continue
+            gt = _ATTRIBUTES.match(html, tag.end()).end()
+            self._flush(html, text_from, lt)
+            if gt >= n:  # a tag never closed: the rest of the page is inside it
+                return
+            pos = text_from = gt + 1
+            name = tag.group(2).lower()
+            if tag.group(1):
+                self._end(name)
+                continue
+            self._start(name)
+            if gt > tag.end() and html[gt - 1] == "/":
+                self._end(name)
+            elif name in self.RAW_TEXT or name in self.RCDATA:
+                close_tag = _raw_end(name).search(html, pos)
+                end = close_tag.start() if close_tag else n
+                content = html[pos:end]
+                if name == "title":
+                    if self.title is None:
+                        self.title = _unescape(content)
+                else:
+                    self._data(_unescape(content) if name in self.RCDATA else content)
+                pos = text_from = end
+        self._flush(html, text_from, n)
+
+    def _flush(self, html: str, start: int, end: int) -> None:
+        if end > start:
+            self._data(_unescape(html[start:end]))
+
+    def _start(self, tag: str) -> None:
+        if tag in self.SKIP:
             self._skip += 1
         elif self._skip:
             return
         elif tag in self.LINE:
-            self.parts.append("\n- " if tag == "li" else "\n")
+            self._emit("\n- " if tag == "li" else "\n")
         elif tag in self.BLOCK:
-            self.parts.append("\n\n")
+            self._emit("\n\n")
             if tag[0] == "h" and tag[1:].isdigit():
-                self.parts.append("#" * int(tag[1:]) + " ")
+                self._emit("#" * int(tag[1:]) + " ")
             elif tag == "pre":
                 self._pre += 1
-        elif tag in {"td", "th"} and not self._at_line_start():
-            self.parts.append(" | ")
+        elif tag in {"td", "th"} and not self._line_start:
+            self._emit(" | ")
 
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "title":
-            self._in_title = False
-        elif tag in self.SKIP:
+    def _end(self, tag: str) -> None:
+        if tag in self.SKIP:
             self._skip = max(0, self._skip - 1)
         elif not self._skip and tag in self.BLOCK:
-            self.parts.append("\n\n")
+            self._emit("\n\n")
             if tag == "pre":
                 self._pre = max(0, self._pre - 1)
 
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title.append(data)
-        elif self._skip:
+    def _data(self, data: str) -> None:
+        if self._skip:
             return
-        elif self._pre:
-            self.parts.append(data)
+        if self._pre:
+            self._emit(data)
         else:
-            text = re.sub(r"\s+", " ", data)
-            self.parts.append(text.lstrip() if self._at_line_start() else text)
+            text = _WHITESPACE.sub(" ", data)
+            self._emit(text.lstrip() if self._line_start else text)
 
 
-def html_to_text(html: str) -> str:
+_WHITESPACE = re.compile(r"\s+")
+
+
+def html_to_text(html: str, stop: threading.Event | None = None) -> str:
     """Readable text of ``html``: ``"Title: …"`` first when there is one, then the body text
-    (paragraphs separated by a blank line; ``<pre>`` keeps its spacing)."""
-    parser = _TextExtractor()
+    (paragraphs separated by a blank line; ``<pre>`` keeps its spacing).
+
+    Linear in ``len(html)`` whatever the markup (see ``_TextExtractor``).
+
+    Args:
+        html: the page.
+        stop: set by a caller that stopped waiting: the work ends early (``_Stopped``).
+    """
+    parser = _TextExtractor(stop)
     parser.feed(html)
-    parser.close()
     lines = [line.rstrip() for line in "".join(parser.parts).splitlines()]
     text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n")
-    title = " ".join("".join(parser.title).split())
+    title = " ".join((parser.title or "").split())
     return f"Title: {title}\n\n{text}" if title else text
+
+
+def page_text(body: bytes, media_type: str, charset: str | None, stop: threading.Event | None = None) -> str:
+    """The text ``http_fetch`` returns for a body: decoded (:func:`decode_body`), HTML reduced to
+    readable text (:func:`html_to_text`). CPU-bound: ``fetch`` runs it on a worker thread."""
+    text = decode_body(body, media_type, charset)
+    return html_to_text(text, stop) if "html" in media_type else text
+
+
+_PARSE_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="http_fetch-text")
+"""Where page text is made, off the event loop (bounded: parsing holds the GIL, so more threads
+would only take more of the loop's time)."""
+
+
+async def page_text_off_loop(body: bytes, media_type: str, charset: str | None) -> str:
+    """:func:`page_text` on a worker thread, so a big page never blocks the event loop: a time
+    limit, ``/stop`` and other dialogs go on meanwhile. A cancelled wait stops the work early."""
+    stop = threading.Event()
+    future = asyncio.get_running_loop().run_in_executor(
+        _PARSE_THREADS, page_text, body, media_type, charset, stop
+    )
+    try:
+        return await future
+    finally:
+        stop.set()
 
 
 # --- fetching -------------------------------------------------------------------------------------
@@ -538,9 +706,7 @@ async def _read(response: httpx2.Response, limit: int, redirects: int) -> FetchR
     data = body.bytes()
     if not media_type and b"\x00" in data[:1024]:  # untyped: text only when it looks like it
         raise ToolError("the response has no content type and is not text")
-    text = decode_body(data, media_type, response.charset_encoding)
-    if "html" in media_type:
-        text = html_to_text(text)
+    text = await page_text_off_loop(data, media_type, response.charset_encoding)
     return FetchResult(
         url=str(response.url),
         status=response.status_code,

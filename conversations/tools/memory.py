@@ -32,6 +32,7 @@ from django.db import connection
 from django.db.models import Q
 
 from conversations.models import Dialog, MemoryItem, now_ms
+from conversations.storage import scrub_nul
 from conversations.storage_runner import run_storage
 from conversations.tools.registry import Tool, ToolContext, ToolError
 
@@ -110,10 +111,10 @@ def search_terms(query: str) -> list[str]:
 
 
 def normalize_tags(tags: list[str] | None) -> list[str]:
-    """Tags stripped, lower-cased, de-duplicated, in order; empty ones dropped."""
+    """Tags stripped, lower-cased, de-duplicated, in order; empty ones dropped; NUL becomes U+FFFD."""
     out: list[str] = []
     for tag in tags or []:
-        value = " ".join(unicodedata.normalize("NFKC", tag).split()).lower()[:TAG_MAX_CHARS]
+        value = " ".join(unicodedata.normalize("NFKC", scrub_nul(tag)).split()).lower()[:TAG_MAX_CHARS]
         if value and value not in out:
             out.append(value)
     return out[:TAGS_MAX]
@@ -123,13 +124,15 @@ def save_memory(scope: MemoryScope, content: str, tags: list[str] | None = None)
     """Store ``content`` for ``scope`` (sync). Saving text the scope already has refreshes that
     item (its tags are merged) instead of adding a copy.
 
+    NUL characters become U+FFFD (``storage.scrub_nul``): PostgreSQL text cannot hold them.
+
     Returns:
         ``(id, created)``.
 
     Raises:
         ToolError: empty or too long content.
     """
-    text = content.strip()
+    text = scrub_nul(content).strip()
     if not text:
         raise ToolError("content is empty")
     if len(text) > CONTENT_MAX_CHARS:
@@ -149,8 +152,10 @@ def save_memory(scope: MemoryScope, content: str, tags: list[str] | None = None)
 def search_memories(scope: MemoryScope, query: str, limit: int = DEFAULT_LIMIT) -> list[MemoryHit]:
     """The scope's items matching ``query``, best first, at most ``limit`` (≤ ``MAX_LIMIT``; sync).
 
-    Returns an empty list when the query has no searchable term.
+    Returns an empty list when the query has no searchable term. NUL characters in the query
+    are ignored (PostgreSQL refuses them in a query parameter).
     """
+    query = scrub_nul(query)
     terms = search_terms(query)
     limit = max(1, min(limit, MAX_LIMIT))
     if not terms:

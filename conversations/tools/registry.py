@@ -6,6 +6,12 @@ the tool's own recoverable error) becomes an ``is_error`` outcome the model read
 validator before the handler runs; results longer than ``max_result_chars`` are cut with a marker
 (issue 6 "Tools").
 
+Limits: a call runs for at most the configured timeout (``PICOBOT_TOOL_TIMEOUT``, passed per call
+by the agent loop) or the tool's own, whichever is shorter; at most ``max_concurrent_calls``
+(``PICOBOT_MAX_TOOL_CALLS``) calls of one bound registry (one turn) run at the same time, the
+others wait for a free slot before their time starts. A crashing tool is logged once, redacted
+and on one line, under a reference id that its error result names.
+
 Tools that need to know whose turn they serve (memory, plan) declare ``needs_context=True`` and
 are called as ``handler(arguments, context)``; every other tool stays ``handler(arguments)``. The
 executor passes the turn's :class:`ToolContext` by running the turn on ``registry.bind(context)``.
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +30,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 
+from conversations.turn_failures import configured_secrets, describe_exception, new_ref, redact
 from providers.base import ToolArgumentsError, ToolCall
 from providers.messages import ToolDefinition
 
@@ -33,6 +41,11 @@ DEFAULT_RESULT_MAX_CHARS = 16000
 """Default bound of one result's ``content`` in characters (``PICOBOT_TOOL_RESULT_MAX_CHARS``)."""
 PROBLEM_CHARS = 300
 """Bound of a validation message (it may quote the model's argument value)."""
+DEFAULT_MAX_CONCURRENT_CALLS = 16
+"""Calls of one turn that run at the same time (``PICOBOT_MAX_TOOL_CALLS``)."""
+LOG_DETAIL_CHARS = 8000
+"""Bound of a crash's logged detail (its traceback)."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class ToolError(Exception):
@@ -67,8 +80,9 @@ class Tool:
     """A tool the model may call.
 
     ``handler(arguments) -> str`` (or ``handler(arguments, context)`` when ``needs_context``) is
-    awaited with ``timeout`` seconds (None: the call's timeout). ``parameters`` is a JSON Schema
-    (Draft 2020-12) for the arguments object. A non-string return value is sent as JSON.
+    awaited with ``timeout`` seconds when that is shorter than the call's timeout (None: the
+    call's timeout). ``parameters`` is a JSON Schema (Draft 2020-12) for the arguments object. A
+    non-string return value is sent as JSON.
     """
 
     name: str
@@ -135,13 +149,32 @@ def _preview(text: str) -> str:
     return _bounded(text, PREVIEW_CHARS)
 
 
+def _escape_control(match: re.Match[str]) -> str:
+    char = match.group()
+    return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char) or f"\\u{ord(char):04x}"
+
+
+def log_safe(text: str, limit: int = LOG_DETAIL_CHARS) -> str:
+    """``text`` fit for one log line: credentials redacted (``turn_failures.redact`` with the
+    configured secrets), line breaks and other control characters escaped (``\\n``, ``\\u001b``)
+    so it cannot forge log lines, at most ``limit`` characters."""
+    text = _CONTROL.sub(_escape_control, redact(text, configured_secrets()))
+    if len(text) <= limit:
+        return text
+    half = max(1, (limit - 5) // 2)  # a traceback's head and its tail (the exception) both matter
+    return f"{text[:half]} […] {text[-half:]}"
+
+
 class ToolRegistry:
     """The tools of an agent, by name.
 
     Args:
         tools: the initial tools (each schema is checked; see :meth:`register`).
-        default_timeout: seconds per call when neither the tool nor the call sets one.
+        default_timeout: seconds per call when the call sets none (a tool's own shorter
+            timeout wins).
         max_result_chars: bound of each result's ``content`` (``truncate_result``); ≤ 0 = none.
+        max_concurrent_calls: calls running at the same time, at most (``PICOBOT_MAX_TOOL_CALLS``);
+            each :meth:`bind` view (one turn) has its own slots. Values < 1 count as 1.
     """
 
     def __init__(
@@ -150,11 +183,15 @@ class ToolRegistry:
         *,
         default_timeout: float = 30.0,
         max_result_chars: int = DEFAULT_RESULT_MAX_CHARS,
+        max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Draft202012Validator] = {}
         self.default_timeout = default_timeout
         self.max_result_chars = max_result_chars
+        self.max_concurrent_calls = max(1, int(max_concurrent_calls))
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
         for tool in tools or []:
             self.register(tool)
 
@@ -186,6 +223,20 @@ class ToolRegistry:
         """
         return BoundToolRegistry(self, context)
 
+    def _call_slots(self) -> asyncio.Semaphore:
+        """The semaphore bounding this registry's running calls (one per event loop)."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots_loop is not loop:
+            self._slots = asyncio.Semaphore(self.max_concurrent_calls)
+            self._slots_loop = loop
+        return self._slots
+
+    def call_timeout(self, tool: Tool, timeout: float | None = None) -> float:
+        """Seconds a call of ``tool`` may run: the configured bound (``timeout``, else
+        ``default_timeout``), or the tool's own timeout when that is shorter."""
+        limit = timeout or self.default_timeout
+        return min(tool.timeout, limit) if tool.timeout else limit
+
     async def run(
         self, call: ToolCall, timeout: float | None = None, *, context: ToolContext | None = None
     ) -> ToolOutcome:
@@ -193,7 +244,9 @@ class ToolRegistry:
 
         Args:
             call: the model's call (``arguments_json`` is parsed here).
-            timeout: seconds for this call when the tool declares none (then ``default_timeout``).
+            timeout: the configured seconds for this call (else ``default_timeout``); a tool's
+                own shorter timeout wins, a longer one does not. The time counts from when the
+                call gets a slot (``max_concurrent_calls``).
             context: the turn's context, passed to tools with ``needs_context``; such a tool
                 called without one gets an error result.
 
@@ -212,9 +265,9 @@ class ToolRegistry:
             return self._error(f"invalid arguments for {call.name}: {problem}")
         if tool.needs_context and context is None:
             return self._error(f"{call.name} is not available here (it needs a dialog)")
-        limit = tool.timeout or timeout or self.default_timeout
+        limit = self.call_timeout(tool, timeout)
         try:
-            async with asyncio.timeout(limit):
+            async with self._call_slots(), asyncio.timeout(limit):
                 if tool.needs_context:
                     content = await tool.handler(arguments, context)
                 else:
@@ -226,8 +279,15 @@ class ToolRegistry:
         except ToolError as exc:
             return self._error(str(exc))
         except Exception as exc:  # a bug in one tool must not kill the turn
-            log.exception("tool %s crashed", call.name)
-            return self._error(f"{call.name} failed: {type(exc).__name__}")
+            # Never raw: the message may carry what an upstream sent (keys, forged log lines).
+            ref = new_ref()
+            log.error(
+                "tool %s crashed (ref %s): %s",
+                log_safe(call.name, 200),
+                ref,
+                log_safe(describe_exception(exc, with_traceback=True)),
+            )
+            return self._error(f"{call.name} failed: {type(exc).__name__} (ref {ref})")
         if not isinstance(content, str):
             content = json.dumps(content, ensure_ascii=False)
         content = truncate_result(content, self.max_result_chars)
@@ -251,6 +311,9 @@ class BoundToolRegistry(ToolRegistry):
         self._validators = registry._validators
         self.default_timeout = registry.default_timeout
         self.max_result_chars = registry.max_result_chars
+        self.max_concurrent_calls = registry.max_concurrent_calls
+        self._slots = None  # its own: the bound is per turn, not shared by every turn
+        self._slots_loop = None
         self.context = context
 
     async def run(

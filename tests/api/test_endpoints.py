@@ -100,11 +100,12 @@ async def test_unknown_paths_and_methods_answer_json(alice):
     assert_error(await alice.get("/nothing/here"), 404, "not_found")
     assert_error(await ApiClient(None).delete("/dialog"), 404, "not_found")
     for method, path, allowed in [
-        ("PUT", "/dialogs", "GET, POST"),
-        ("DELETE", "/health", "GET"),
+        ("PUT", "/dialogs", "GET, HEAD, POST"),
+        ("DELETE", "/health", "GET, HEAD"),
+        ("TRACE", "/health", "GET, HEAD"),
         ("GET", "/dialogs/cli_chat:1:ab/stop", "POST"),
-        ("PUT", "/dialogs/cli_chat:1:ab", "DELETE, GET, PATCH"),
-        ("POST", "/dialogs/x/y/z/unknown-verb", "DELETE, GET, PATCH"),  # the id may hold "/"
+        ("PUT", "/dialogs/cli_chat:1:ab", "DELETE, GET, HEAD, PATCH"),
+        ("POST", "/dialogs/x/y/z/unknown-verb", "DELETE, GET, HEAD, PATCH"),  # the id may hold "/"
     ]:
         response = await alice.request(method, path)
         assert_error(response, 405, "method_not_allowed")
@@ -210,7 +211,12 @@ async def test_create_dialog(alice):
     assert second["title"] == "Trip plans" and second["title_is_default"] is False
     assert second["chat_id"] == first["chat_id"], "the API's chat is the user's cli_chat chat"
     assert (await alice.get(f"/dialogs/{first['session_id']}")).json()["active"] is False
-    assert (await new_dialog(alice, ""))["title"] == storage.DEFAULT_TITLE
+    assert (await alice.post("/dialogs", json={"title": None})).json()["title"] == storage.DEFAULT_TITLE
+    # A title given must say something, as for PATCH (leave it out, or null, for the default).
+    for blank in ("", "   ", "\t\n"):
+        assert_error(await alice.post("/dialogs", json={"title": blank}), 422, "invalid_title")
+        assert_error(await alice.patch(f"/dialogs/{second['session_id']}", json={"title": blank}), 422,
+                     "invalid_title")
 
     assert "200" in assert_error(await alice.post("/dialogs", json={"title": "x" * 201}), 422,
                                  "invalid_title")["message"]
@@ -345,6 +351,23 @@ async def test_send_message_accepts_into_the_inbox(alice):
     assert not await inbox_rows(other)
 
 
+async def test_a_client_msg_id_of_a_deleted_dialog_is_in_use_for_a_live_one(alice):
+    """The id names a message of a dialog deleted since: sending with it to a live dialog is a
+    409 (the id is taken), not a 404 for the live dialog; to the deleted dialog itself, 404."""
+    gone = (await new_dialog(alice))["session_id"]
+    assert (await alice.post(f"/dialogs/{gone}/messages", json={"content": "x", "client_msg_id": "del-1"})
+            ).status_code == 202
+    assert (await alice.delete(f"/dialogs/{gone}")).status_code == 204
+    live = (await new_dialog(alice))["session_id"]
+    assert_error(await alice.post(f"/dialogs/{live}/messages", json={"content": "y", "client_msg_id": "del-1"}),
+                 409, "client_msg_id_in_use")
+    assert not await inbox_rows(live)
+    assert_error(await alice.post(f"/dialogs/{gone}/messages", json={"content": "x", "client_msg_id": "del-1"}),
+                 404, "not_found")
+    assert (await alice.post(f"/dialogs/{live}/messages", json={"content": "y", "client_msg_id": "del-2"})
+            ).status_code == 202
+
+
 async def test_send_message_validates_like_the_websocket(alice):
     sid = (await new_dialog(alice))["session_id"]
     cases = [
@@ -432,7 +455,7 @@ async def test_compact(alice, monkeypatch):
     try:
         closed = TaskSupervisor("closed")
         await closed.close(timeout=1)
-        monkeypatch.setattr(routes, "control_supervisor", lambda: closed)
+        monkeypatch.setattr("conversations.supervisor.control_supervisor", lambda: closed)
         assert_error(await alice.post(f"/dialogs/{sid}/compact"), 503, "unavailable")
         monkeypatch.undo()
         # Started in the background (the outcome is a chat notification): see test_websocket_parity.

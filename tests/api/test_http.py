@@ -144,3 +144,44 @@ async def test_unknown_api_paths_answer_json():
     assert response.status_code == 404 and response.json()["code"] == "not_found"
     wrong = await AsyncClient().put("/api/dialogs")
     assert wrong.status_code == 405 and wrong.json()["code"] == "method_not_allowed"
+
+
+async def test_head_answers_like_get_without_a_body():
+    _, token = await user_with_token("alice")
+    client = AsyncClient()
+    for path, headers in (("/api/health", {}), ("/api/ready", {}), ("/api/dialogs", bearer(token)),
+                          ("/api/dialogs", {})):
+        got = await client.get(path, headers=headers)
+        head = await client.head(path, headers=headers)
+        assert head.status_code == got.status_code, path
+        assert head.content == b""
+        assert head["Content-Type"] == got["Content-Type"]
+        assert int(head["Content-Length"]) == len(got.content) > 0
+
+
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("TRACE", "/api/health", "GET, HEAD"),
+    ("PROPFIND", "/api/health", "GET, HEAD"),
+    ("FOO", "/api/dialogs", "GET, HEAD, POST"),
+    ("OPTIONS", "/api/dialogs/cli_chat:1:ab/stop", "POST"),
+    ("TRACE", "/api/dialogs/cli_chat:1:ab", "DELETE, GET, HEAD, PATCH"),
+])
+async def test_other_methods_answer_a_json_405_with_the_real_allow_list(method, path, allowed):
+    response = await AsyncClient().generic(method, path)
+    assert response.status_code == 405
+    assert response["Allow"] == allowed
+    assert response["Content-Type"] == "application/json; charset=utf-8"
+    body = response.json()
+    assert body["code"] == "method_not_allowed" and len(body["ref"]) == 8
+
+
+@pytest.mark.parametrize("path", ["/api/", "/api/%0A", "/api/dialogs/a%0Ab", "/api/dialogs/%0A/messages",
+                                  "/api/no/such/thing"])
+async def test_paths_no_route_matches_answer_a_json_404(path):
+    for method in ("get", "post", "trace"):
+        response = await getattr(AsyncClient(), method)(path) if method != "trace" else \
+            await AsyncClient().generic("TRACE", path)
+        assert response.status_code == 404, (method, path)
+        assert response["Content-Type"] == "application/json; charset=utf-8"
+        body = response.json()
+        assert body["code"] == "not_found" and len(body["ref"]) == 8

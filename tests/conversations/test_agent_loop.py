@@ -132,7 +132,7 @@ async def test_a_failing_tool_call_is_reported_as_unsuccessful_and_the_turn_goes
 
     started = [e for e in events if isinstance(e, ToolStarted)]
     finished = [e for e in events if isinstance(e, ToolFinished)]
-    assert started == [ToolStarted(0, "c1", "nope", "{not json")]
+    assert started == [ToolStarted(0, "c1", "nope", {})], "not a JSON object: {} (the raw text stays on the server)"
     assert [(e.call_id, e.success) for e in finished] == [("c1", False)]
     (block,) = tool_results([m.message for m in result.messages])
     assert block.is_error is True and block.content.startswith("Error: unknown tool 'nope'")

@@ -89,3 +89,96 @@ async def test_an_unknown_websocket_path_is_refused_not_an_error():
     communicator = WebsocketCommunicator(application, "/ws/nowhere/")
     connected, code = await communicator.connect(timeout=5)
     assert connected is False
+
+
+# --- revoking a token ends what it opened -----------------------------------------------------------
+
+
+@database_sync_to_async
+def revoke_all(username: str) -> None:
+    ApiToken.objects.filter(user__username=username).update(revoked_at=1)
+
+
+def token_login(username: str, token: str) -> Client:
+    """A WebUI session logged in with an API token as the password (``ApiTokenBackend``)."""
+    client = Client()
+    response = client.post("/login/", {"username": username, "password": token})
+    assert response.status_code == 302, "logged in"
+    return client
+
+
+async def test_a_webui_session_logged_in_with_a_token_ends_when_the_token_is_revoked():
+    token = await make_token("gina")
+    client = await database_sync_to_async(token_login)("gina", token)
+    assert (await database_sync_to_async(client.get)("/")).status_code == 200
+    session_key = client.cookies[django_settings.SESSION_COOKIE_NAME].value
+    headers = [(b"cookie", f"sessionid={session_key}".encode()), (b"origin", b"http://localhost:8000"),
+               (b"host", b"localhost:8000")]
+    frame, comm = await first_frame(headers)
+    assert frame["type"] == "ready", "the session opens the chat while the token is live"
+    await comm.disconnect()
+
+    await revoke_all("gina")
+    frame, comm = await first_frame(headers)
+    assert frame["code"] == "unauthorized", "a new WebSocket with that session is refused at once"
+    assert await comm.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+    response = await database_sync_to_async(client.get)("/")
+    assert response.status_code == 302 and response["Location"].startswith("/login/"), "logged out"
+    assert (await database_sync_to_async(client.get)("/")).status_code == 302, "and stays logged out"
+
+
+async def test_a_password_session_is_not_ended_by_revoking_one_of_the_users_tokens():
+    @database_sync_to_async
+    def password_login() -> Client:
+        user, _ = get_or_create_user("hank")
+        user.set_password("a-long-password-1")
+        user.save()
+        client = Client()
+        assert client.post("/login/", {"username": "hank", "password": "a-long-password-1"}).status_code == 302
+        return client
+
+    await make_token("hank")
+    client = await password_login()
+    await revoke_all("hank")
+    assert (await database_sync_to_async(client.get)("/")).status_code == 200
+
+
+@pytest.mark.parametrize("how", ["bearer", "session"])
+async def test_an_open_websocket_is_closed_when_its_token_is_revoked(monkeypatch, how):
+    monkeypatch.setattr("conversations.auth.REVOCATION_CHECK_SECONDS", 0.1)
+    token = await make_token("iris")
+    if how == "bearer":
+        headers = [(b"authorization", f"Bearer {token}".encode())]
+    else:
+        client = await database_sync_to_async(token_login)("iris", token)
+        session_key = client.cookies[django_settings.SESSION_COOKIE_NAME].value
+        headers = [(b"cookie", f"sessionid={session_key}".encode()), (b"origin", b"http://localhost:8000"),
+                   (b"host", b"localhost:8000")]
+    other = await make_token("iris")  # another token of the same user: its socket stays open
+    frame, comm = await first_frame(headers)
+    assert frame["type"] == "ready"
+    kept, kept_comm = await first_frame([(b"authorization", f"Bearer {other}".encode())])
+    assert kept["type"] == "ready"
+
+    await database_sync_to_async(lambda: ApiToken.objects.filter(token_hash=ApiToken.hash_token(token))
+                                 .update(revoked_at=1))()
+    while True:
+        output = await comm.receive_output(timeout=5)
+        if output["type"] == "websocket.close":
+            break
+    assert output == {"type": "websocket.close", "code": 4401, "reason": "API token revoked"}
+    await kept_comm.send_json_to({"type": "ping", "nonce": "n"})
+    assert (await kept_comm.receive_json_from(timeout=5)) == {"type": "pong", "nonce": "n"}
+    await kept_comm.disconnect()
+
+
+async def test_the_rest_api_drops_a_session_whose_login_token_was_revoked():
+    from django.test import AsyncClient
+
+    token = await make_token("jade")
+    client = AsyncClient()
+    assert (await client.post("/login/", {"username": "jade", "password": token})).status_code == 302
+    assert (await client.get("/api/dialogs")).status_code == 200
+    await revoke_all("jade")
+    response = await client.get("/api/dialogs")
+    assert (response.status_code, response.json()["code"]) == (401, "unauthorized")

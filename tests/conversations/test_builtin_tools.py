@@ -27,6 +27,7 @@ from channels.db import database_sync_to_async
 from conversations.auth import get_or_create_user
 from conversations.models import Dialog, MemoryItem, Message, Plan
 from conversations.tools import ToolContext, ToolRegistry, default_registry
+from conversations.tools import http_fetch as http_fetch_module
 from conversations.tools.http_fetch import (
     FetchPolicy,
     FetchRefused,
@@ -318,6 +319,24 @@ async def test_memory_arguments_are_bounded_and_memory_needs_a_dialog():
     assert await database_sync_to_async(MemoryItem.objects.count)() == 0
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_nul_characters_never_reach_the_database_from_memory_tools():
+    """PostgreSQL refuses NUL in text (this file runs there too: tests/services): a model's
+    ``\\x00`` must not take the crash path; it is stored as U+FFFD, like message rows."""
+    alice = memory_registry(ToolContext("cli_chat:1:d1", "cli_chat", "1", owner_id=await user_id("alice")))
+
+    saved = await save(alice, "likes\x00 green tea", ["drink\x00s"])
+    again = await save(alice, "likes\x00 green tea")
+    hits = await search(alice, "green\x00 tea")
+    nul_only = await alice.run(call("memory_search", {"query": "\x00"}))
+
+    assert saved["status"] == "saved" and again == {"id": saved["id"], "status": "updated"}
+    item = await database_sync_to_async(MemoryItem.objects.get)()
+    assert (item.content, item.tags) == ("likes\ufffd green tea", ["drink\ufffds"])
+    assert [h["id"] for h in hits] == [saved["id"]]
+    assert (nul_only.is_error, nul_only.content) == (True, "Error: the query has no searchable words")
+
+
 # --- plan -----------------------------------------------------------------------------------------
 
 
@@ -388,6 +407,19 @@ async def test_plan_bounds_are_error_results_naming_the_failing_path(arguments, 
     assert outcome.is_error is True
     assert outcome.content.startswith(f"Error: invalid arguments for plan_update: {where}")
     assert await database_sync_to_async(Plan.objects.count)() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_nul_characters_never_reach_the_database_from_plan_update():
+    dialog = await make_dialog("cli_chat", "1")
+    outcome = await ToolRegistry(plan_tools()).run(
+        call("plan_update", {"steps": [{"text": "pack\x00 bags", "status": "pending"}], "note": "n\x00"}),
+        context=ToolContext(dialog),
+    )
+
+    assert outcome.is_error is False, outcome.content
+    plan = await database_sync_to_async(Plan.objects.get)()
+    assert plan.content == {"steps": [{"text": "pack\ufffd bags", "status": "pending"}], "note": "n\ufffd"}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -480,6 +512,15 @@ PAGE = (
 )
 
 
+CHARSET_BODIES = {
+    "windows-1251": "Привет".encode("cp1251"),
+    "iso-8859-1": b"\x93quoted\x94",  # what browsers read as windows-1252
+    "gb2312": "你好，世界".encode("gbk"),
+}
+ADVERSARIAL_PAGE = b"<html><body><p>" + b"<i> " * (256 * 1024 - 8) + b"end</p></body></html>"
+"""QA's page (``"<i> " * 60000`` froze the server for 37 s), grown to 1 MiB."""
+
+
 class Hits:
     def __init__(self) -> None:
         self.paths: list[tuple[str, str]] = []
@@ -541,6 +582,13 @@ def serve(address: str, hits: Hits, ports: dict) -> ThreadingHTTPServer:
             elif path == "/slow":
                 hits.release.wait(10)
                 self.reply(200, b"late", "text/plain")
+            elif path.startswith("/charset/"):
+                label = path.split("/", 2)[2]
+                self.reply(200, CHARSET_BODIES.get(label, b"hello \xff"), f"text/plain; charset={label}")
+            elif path == "/meta-punycode":
+                self.reply(200, b'<html><head><meta charset="punycode"></head><body>hello \xff</body></html>', "text/html")
+            elif path == "/adversarial":
+                self.reply(200, ADVERSARIAL_PAGE, "text/html")
             else:
                 self.reply(200, b"canary reached", "text/plain")
 
@@ -738,3 +786,92 @@ async def test_the_settings_configure_the_built_in_http_fetch(settings, servers)
 def test_html_to_text_keeps_preformatted_text_and_table_cells():
     html = "<pre>a  b\n  c</pre><table><tr><td>x</td><td>y</td></tr></table>"
     assert html_to_text(html) == "a  b\n  c\n\nx | y"
+
+
+# --- http_fetch: hostile bodies (QA round 6) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "label", ["rot13", "idna", "punycode", "base64", "uu", "hex", "zlib", "unicode_escape", "utf-7", "x-user-defined"]
+)
+async def test_a_charset_that_is_no_web_text_encoding_is_read_as_utf_8(servers, label):
+    """QA: ``charset=rot13`` raised LookupError, ``idna`` UnicodeError (both the crash path) and
+    ``punycode`` is quadratic; such a charset now counts as none (UTF-8, bad bytes as U+FFFD)."""
+    base, _, _ = servers
+    outcome = await fetch_tool(f"{base}/charset/{label}")
+
+    assert outcome.is_error is False, outcome.content
+    assert outcome.content.split("\n\n", 1)[1] == "hello \ufffd"
+
+
+@pytest.mark.parametrize(
+    ("label", "text"),
+    [("windows-1251", "Привет"), ("iso-8859-1", "\u201cquoted\u201d"), ("gb2312", "你好，世界")],
+)
+async def test_web_charsets_still_decode(servers, label, text):
+    base, _, _ = servers
+    outcome = await fetch_tool(f"{base}/charset/{label}")
+
+    assert outcome.content.split("\n\n", 1)[1] == text
+
+
+async def test_a_meta_charset_that_is_no_web_text_encoding_is_ignored(servers):
+    base, _, _ = servers
+    outcome = await fetch_tool(f"{base}/meta-punycode")
+
+    assert (outcome.is_error, outcome.content.split("\n\n", 1)[1]) == (False, "hello \ufffd")
+
+
+async def test_a_big_hostile_page_is_made_text_off_the_event_loop(servers, monkeypatch):
+    """QA: a 240 KB page of ``"<i> " * 60000`` froze the event loop for 37 s (other users' pings,
+    /stop, lease renewal). Page text is now made on a worker thread: while it is being made, the
+    loop keeps running. Deterministic: the text maker waits (at most 10 s) for the loop to tick 50
+    times — it could never see that if it ran on the loop itself."""
+    base, _, _ = servers
+    real = http_fetch_module.page_text
+    started, ticked = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def watched(*args):
+        started.set()
+        seen.append(ticked.wait(10))
+        return real(*args)
+
+    async def heartbeat() -> None:
+        ticks = 0
+        while ticks < 50:
+            await asyncio.sleep(0)
+            if started.is_set():
+                ticks += 1
+        ticked.set()
+
+    monkeypatch.setattr(http_fetch_module, "page_text", watched)
+    beat = asyncio.ensure_future(heartbeat())
+    async with asyncio.timeout(30):
+        outcome = await fetch_tool(f"{base}/adversarial", public_policy(timeout=20.0))
+    beat.cancel()
+
+    assert seen == [True]
+    assert outcome.is_error is False, outcome.content
+    assert outcome.content.split("\n\n", 1)[1] == "end"
+
+
+async def test_the_time_limit_ends_a_fetch_whose_text_is_still_being_made(servers, monkeypatch):
+    base, _, _ = servers
+    release = threading.Event()
+    stops: list[threading.Event] = []
+
+    def stuck(body, media_type, charset, stop=None):
+        stops.append(stop)
+        release.wait(10)  # a page that takes long to read
+        return "never used"
+
+    monkeypatch.setattr(http_fetch_module, "page_text", stuck)
+    try:
+        async with asyncio.timeout(5):
+            outcome = await fetch_tool(f"{base}/page", public_policy(timeout=0.3))
+    finally:
+        release.set()
+
+    assert (outcome.is_error, outcome.content) == (True, "Error: http_fetch timed out after 0.3 s")
+    assert len(stops) == 1 and stops[0].is_set()  # told to stop: the worker's work ends early

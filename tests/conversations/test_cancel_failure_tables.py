@@ -296,8 +296,9 @@ async def test_failure_row_provider_failure_before_any_text(connect, start_worke
     client, _, _ = await begin(connect, start_worker, ScriptedProvider([OverloadedError("upstream overloaded", http_status=503)]))
     turn = await terminal(client)
     assert turn["status"] == "failed" and texts(turn) == []
-    assert turn["error"].startswith("The model provider is overloaded (overloaded, HTTP 503): upstream overloaded")
-    assert REF.search(turn["error"])
+    ref = REF.search(turn["error"]).group(1)
+    # A 5xx shows its kind, status and ref only: the provider's words stay in the log.
+    assert turn["error"] == f"The model provider is overloaded (overloaded, HTTP 503) (ref {ref})."
     state = await stored()
     assert state["rows"] == [("user", "hi", "completed", False, None)]
     assert state["inbox"] == [("done", turn["error"])]
@@ -424,7 +425,9 @@ async def test_failure_row_an_internal_error_shows_only_its_ref(connect, start_w
 
 
 async def test_failure_row_a_key_echoed_by_the_provider_is_redacted_for_the_user(connect, start_worker):
-    error = AuthenticationError("Incorrect API key provided: sk-live-0123456789abcdef", http_status=401)
+    error = AuthenticationError(
+        "Incorrect API key provided: sk-live-0123456789abcdef", http_status=401, provider_code="invalid_api_key"
+    )
     client, _, _ = await begin(connect, start_worker, ScriptedProvider([error]))
     turn = await terminal(client)
     assert turn["status"] == "failed" and "authentication" in turn["error"] and REF.search(turn["error"])

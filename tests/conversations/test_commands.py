@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations.models import Dialog, InboxMessage
+from conversations.models import Dialog, InboxMessage, Message
 from conversations.tools import ToolRegistry
 from conversations.tools.registry import Tool
 from providers.testing import ScriptedProvider, script_text, script_tool_call
@@ -140,29 +140,58 @@ async def test_delete_a_named_dialog_keeps_the_active_one(connect):
 
 
 async def test_delete_drops_queued_messages_and_stops_the_running_turn(connect, start_worker):
-    release = asyncio.Event()
+    """Deleting a dialog is a generation change (seed 003 §8.3): its running turn stops (the tool is
+    cancelled), commits nothing and publishes no terminal snapshot; its rows end ``done``, and
+    nobody is ever told it was "interrupted by a restart"."""
+    release, cancelled = asyncio.Event(), asyncio.Event()
 
     async def wait_forever(arguments: dict) -> str:
-        await release.wait()
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
         return "done"
 
     tools = ToolRegistry([Tool("slow", "waits", {"type": "object", "properties": {}}, wait_forever, timeout=60)])
-    await start_worker(ScriptedProvider([script_tool_call("call-1", "slow", {})], delay=0), tools=tools)
+    worker = await start_worker(ScriptedProvider([script_tool_call("call-1", "slow", {})], delay=0), tools=tools)
     alice, bob, ready, _ = await two_chats(connect)
     session = ready["active_session_id"]
     await alice.send({"type": "message", "content": "run slow", "client_msg_id": "d-1"})
-    await alice.until("turn_updated", lambda f: any(b["type"] == "tool" for b in f["turn"]["blocks"]))
+    running = await alice.until("turn_updated", lambda f: any(b["type"] == "tool" for b in f["turn"]["blocks"]))
+    turn_id = running["turn"]["id"]
     await alice.send({"type": "message", "content": "queued", "client_msg_id": "d-2"})
     await alice.until("ack", lambda f: f["client_msg_id"] == "d-2")
     await alice.send({"type": "message", "content": "/delete"})
-    final = await alice.until("turn_updated", lambda f: f["turn"]["status"] != "running")
-    assert final["turn"]["status"] == "cancelled" and not release.is_set()
+    await alice.until("session_changed", lambda f: f.get("deleted") and f["session_id"] == session)
+    await asyncio.wait_for(cancelled.wait(), 10)  # the turn stopped: its tool was cancelled
+    assert not release.is_set()
+    for _ in range(200):
+        if session not in worker.executors:
+            break
+        await asyncio.sleep(0.05)
+    assert session not in worker.executors
+    while not await alice.communicator.receive_nothing(timeout=0.3):
+        await alice.recv()
+    assert not [f for f in alice.of_type("turn_updated") if f["turn"]["id"] == turn_id and f["turn"]["status"] != "running"]
+    assert not [f for f in alice.of_type("turn_committed") if f["session_id"] == session]
+    assert not [f for f in alice.of_type("notification") if "interrupted" in f["content"]]
 
     @database_sync_to_async
-    def statuses() -> dict:
-        return dict(InboxMessage.objects.filter(dialog_id=session).values_list("client_msg_id", "status"))
+    def state() -> tuple[dict, list]:
+        inbox = {
+            c: (status, error, sent is not None)
+            for c, status, error, sent in InboxMessage.objects.filter(dialog_id=session).values_list(
+                "client_msg_id", "status", "error", "notice_sent_at"
+            )
+        }
+        rows = list(Message.objects.filter(dialog_id=session).order_by("seq").values_list("role", "content"))
+        return inbox, rows
 
-    assert (await statuses())["d-2"] == "done", "a deleted dialog's queued message never runs"
+    inbox, rows = await state()
+    assert rows == [("user", "run slow")], "nothing of the turn was committed into the deleted dialog"
+    assert inbox["d-1"] == ("done", "the dialog was deleted", True), "its notice counts as sent: no restart notice"
+    assert inbox["d-2"][:2] == ("done", "the dialog was deleted"), "a deleted dialog's queued message never runs"
 
 
 async def test_info_reports_ids_counts_model_and_usage(connect, start_worker):

@@ -181,7 +181,8 @@ async def test_a_200_with_a_json_error_body_is_a_bad_response_not_an_empty_answe
         turn, committed = await run_turn(await connect(await make_token()))
         assert len(server.recorded) == 1
     assert turn["status"] == "failed"
-    assert "http_error" in turn["error"] and "temporarily unavailable" in turn["error"]
+    # Not a 4xx: the provider's own words stay in the log.
+    assert "http_error" in turn["error"] and "temporarily unavailable" not in turn["error"]
     assert [m["role"] for m in committed["messages"]] == ["user"]
     await assert_only_the_user_message_is_stored("http_error")
 
@@ -285,6 +286,7 @@ async def test_5xx_wording_says_server_error_and_keeps_overloaded_for_503_and_52
         await start_worker(provider_for(server, max_retries=0))
         turn, _ = await run_turn(await connect(await make_token()))
     assert turn["status"] == "failed"
-    assert turn["error"].startswith(f"The model provider {lead} ({kind}, HTTP {status}): upstream said no")
+    assert turn["error"].startswith(f"The model provider {lead} ({kind}, HTTP {status}) (ref ")
+    assert "upstream said no" not in turn["error"], "a 5xx never shows the provider's own message"
     assert ("overloaded" in turn["error"]) is (kind == "overloaded")
     await assert_only_the_user_message_is_stored(kind)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from conversations.tools import default_registry
-from conversations.tools.builtin import current_time_tool
+from conversations.tools.builtin import TIMEZONE_MAX_CHARS, current_time, current_time_tool
 from conversations.tools.registry import (
+    DEFAULT_MAX_CONCURRENT_CALLS,
     DEFAULT_RESULT_MAX_CHARS,
     PREVIEW_CHARS,
     BoundToolRegistry,
@@ -107,6 +110,68 @@ def test_current_time_offers_a_strict_schema_to_the_model():
     assert definition.name == "current_time"
     assert definition.parameters["additionalProperties"] is False
     assert list(definition.parameters["properties"]) == ["timezone"]
+    assert definition.parameters["properties"]["timezone"]["maxLength"] == TIMEZONE_MAX_CHARS == 64
+
+
+@pytest.mark.parametrize(
+    "zone",
+    [
+        "x" * 5000,  # QA: the OS refused the file name (OSError) and the call took the crash path
+        "Europe",  # a tzdata directory: IsADirectoryError
+        "__init__.py",  # a tzdata file that is no zone: ValueError
+        "Europe/../UTC",
+        "a\x00b",
+        "UTC/",
+    ],
+)
+async def test_any_bad_time_zone_is_a_tool_error_never_a_crash(zone):
+    with pytest.raises(ToolError) as raised:
+        await current_time({"timezone": zone})
+
+    assert str(raised.value).startswith("unknown time zone '")
+    assert len(str(raised.value)) < 150
+
+
+async def test_a_time_zone_longer_than_the_schema_allows_is_refused_before_the_tool_runs():
+    outcome = await default_registry([]).run(call("current_time", {"timezone": "x" * 5000}))
+    near = await default_registry([]).run(call("current_time", {"timezone": "Europe"}))
+
+    assert outcome.is_error is True
+    assert outcome.content.startswith("Error: invalid arguments for current_time: at $.timezone")
+    assert "is too long" in outcome.content or "maxLength" in outcome.content
+    assert (near.is_error, near.content) == (
+        True,
+        "Error: unknown time zone 'Europe'; use an IANA name like 'Europe/Paris'",
+    )
+
+
+def _unbounded(schema: dict, where: str = "$") -> list[str]:
+    """Paths of the string and array schemas in ``schema`` without a length bound."""
+    found: list[str] = []
+    kind = schema.get("type")
+    if kind == "string" and "maxLength" not in schema and "enum" not in schema:
+        found.append(where)
+    if kind == "array":
+        if "maxItems" not in schema:
+            found.append(where)
+        found += _unbounded(schema.get("items") or {}, f"{where}[]")
+    for name, sub in (schema.get("properties") or {}).items():
+        found += _unbounded(sub, f"{where}.{name}")
+    return found
+
+
+def test_every_built_in_tool_bounds_its_string_and_array_arguments():
+    definitions = {d.name: d.parameters for d in default_registry([]).definitions()}
+
+    assert set(definitions) == {
+        "current_time",
+        "memory_save",
+        "memory_search",
+        "plan_update",
+        "plan_get",
+        "http_fetch",
+    }
+    assert {name: _unbounded(schema) for name, schema in definitions.items() if _unbounded(schema)} == {}
 
 
 # --- registry: calls it cannot run ----------------------------------------------------------------
@@ -208,6 +273,34 @@ async def test_a_slow_tool_hits_its_timeout_and_becomes_an_error_result():
     assert cancelled.is_set()
 
 
+async def test_a_tools_own_longer_timeout_never_outlasts_the_configured_one():
+    """QA: ``tool.timeout or timeout`` let a tool's 60 s beat ``PICOBOT_TOOL_TIMEOUT``; the README
+    says a tool may only declare a *shorter* limit."""
+
+    async def slow(arguments: dict) -> str:
+        await asyncio.sleep(30)
+        return "too late"
+
+    registry = ToolRegistry([make_tool(slow, timeout=60)], default_timeout=60)
+    async with asyncio.timeout(5):
+        by_call = await registry.run(call("probe"), timeout=0.2)
+        by_default = await ToolRegistry([make_tool(slow, timeout=60)], default_timeout=0.2).run(call("probe"))
+
+    assert (by_call.is_error, by_call.content) == (True, "Error: probe timed out after 0.2 s")
+    assert (by_default.is_error, by_default.content) == (True, "Error: probe timed out after 0.2 s")
+
+
+def test_the_call_timeout_is_the_shorter_of_the_configured_and_the_tools_own():
+    registry = ToolRegistry(default_timeout=30)
+    own_short, own_long, none = make_tool(echo, timeout=5), make_tool(echo, timeout=60), make_tool(echo)
+
+    assert registry.call_timeout(own_short) == 5
+    assert registry.call_timeout(own_short, 2) == 2
+    assert registry.call_timeout(own_long) == 30
+    assert registry.call_timeout(own_long, 0.2) == 0.2
+    assert registry.call_timeout(none) == 30 and registry.call_timeout(none, 7) == 7
+
+
 async def test_the_call_timeout_applies_when_the_tool_has_none_of_its_own():
     async def slow(arguments: dict) -> str:
         await asyncio.sleep(30)
@@ -225,8 +318,38 @@ async def test_a_crashing_tool_becomes_an_error_result_instead_of_raising():
 
     outcome = await ToolRegistry([make_tool(crash)]).run(call("probe"))
 
-    assert (outcome.is_error, outcome.content) == (True, "Error: probe failed: KeyError")
+    assert outcome.is_error is True
+    assert re.fullmatch(r"Error: probe failed: KeyError \(ref [0-9a-f]{8}\)", outcome.content)
     assert "secret internal detail" not in outcome.content
+
+
+async def test_a_crash_is_logged_once_redacted_on_one_line_under_the_results_ref(caplog, settings):
+    """QA: the log held ``RuntimeError: boom with key sk-SECRET123 and password=hunter2`` raw, and
+    a multi-line message could forge log lines."""
+    settings.PICOBOT = {**settings.PICOBOT, "LLM_API_KEY": "configured-llm-key-4711"}
+
+    async def crash(arguments: dict) -> str:
+        try:
+            raise ValueError("upstream said token=abc123xyz with configured-llm-key-4711")
+        except ValueError as exc:
+            raise RuntimeError(
+                "boom with key sk-SECRET1234567 and password=hunter2\n2026-01-01 ERROR forged: admin logged in\r"
+            ) from exc
+
+    with caplog.at_level(logging.INFO, logger="conversations.tools.registry"):
+        outcome = await ToolRegistry([make_tool(crash)]).run(call("probe"))
+
+    ref = re.fullmatch(r"Error: probe failed: RuntimeError \(ref ([0-9a-f]{8})\)", outcome.content).group(1)
+    records = [r for r in caplog.records if r.name == "conversations.tools.registry"]
+    assert len(records) == 1 and records[0].levelno == logging.ERROR
+    assert records[0].exc_info is None  # no raw traceback appended by the handler
+    logged = records[0].getMessage()
+    assert logged.startswith(f"tool probe crashed (ref {ref}): Traceback (most recent call last):")
+    assert "\n" not in logged and "\r" not in logged and "\\n2026-01-01 ERROR forged" in logged
+    for secret in ("sk-SECRET1234567", "hunter2", "abc123xyz", "configured-llm-key-4711"):
+        assert secret not in logged and secret not in caplog.text
+    assert "password=[redacted]" in logged and "sk-[redacted]" in logged and "token=[redacted]" in logged
+    assert "ValueError" in logged and "RuntimeError" in logged  # the cause chain and the frames stay
 
 
 async def test_a_tool_error_message_goes_back_to_the_model():
@@ -430,3 +553,76 @@ async def test_the_calls_of_one_batch_run_concurrently_through_a_bound_registry(
         outcomes = await asyncio.gather(bound.run(call("meet", call_id="a")), bound.run(call("meet", call_id="b")))
 
     assert [o.content for o in outcomes] == ["7", "7"]
+
+
+# --- concurrency bound (PICOBOT_MAX_TOOL_CALLS) ---------------------------------------------------
+
+
+async def test_a_bound_registry_runs_at_most_max_concurrent_calls_at_once():
+    """QA: 400 calls of one response all ran at once; now they run ``max_concurrent_calls`` at a time."""
+    running = peak = 0
+
+    async def busy(arguments: dict) -> str:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        running -= 1
+        return "done"
+
+    registry = ToolRegistry([make_tool(busy, timeout=5)], max_concurrent_calls=4)
+    bound = registry.bind(CONTEXT)
+    async with asyncio.timeout(10):
+        outcomes = await asyncio.gather(*(bound.run(call("probe", call_id=f"c{i}")) for i in range(40)))
+
+    assert [o.content for o in outcomes] == ["done"] * 40
+    assert peak == 4
+
+
+async def test_each_turn_has_its_own_slots():
+    entered = asyncio.Barrier(2)
+
+    async def meet(arguments: dict) -> str:
+        await entered.wait()  # never returns if the two turns shared one slot
+        return "met"
+
+    registry = ToolRegistry([make_tool(meet, timeout=5)], max_concurrent_calls=1)
+    first, second = registry.bind(CONTEXT), registry.bind(CONTEXT)
+    async with asyncio.timeout(5):
+        outcomes = await asyncio.gather(first.run(call("probe")), second.run(call("probe")))
+
+    assert [o.content for o in outcomes] == ["met", "met"]
+
+
+async def test_a_call_waiting_for_a_slot_starts_its_time_limit_only_when_it_runs():
+    release = asyncio.Event()
+
+    async def hold(arguments: dict) -> str:
+        await release.wait()
+        return "held"
+
+    async def quick(arguments: dict) -> str:
+        return "quick"
+
+    registry = ToolRegistry(
+        [make_tool(hold, name="hold", timeout=5), make_tool(quick, name="quick", timeout=0.2)],
+        max_concurrent_calls=1,
+    )
+    bound = registry.bind(CONTEXT)
+    async with asyncio.timeout(5):
+        first = asyncio.ensure_future(bound.run(call("hold")))
+        second = asyncio.ensure_future(bound.run(call("quick")))
+        await asyncio.sleep(0.4)  # "quick" waits twice its own limit for the slot
+        assert not second.done()
+        release.set()
+        outcomes = [await first, await second]
+
+    assert [(o.is_error, o.content) for o in outcomes] == [(False, "held"), (False, "quick")]
+
+
+def test_the_default_registry_takes_its_concurrency_bound_from_the_settings(settings):
+    assert default_registry([]).max_concurrent_calls == DEFAULT_MAX_CONCURRENT_CALLS == 16
+    settings.PICOBOT = {**settings.PICOBOT, "MAX_TOOL_CALLS": 3}
+    registry = default_registry([])
+    assert registry.max_concurrent_calls == 3 and registry.bind(CONTEXT).max_concurrent_calls == 3

@@ -95,10 +95,10 @@ def test_redact_is_idempotent():
 # -- TurnFailure and the presenter --------------------------------------------------------------
 
 
-def test_a_provider_failure_names_kind_status_and_message_and_ends_with_its_ref():
+def test_a_5xx_provider_failure_names_kind_and_status_and_ends_with_its_ref():
     failure = TurnFailure.provider(OverloadedError("upstream overloaded", http_status=503, provider_code="overloaded"))
     text = present(failure)
-    assert text.startswith("The model provider is overloaded (overloaded, HTTP 503): upstream overloaded")
+    assert text == f"The model provider is overloaded (overloaded, HTTP 503) (ref {failure.ref})."
     assert text.endswith(f" (ref {failure.ref}).") and REF_AT_END.search(text)
     assert failure.kind is TurnFailureKind.PROVIDER
     assert "provider_code='overloaded'" in failure.detail and "OverloadedError" in failure.detail
@@ -117,7 +117,9 @@ def test_a_blocked_request_says_so_with_its_reason():
 
 
 def test_a_key_inside_a_provider_message_never_reaches_the_user_or_the_log():
-    error = AuthenticationError("Incorrect API key provided: sk-live-0123456789abcdef", http_status=401)
+    error = AuthenticationError(
+        "Incorrect API key provided: sk-live-0123456789abcdef", http_status=401, provider_code="invalid_api_key"
+    )
     error.__cause__ = RuntimeError("POST https://api.example/v1?key=leaky-key-123 with Bearer abcdefghijklmnop")
     failure = TurnFailure.provider(error)
     text = present(failure)

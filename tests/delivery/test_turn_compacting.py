@@ -10,7 +10,7 @@ def make() -> TurnController:
     return TurnController("t1", "cli_chat:u1:d1", "m1")
 
 
-def test_compacting_is_a_visible_phase_that_ends_back_in_queued():
+def test_compacting_is_a_visible_phase_that_ends_in_responding():
     c = make()
     assert c.begin_compacting() is True
     snap = c.snapshot()
@@ -19,7 +19,7 @@ def test_compacting_is_a_visible_phase_that_ends_back_in_queued():
     assert c.begin_compacting() is False  # already compacting: no new revision
     assert c.revision == 1
     assert c.end_compacting() is True
-    assert (c.phase, c.revision) == (TurnPhase.QUEUED, 2)
+    assert (c.phase, c.revision) == (TurnPhase.RESPONDING, 2), "the request comes next: never back to queued"
     assert c.end_compacting() is False and c.revision == 2
 
 

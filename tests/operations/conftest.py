@@ -71,7 +71,8 @@ def make_dialog(
         message_count=turns, total_message_count=len(rows), history_revision=len(rows),
         last_active_at=fields.get("last_active_at", 1_700_000_000_000 + seq * 1000), state_version=3 * turns,
     )
-    Plan.objects.create(dialog=dialog, content={"steps": [{"text": "check time", "done": True}]}, updated_at=1_700_000_001_000)
+    Plan.objects.create(dialog=dialog, content={"steps": [{"text": "check time", "status": "done"}], "note": ""},
+                        updated_at=1_700_000_001_000)
     if active:
         ChatState.objects.update_or_create(channel=channel, chat_id=chat_id, defaults={"owner": owner, "active_dialog": dialog})
     dialog.refresh_from_db()

@@ -210,3 +210,76 @@ def test_the_token_list_shows_prefix_user_dates_and_the_revoke_action_works(staf
     response = staff_client.post(TOKENS, {"action": "revoke", "_selected_action": [token.pk], "index": 0}, follow=True)
     assert "1 token(s) revoked." in response.content.decode()
     assert user_for_token(raw) is None and user_for_token(other) == alice
+
+
+def test_a_rename_in_the_admin_is_announced_to_the_chats_clients(staff_client, alice, monkeypatch):
+    published = []
+
+    async def publish_frame(channel, chat_id, frame, **_):
+        published.append((channel, chat_id, frame))
+
+    monkeypatch.setattr("conversations.admin.notify.publish_frame", publish_frame)
+    dialog = make_dialog(alice, active=True)
+    url = f"{DIALOGS}{dialog.pk}/change/"
+    response = staff_client.post(url, change_form_data(staff_client.get(url), title="From the admin"))
+    assert response.status_code == 302
+    assert published == [("cli_chat", str(alice.pk), {
+        "type": "session_changed", "session_id": dialog.pk, "dialog_id": dialog.dialog_id,
+        "title": "From the admin", "active": True,
+    })]
+
+
+PLANS = "/admin/conversations/plan/"
+
+
+@pytest.mark.parametrize(("content", "error"), [
+    ('"abc"', "a plan is an object"),
+    ('{"steps": 5}', "is not of type"),
+    ('{"steps": [{"text": "a", "status": "later"}]}', "later"),
+    ('{"steps": [{"text": "a", "done": true}]}', "'status' is a required property"),
+    ('{"steps": [{"text": "a", "status": "done"}], "note": 5}', "is not of type"),
+    ('{"steps": [' + ", ".join(['{"text": "a", "status": "done"}'] * 21) + "]}", "maxItems"),
+])
+def test_a_plan_the_plan_tool_could_not_write_is_refused(staff_client, alice, content, error):
+    dialog = make_dialog(alice)
+    plan = dialog.plan
+    response = staff_client.post(f"{PLANS}{plan.pk}/change/", {"dialog": dialog.pk, "content": content, "_save": "Save"})
+    assert response.status_code == 200, "the form is shown again with the error"
+    errors = response.context["adminform"].form.errors["content"]
+    assert error in " ".join(errors)
+    plan.refresh_from_db()
+    assert plan.content == {"steps": [{"text": "check time", "status": "done"}], "note": ""}
+
+
+def test_a_valid_plan_is_saved_as_the_plan_tool_stores_it(staff_client, alice):
+    dialog = make_dialog(alice)
+    content = '{"steps": [{"text": "  pack   bags ", "status": "in_progress"}]}'
+    response = staff_client.post(f"{PLANS}{dialog.plan.pk}/change/",
+                                 {"dialog": dialog.pk, "content": content, "_save": "Save"})
+    assert response.status_code == 302
+    dialog.plan.refresh_from_db()
+    assert dialog.plan.content == {"steps": [{"text": "pack bags", "status": "in_progress"}], "note": ""}
+
+
+def test_a_user_with_dialogs_can_be_deleted_after_purge_user(staff_client, alice):
+    """The admin cannot delete history rows, so it refuses to delete a user who owns dialogs;
+    ``purge --user`` removes them first (README)."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    make_dialog(alice)
+    make_dialog(alice, deleted_at=1_700_000_000_000)
+    url = f"/admin/auth/user/{alice.pk}/delete/"
+    refused = staff_client.post(url, {"post": "yes"})
+    assert refused.status_code == 403 or "permission" in refused.content.decode().lower()
+    assert get_user_model().objects.filter(pk=alice.pk).exists()
+
+    dry = StringIO()
+    call_command("purge", "--user", "alice", stdout=dry, stderr=StringIO())
+    assert "Would purge 2 dialog(s)" in dry.getvalue() and Dialog.objects.count() == 2
+    call_command("purge", "--user", "alice", "--apply", stdout=StringIO(), stderr=StringIO())
+    assert not Dialog.objects.exists()
+    response = staff_client.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert not get_user_model().objects.filter(pk=alice.pk).exists()

@@ -30,9 +30,11 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
+
+from conversations.management.commands._common import PicoBotCommand
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 _PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "secret-key", "insecure", "django-insecure", "dev", "test"}
@@ -276,7 +278,7 @@ def check_settings() -> list[Check]:
     return out
 
 
-class Command(BaseCommand):
+class Command(PicoBotCommand):
     help = (
         "Check the database (connection, migrations), the channel layer (a send/receive round trip; Redis "
         "when configured), the LLM provider (configuration, and one 1-token request) and the settings "

@@ -11,12 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+from django.core.management.base import CommandError, CommandParser, OutputWrapper
 
+from conversations.management.commands._common import PicoBotCommand
 from conversations.transfer import TransferError, select_dialogs, write_json, write_markdown
 
 
-class Command(BaseCommand):
+class Command(PicoBotCommand):
     help = (
         "Export dialogs — one (--dialog SESSION_ID, repeatable), a chat's (--chat CHANNEL:CHAT_ID) or a "
         "user's (--user USERNAME) — as JSON (for 'manage.py import'; holds provider state and media: "

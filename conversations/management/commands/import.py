@@ -1,7 +1,10 @@
 """``manage.py import FILE``: read a JSON export back, exactly (issue 7; ``conversations.transfer``).
 
-The file is validated first (format and version, required fields, seq contiguity, tool calls)
-and imported in one transaction: a bad file or an id clash imports nothing. The module is named
+The file is validated first (format and version, no unknown fields, required fields, types,
+ranges and lengths the columns hold, seq contiguity, tool calls, titles and plans by the rules of
+``/rename`` and the plan tool) and imported in one transaction: a bad file or an id clash imports
+nothing, and says where (``nothing imported: dialogs[0].messages[3].seq …``). Unknown fields are
+refused rather than dropped, so a file is either imported exactly or not at all. The module is named
 ``import`` for the command's sake; Django's loader imports it by path.
 """
 
@@ -12,17 +15,19 @@ import sys
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from conversations.management.commands._common import PicoBotCommand
 from conversations.transfer import ImportedDialog, TransferError, import_document
 
 
-class Command(BaseCommand):
+class Command(PicoBotCommand):
     help = (
         "Import dialogs from a JSON file written by 'manage.py export' (FILE, or - for standard input). "
         "Everything or nothing is imported. An existing dialog id is an error unless --as-new (new "
         "dialog and message ids). Owners are matched by username; --user USERNAME gives every dialog "
-        "to that user. Prints the imported dialog ids."
+        "to that user (required for cli_chat dialogs without an owner). Unknown fields are refused. "
+        "Prints the imported dialog ids."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -46,6 +51,8 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {file}: {exc.strerror or exc}") from exc
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise CommandError(f"{file} is not JSON: {exc}") from exc
+        except RecursionError:
+            raise CommandError(f"nothing imported: {file} nests JSON too deeply to be an export") from None
 
         def progress(item: ImportedDialog) -> None:
             if options.get("verbosity", 1) >= 1:
@@ -56,6 +63,8 @@ class Command(BaseCommand):
             done = import_document(doc, user=owner, as_new=as_new, progress=progress)
         except TransferError as exc:
             raise CommandError(f"nothing imported: {exc}") from exc
+        except RecursionError:  # validation bounds nesting; this is a last line of defence
+            raise CommandError("nothing imported: the document nests too deeply") from None
         for item in done:
             self.stdout.write(item.id)
         self.stderr.write(f"Imported {len(done)} dialog(s), {sum(i.messages for i in done)} message(s).")

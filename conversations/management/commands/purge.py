@@ -7,14 +7,20 @@ Deleting a dialog deletes its history, inbox rows and plan (cascade); a chat who
 goes gets its most recent other dialog (or a new one) on its next message. A dialog with a
 queued or started inbox row, or whose lease a worker holds, is never touched (checked again in
 the deleting transaction).
+
+``--user USERNAME`` purges every dialog that user owns instead (live or deleted, any age; busy
+ones skipped) and the user's finished inbox rows elsewhere: the admin refuses to delete a user
+who still owns dialogs (it cannot delete history rows), so this comes first (README).
 """
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.contrib.auth import get_user_model
+from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
+from conversations.management.commands._common import PicoBotCommand
 from conversations.models import Dialog, InboxMessage, now_ms
 from conversations.transfer import ms_to_text
 
@@ -40,18 +46,24 @@ def busy() -> Q:
     return Q(Exists(working)) | Q(lease_owner__isnull=False, lease_expires_at__gt=now_ms())
 
 
-class Command(BaseCommand):
+class Command(PicoBotCommand):
     help = (
         "Delete soft-deleted dialogs older than the retention (default 30 days; 0 = all soft-deleted) "
         "and, with --inactive-days N, live dialogs inactive for N days, with their messages, inbox rows "
         "and plans. A dry run that only lists them unless --apply is given. Dialogs with queued or "
-        "running messages are skipped."
+        "running messages are skipped. --user USERNAME instead purges every dialog of that user, live "
+        "or deleted, whatever its age (before deleting the user in the admin, which refuses while the "
+        "user owns dialogs)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--retention-days", type=int, default=30, metavar="N",
+            "--retention-days", type=int, default=None, metavar="N",
             help="purge soft-deleted dialogs deleted more than N days ago (default 30; 0 = all of them)",
+        )
+        parser.add_argument(
+            "--user", metavar="USERNAME",
+            help="purge every dialog this user owns, live or deleted, whatever its age (not with the day options)",
         )
         parser.add_argument(
             "--inactive-days", type=int, default=None, metavar="N",
@@ -62,15 +74,24 @@ class Command(BaseCommand):
         mode.add_argument("--dry-run", action="store_true", help="only list what would be deleted (the default)")
 
     def handle(
-        self, *args: object, retention_days: int, inactive_days: int | None, apply: bool, **options: object
+        self, *args: object, retention_days: int | None, inactive_days: int | None, user: str | None, apply: bool,
+        **options: object,
     ) -> None:
+        owner = None
+        if user is not None:
+            if retention_days is not None or inactive_days is not None:
+                raise CommandError("--user purges all of the user's dialogs: leave out --retention-days/--inactive-days")
+            owner = get_user_model().objects.filter(username=user).first()
+            if owner is None:
+                raise CommandError(f"no user {user!r}")
+        retention_days = 30 if retention_days is None else retention_days
         if retention_days < 0:
             raise CommandError("--retention-days must be 0 or more")
         if inactive_days is not None and inactive_days < 1:
             raise CommandError("--inactive-days must be 1 or more")
         verbosity = int(options.get("verbosity", 1))
         now = now_ms()
-        rule = purge_candidates(retention_days, inactive_days, now)
+        rule = Q(owner=owner) if owner is not None else purge_candidates(retention_days, inactive_days, now)
         matching = Dialog.objects.filter(rule)
         skipped = matching.filter(busy()).count()
         chosen = matching.exclude(busy()).order_by("last_active_at")
@@ -84,6 +105,8 @@ class Command(BaseCommand):
             total_messages += d.total_message_count
             if verbosity >= 1:
                 why = f"deleted {ms_to_text(d.deleted_at)}" if d.deleted_at else f"inactive since {ms_to_text(d.last_active_at)}"
+                if owner is not None:
+                    why = f"owned by {user}, " + ("deleted" if d.deleted_at else f"last active {ms_to_text(d.last_active_at)}")
                 verb = "would purge" if not apply else "purging"
                 self.stdout.write(f"{verb} {d.id} {d.title!r}: {why}, {d.total_message_count} message(s)")
         skip_note = f"; skipped {skipped} busy dialog(s) (queued or running messages, or a held lease)" if skipped else ""
@@ -106,4 +129,9 @@ class Command(BaseCommand):
             deleted_dialogs += per_model.get("conversations.Dialog", 0)
             deleted_messages += per_model.get("conversations.Message", 0)
             self.stderr.write(f"  purged {deleted_dialogs}/{total_dialogs} dialog(s), {deleted_messages} message(s)…")
+        if owner is not None:
+            # Their finished inbox rows in dialogs of others (shared chats) would still hold the user.
+            InboxMessage.objects.filter(user=owner).exclude(
+                status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
+            ).delete()
         self.stdout.write(f"Purged {deleted_dialogs} dialog(s) with {deleted_messages} message(s){skip_note}.")

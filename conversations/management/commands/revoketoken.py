@@ -1,20 +1,24 @@
 """``manage.py revoketoken``: revoke API tokens by prefix or id, or all of a user's (DESIGN §9).
 
 A revoked token stops working at once for new WebSocket connections and REST calls (every request
-checks it); the row stays (prefix, dates) for the record.
+checks it); a WebUI session logged in with it is logged out on its next request, and open
+WebSockets using it are closed by their server within ``conversations.auth.REVOCATION_CHECK_SECONDS``
+(each server checks the tokens of its open sockets: nothing needs to reach it from here). The row
+stays (prefix, dates) for the record.
 """
 
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db.models import QuerySet
 
+from conversations.management.commands._common import PicoBotCommand
 from conversations.models import ApiToken, now_ms
 from conversations.transfer import ms_to_text
 
 
-class Command(BaseCommand):
+class Command(PicoBotCommand):
     help = (
         "Revoke API tokens: one by its prefix (as listed by the admin, e.g. pb_Ab3xY), its id or the "
         "whole token, or every token of a user with --user USERNAME --all. Lists what was revoked."

@@ -11,10 +11,12 @@ import asyncio
 import signal
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+
+from conversations.management.commands._common import PicoBotCommand, require_database
 
 
-class Command(BaseCommand):
+class Command(PicoBotCommand):
     help = "Run an agent worker (scale-out mode: N × daphne + M × runagent sharing Redis/PostgreSQL)."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -24,6 +26,7 @@ class Command(BaseCommand):
         from conversations.runtime import get_provider
         from conversations.tools import default_registry
 
+        require_database()  # unmigrated or unreachable: one line now, not a log of failing scans
         try:
             get_provider()
         except ValueError as exc:  # a configuration mistake: say what to set, no traceback

@@ -3,24 +3,31 @@
 The embedded mode: HTTP (WebUI, admin, static files via WhiteNoise), the cli_chat WebSocket and
 the agent worker share Daphne's asyncio loop; the worker starts from Daphne's ready callback.
 SIGTERM/SIGINT stop it gracefully: running turns end per the cancel rules, then the server stops.
+
+HTTP request bodies over 3 MiB are refused with 413 while they arrive, before Daphne buffers them
+(``_http_guard``). The worker starts only once a message went through the channel layer and back;
+when it cannot start, ``serve`` exits 1 saying why (e.g. Redis unreachable) — no turn runs first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from conversations.bootstrap import ensure_first_user
+from conversations.management.commands._common import PicoBotCommand, require_database
 
 MAX_WS_MESSAGE_BYTES = 9 * 1024 * 1024  # an 8 MiB media frame plus JSON overhead (PROTOCOL §1)
 
 
-class Command(BaseCommand):
+class Command(PicoBotCommand):
     help = "Run PicoBot (WebUI, admin, WebSocket and the agent worker) in one process."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,6 +38,7 @@ class Command(BaseCommand):
     def handle(self, *args: object, host: str, port: int, no_migrate: bool, **options: object) -> None:
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
+        require_database()
         first_user = ensure_first_user()
 
         # Daphne installs Twisted's asyncio reactor on import: import it only here.
@@ -38,6 +46,7 @@ class Command(BaseCommand):
         from daphne.server import Server
 
         from conversations.consumers import process_connections_group
+        from conversations.management.commands._http_guard import install_body_limit
         from conversations.runtime import get_provider
         from conversations.supervisor import close_control_supervisor
         from conversations.worker import AgentWorker, default_worker_id
@@ -78,11 +87,18 @@ class Command(BaseCommand):
             self.stdout.write("\n".join(lines))
             self.stdout.flush()
 
+        failures: list[str] = []
+
         async def start_worker() -> None:
             try:
+                # The channel layer first: without it no stop, replay or snapshot reaches anyone,
+                # so no turn may start (the worker's inbox scan would run them regardless).
+                await asyncio.wait_for(_layer_round_trip(get_channel_layer()), LAYER_CHECK_SECONDS)
                 await worker.start()
             except Exception as exc:  # the server is useless without its worker
-                self.stderr.write(f"agent worker failed to start: {exc}")
+                failures.append(_start_failure(exc))
+                with contextlib.suppress(Exception):
+                    await worker.stop(timeout=5)  # whatever it began (turns, loops) ends now
                 server.stop()
                 return
             announce()
@@ -105,6 +121,8 @@ class Command(BaseCommand):
                 stopping.append(asyncio.ensure_future(shutdown()))
 
         def ready() -> None:
+            # Listening, not accepting yet: every connection gets the body limit.
+            install_body_limit(server.http_factory)
             loop = asyncio.get_event_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)
@@ -121,3 +139,30 @@ class Command(BaseCommand):
         )
         server.run()
         sys.stdout.flush()
+        if failures:
+            raise CommandError(f"agent worker failed to start: {failures[0]}")
+
+
+LAYER_CHECK_SECONDS = 10.0
+"""How long ``serve`` waits for a message to come back through the channel layer at start."""
+
+
+async def _layer_round_trip(layer: object) -> None:
+    """Send a message to a fresh channel of the layer and receive it back (raises when it cannot)."""
+    channel = await layer.new_channel("picobot.serve.start")
+    await layer.send(channel, {"type": "serve.ping"})
+    await layer.receive(channel)
+
+
+def _start_failure(exc: BaseException) -> str:
+    """Why the worker could not start, for the operator: the exception itself and what to check."""
+    # repr() alone can be empty or odd (redis-py's is "network:ConnectionError"): name and text.
+    reason = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}" if str(exc) else repr(exc)
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause) and str(cause) not in reason:
+        reason = f"{reason} ({type(cause).__name__}: {cause})"
+    if isinstance(exc, TimeoutError):
+        reason = f"{reason}: the channel layer did not answer within {LAYER_CHECK_SECONDS:g} s"
+    if getattr(settings, "REDIS_URL", ""):
+        return f"{reason}; check PICOBOT_REDIS_URL (is Redis running and reachable from here?)"
+    return f"{reason}; see the log above"

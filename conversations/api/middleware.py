@@ -1,0 +1,96 @@
+"""HTTP details of ``/api/`` that Django's URL routing and ninja leave to us (PROTOCOL §2).
+
+``ApiHttpMiddleware`` (in ``MIDDLEWARE``), for paths under ``/api/`` only:
+
+* ``HEAD`` is served as ``GET`` without the body, with the headers a ``GET`` gets (its
+  ``Content-Length`` included): load balancers and ``curl -I`` probe ``/api/health`` that way.
+* a 404 or 405 that did not come from the API's own handlers — a path no route matches (``GET
+  /api/``, a path holding ``%0A``, which Django's converters never match), or a method no
+  operation can be declared for (``PROPFIND``, ``FOO``) — becomes the API's JSON error
+  ``{code, message, ref}``, a 405 with the path's real ``Allow`` list.
+
+Both sync and async capable: the API's views are async, and an adapter here would hop threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponseBase
+
+from conversations.api.errors import error_response
+
+API_PREFIX = "/api/"
+
+
+def _under_api(request: HttpRequest) -> bool:
+    path = request.path_info
+    return path == API_PREFIX.rstrip("/") or path.startswith(API_PREFIX)
+
+
+def _is_json(response: HttpResponseBase) -> bool:
+    return str(response.get("Content-Type", "")).split(";")[0].strip().lower() == "application/json"
+
+
+def _allowed_for(request: HttpRequest, response: HttpResponseBase) -> str | None:
+    """The path's ``Allow`` list; None when it is no API path (the catch-all of unknown paths)."""
+    from conversations.api.routes import ALLOWED_METHODS
+
+    match = getattr(request, "resolver_match", None)
+    name = getattr(match, "url_name", None)
+    if name in ALLOWED_METHODS:
+        return ALLOWED_METHODS[name]
+    served = {m.strip().upper() for m in str(response.get("Allow", "")).split(",") if m.strip()}
+    if "GET" in served:
+        served.add("HEAD")
+    return ", ".join(sorted(served))
+
+
+class ApiHttpMiddleware:
+    """HEAD as GET without a body, and JSON 404/405 answers, for ``/api/`` (module docstring)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self.__acall__(request)
+        head = self._before(request)
+        return self._after(request, self.get_response(request), head)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        head = self._before(request)
+        return self._after(request, await self.get_response(request), head)
+
+    @staticmethod
+    def _before(request: HttpRequest) -> bool:
+        if request.method == "HEAD" and _under_api(request):
+            request.method = "GET"
+            return True
+        return False
+
+    @staticmethod
+    def _after(request: HttpRequest, response: HttpResponseBase, head: bool) -> HttpResponseBase:
+        if _under_api(request) and response.status_code in (404, 405) and not _is_json(response):
+            if response.status_code == 405:
+                allowed = _allowed_for(request, response)
+                if allowed is None:
+                    response = error_response(request, 404, "not_found", "no such endpoint; see /api/docs")
+                else:
+                    response = error_response(request, 405, "method_not_allowed", f"this path answers {allowed}",
+                                              headers={"Allow": allowed})
+            else:
+                response = error_response(request, 404, "not_found", "no such endpoint; see /api/docs")
+        if head:
+            request.method = "HEAD"
+            if not response.streaming:
+                response["Content-Length"] = str(len(response.content))
+                response.content = b""
+        return response
