@@ -56,6 +56,9 @@ from providers.messages import Message, Usage
 
 log = logging.getLogger(__name__)
 
+DEFAULT_MAX_CALLS_PER_RESPONSE = 64
+"""Tool calls of one model response that run, at most (``PICOBOT_MAX_TOOL_CALLS_PER_RESPONSE``)."""
+
 
 class FitRequest(Protocol):
     """Fits a later request of the turn to the context window (``TurnInputBuilder.fit``)."""
@@ -116,6 +119,10 @@ class AgentLoop:
             means always current.
         fit: fits each request after the first to the context window (module docstring); None
             sends the turn's messages as they are.
+        max_calls_per_response: tool calls of one model response that run; the calls after them
+            (in the model's order) get an ``is_error`` result "too many tool calls" without
+            running, so a runaway response cannot start thousands of calls (the model may call
+            them again in its next response).
     """
 
     def __init__(
@@ -128,8 +135,10 @@ class AgentLoop:
         tool_timeout: float = 30.0,
         is_current: Callable[[], bool] | None = None,
         fit: FitRequest | None = None,
+        max_calls_per_response: int = DEFAULT_MAX_CALLS_PER_RESPONSE,
     ) -> None:
         self.provider = provider
+        self.max_calls_per_response = max(1, max_calls_per_response)
         self.fit = fit
         self.tools = tools
         self._sink = emit
@@ -301,6 +310,14 @@ class AgentLoop:
         for call in calls:
             self.emit(ToolStarted(iteration=iteration, call_id=call.id, name=call.name, arguments=_display_args(call)))
         finished: dict[str, Message] = {}
+        limit = self.max_calls_per_response
+        for call in calls[limit:]:  # over the cap: answered at once, never run
+            refusal = (
+                f"Error: too many tool calls in one response (at most {limit} run); "
+                "this call was not run — call it again in your next response if it is still needed."
+            )
+            finished[call.id] = Message.tool_result(call.id, refusal, is_error=True, tool_name=call.name)
+            self.emit(ToolFinished(iteration=iteration, call_id=call.id, success=False, preview=refusal))
 
         async def one(call: ToolCall) -> None:
             outcome = await self.tools.run(call, self.tool_timeout)
@@ -317,7 +334,7 @@ class AgentLoop:
         # A TaskGroup cancels the sibling calls when one raises (ToolFatalError, cancellation).
         try:
             async with asyncio.TaskGroup() as group:
-                for call in calls:
+                for call in calls[:limit]:
                     group.create_task(one(call))
         except* ToolFatalError as failures:
             raise failures.exceptions[0] from None

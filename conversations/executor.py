@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from conversations import notify, storage
-from conversations.agent_loop import AgentLoop, AgentResult
+from conversations.agent_loop import DEFAULT_MAX_CALLS_PER_RESPONSE, AgentLoop, AgentResult
 from conversations.models import Message
 from conversations.session_turns import remember_commit, start_turn
 from conversations.storage_runner import run_storage
@@ -298,6 +298,7 @@ class DialogExecutor:
             tool_timeout=config["TOOL_TIMEOUT"],
             is_current=self.holds_lease,  # before each provider call and after each tool batch (seed 003 §8.3)
             fit=builder.fit,  # every later request is fitted to the window (seed 000 §7.2)
+            max_calls_per_response=config.get("MAX_TOOL_CALLS_PER_RESPONSE", DEFAULT_MAX_CALLS_PER_RESPONSE),
         )
         task = asyncio.ensure_future(
             run_with_overflow_recovery(builder, start, loop.run, publish=self._context_notice(start))

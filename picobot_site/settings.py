@@ -293,6 +293,7 @@ PICOBOT = {
     "TOOL_RESULT_MAX_CHARS": env_int("PICOBOT_TOOL_RESULT_MAX_CHARS", 16000),
     # Tool calls of one turn that run at the same time; further calls of a response wait for a slot.
     "MAX_TOOL_CALLS": env_int("PICOBOT_MAX_TOOL_CALLS", 16),
+    "MAX_TOOL_CALLS_PER_RESPONSE": env_int("PICOBOT_MAX_TOOL_CALLS_PER_RESPONSE", 64),
     # http_fetch: body bytes read, seconds per fetch (redirects included), and whether loopback,
     # private and link-local addresses may be fetched (never the cloud metadata address).
     "HTTP_FETCH_MAX_BYTES": env_int("PICOBOT_HTTP_FETCH_MAX_BYTES", 1024 * 1024),

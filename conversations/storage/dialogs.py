@@ -59,8 +59,8 @@ def active_dialog_created(owner: Any, channel: str, chat_id: str) -> tuple[Dialo
         state, _ = ChatState.objects.get_or_create(channel=channel, chat_id=chat_id, defaults={"owner": owner})
         dialog = state.active_dialog
         created = False
-        if dialog is None or dialog.deleted_at is not None:
-            dialog = _most_recent_live(channel, chat_id)
+        if dialog is None or dialog.deleted_at is not None or not _owned_by(dialog, owner):
+            dialog = _most_recent_live(owner, channel, chat_id)
             if dialog is None:
                 dialog, created = _new_dialog(owner, channel, chat_id), True
             state.active_dialog = dialog
@@ -69,8 +69,20 @@ def active_dialog_created(owner: Any, channel: str, chat_id: str) -> tuple[Dialo
         return dialog, created
 
 
-def _most_recent_live(channel: str, chat_id: str, *, exclude: str | None = None) -> Dialog | None:
-    rows = Dialog.objects.filter(channel=channel, chat_id=chat_id, deleted_at__isnull=True)
+def _owned_by(dialog: Dialog, owner: Any) -> bool:
+    """Whether ``dialog`` belongs to ``owner`` (an ownerless caller, e.g. a system sink, owns ownerless rows)."""
+    return dialog.owner_id == (owner.pk if owner is not None else None)
+
+
+def _most_recent_live(owner: Any, channel: str, chat_id: str, *, exclude: str | None = None) -> Dialog | None:
+    """The chat's most recently active live dialog of ``owner``, or None.
+
+    Filtered by owner: a row of the same chat id but another (or no) owner — an import, a
+    reused user id — never becomes someone's active dialog.
+    """
+    rows = Dialog.objects.filter(
+        channel=channel, chat_id=chat_id, deleted_at__isnull=True, owner=owner
+    )
     if exclude:
         rows = rows.exclude(pk=exclude)
     return rows.order_by("-last_active_at").first()
@@ -305,7 +317,7 @@ def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> De
         was_active = state is None or state.active_dialog_id in (None, dialog.pk)
         created = False
         if was_active:
-            active = _most_recent_live(channel, chat_id, exclude=dialog.pk)
+            active = _most_recent_live(owner, channel, chat_id, exclude=dialog.pk)
             if active is None:
                 active, created = _new_dialog(owner, channel, chat_id), True
             _set_active(channel, chat_id, owner, active)

@@ -162,6 +162,34 @@ async def test_calls_of_one_response_run_concurrently():
     assert kinds == ["ToolStarted", "ToolStarted", "ToolFinished", "ToolFinished"]
 
 
+async def test_calls_over_the_per_response_cap_get_error_results_without_running_and_keep_order():
+    ran: list[int] = []
+
+    async def count(arguments: dict) -> str:
+        ran.append(arguments["n"])
+        return f"ran {arguments['n']}"
+
+    response = []
+    for index in range(5):
+        response += [ToolCallStart(index, f"c{index}", "count"), ToolCallArgumentsDelta(index, f'{{"n": {index}}}')]
+    provider = ScriptedProvider([response + [Done("tool_calls")], script_text("done")])
+    agent, events = loop(provider, [tool("count", count)], max_calls_per_response=3)
+
+    async with asyncio.timeout(5):
+        result = await agent.run(INPUT)
+
+    assert sorted(ran) == [0, 1, 2]  # the two calls over the cap never ran
+    results = tool_results(provider.requests[1].messages)
+    assert [(b.tool_call_id, b.is_error) for b in results] == [
+        ("c0", False), ("c1", False), ("c2", False), ("c3", True), ("c4", True),
+    ]
+    assert results[0].content == "ran 0"
+    assert "too many tool calls in one response (at most 3 run)" in results[3].content
+    finished = {e.call_id: e.success for e in events if isinstance(e, ToolFinished)}
+    assert finished == {"c0": True, "c1": True, "c2": True, "c3": False, "c4": False}
+    assert result.final_text == "done"
+
+
 async def test_results_keep_call_order_even_when_a_later_call_finishes_first():
     release_first = asyncio.Event()
 

@@ -147,6 +147,26 @@ def test_delete_soft_deletes_drops_queued_and_picks_the_most_recent_other(alice,
 
 
 @pytest.mark.django_db
+def test_a_row_of_the_same_chat_id_but_another_owner_never_becomes_the_active_dialog(alice, bob):
+    # An ownerless imported row and bob's row share alice's chat id (an import without --user, a
+    # reused user id): neither may become alice's active dialog, on first contact or after a delete.
+    orphan = storage.create_dialog(None, CHANNEL, "c", "imported")
+    foreign = storage.create_dialog(bob, CHANNEL, "c", "bob's")
+    Dialog.objects.filter(pk__in=[orphan.pk, foreign.pk]).update(last_active_at=now_ms() + 60_000)
+
+    mine = storage.active_dialog(alice, CHANNEL, "c")
+    assert mine.pk not in (orphan.pk, foreign.pk) and mine.owner_id == alice.pk
+
+    # Even a chat state that points at a foreign row is not followed.
+    ChatState.objects.filter(channel=CHANNEL, chat_id="c").update(active_dialog=foreign)
+    assert storage.resolve_dialog(alice, CHANNEL, "c").dialog.pk == mine.pk
+
+    result = storage.delete_dialog(alice, CHANNEL, "c", mine.id)
+    assert result.active_created and result.active.owner_id == alice.pk
+    assert result.active.pk not in (orphan.pk, foreign.pk)
+
+
+@pytest.mark.django_db
 def test_info_counts_usage_and_state(alice, bob):
     dialog = storage.active_dialog(alice, CHANNEL, "c")
     storage.accept_message(alice, CHANNEL, "c", "hello")
