@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from conversations.models import ChatState, Dialog, InboxMessage, Message, Plan, now_ms
+from delivery.models import DeliveryFailure
 from tests.operations.conftest import make_dialog
 
 pytestmark = [pytest.mark.django_db]
@@ -77,7 +78,12 @@ def test_the_default_dry_run_counts_dialogs_messages_and_busy_skips(world):
 
 def test_apply_removes_soft_deleted_dialogs_past_the_retention_with_their_rows(world):
     gone = world["deleted_40d"]
+    for dialog in (gone, world["recent"]):
+        DeliveryFailure.objects.create(
+            channel="cli_chat", chat_id=dialog.chat_id, dialog_id=dialog.pk, stage="finish", created_at=now_ms()
+        )
     text = purge("--apply")
+    assert list(DeliveryFailure.objects.values_list("dialog_id", flat=True)) == [world["recent"].pk]
     assert "Purged 1 dialog(s) with 5 message(s)" in text
     assert gone.pk not in remaining()
     assert not Message.objects.filter(dialog_id=gone.pk).exists()

@@ -3,8 +3,9 @@
 Soft-deleted dialogs (``/delete``) whose ``deleted_at`` is older than the retention (default 30
 days, 0 = every soft-deleted dialog) go; with ``--inactive-days N`` also live dialogs whose
 ``last_active_at`` is older than N days. A dry run unless ``--apply``: it prints what would go.
-Deleting a dialog deletes its history, inbox rows and plan (cascade); a chat whose active dialog
-goes gets its most recent other dialog (or a new one) on its next message. A dialog with a
+Deleting a dialog deletes its history, inbox rows and plan (cascade) and its delivery-failure
+rows; a chat whose active dialog goes gets its most recent other dialog (or a new one) on its
+next message. A dialog with a
 queued or started inbox row, or whose lease a worker holds, is never touched (checked again in
 the deleting transaction).
 
@@ -23,6 +24,7 @@ from django.db.models import Exists, OuterRef, Q
 from conversations.management.commands._common import PicoBotCommand
 from conversations.models import Dialog, InboxMessage, now_ms
 from conversations.transfer import ms_to_text
+from delivery.models import DeliveryFailure
 
 DAY_MS = 86_400_000
 BATCH = 100
@@ -125,7 +127,10 @@ class Command(PicoBotCommand):
                 )
                 if not batch:
                     break
-                _, per_model = Dialog.objects.filter(pk__in=[pk for pk, _ in batch]).delete()
+                ids = [pk for pk, _ in batch]
+                _, per_model = Dialog.objects.filter(pk__in=ids).delete()
+                # No foreign key (delivery does not depend on conversations): cleared by id.
+                DeliveryFailure.objects.filter(dialog_id__in=ids).delete()
             deleted_dialogs += per_model.get("conversations.Dialog", 0)
             deleted_messages += per_model.get("conversations.Message", 0)
             self.stderr.write(f"  purged {deleted_dialogs}/{total_dialogs} dialog(s), {deleted_messages} message(s)…")
