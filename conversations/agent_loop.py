@@ -49,10 +49,12 @@ from delivery.events import (
     TurnEvent,
 )
 from providers.base import LLMProvider, ProviderRequest, StreamAccumulator, ToolCall
+from providers.chunks import Done, ProviderChunk
 from providers.chunks import ReasoningDelta as ReasoningChunk
 from providers.chunks import TextDelta as TextChunk
 from providers.errors import ContextOverflowError, ProviderError
 from providers.messages import Message, Usage
+from providers.unicode_text import SurrogateMender
 
 log = logging.getLogger(__name__)
 
@@ -268,21 +270,33 @@ class AgentLoop:
 
     async def _stream(self, request: ProviderRequest, iteration: int, accumulator: StreamAccumulator) -> None:
         stream = self.provider.stream(request)
+        # Surrogate pairs split across deltas are rejoined, lone halves replaced, before anything
+        # is shown or kept (a lone surrogate cannot be stored, sent or framed: unicode_text).
+        mend = SurrogateMender()
         try:
-            async for chunk in stream:
+            async for received in stream:
                 if self._closed():
                     # A stream that swallowed our cancellation: its late chunk is neither shown nor
                     # kept, and the cancellation goes on (seed 003 §14.1).
                     raise asyncio.CancelledError
-                accumulator.feed(chunk)
-                if isinstance(chunk, TextChunk):
-                    self._shown = self._shown or bool(chunk.text.strip())
-                    self.emit(TextDelta(iteration=iteration, delta=chunk.text))
-                elif isinstance(chunk, ReasoningChunk):
-                    self._shown = self._shown or bool(chunk.text.strip())
-                    self.emit(ReasoningDelta(iteration=iteration, delta=chunk.text))
+                chunk = mend.mend(received)
+                if chunk is None:
+                    continue
+                for held in mend.finish() if isinstance(chunk, Done) else ():
+                    self._take(held, iteration, accumulator)
+                self._take(chunk, iteration, accumulator)
         finally:
             await stream.aclose()
+
+    def _take(self, chunk: ProviderChunk, iteration: int, accumulator: StreamAccumulator) -> None:
+        """Keep one chunk of the response being streamed, and show its text."""
+        accumulator.feed(chunk)
+        if isinstance(chunk, TextChunk):
+            self._shown = self._shown or bool(chunk.text.strip())
+            self.emit(TextDelta(iteration=iteration, delta=chunk.text))
+        elif isinstance(chunk, ReasoningChunk):
+            self._shown = self._shown or bool(chunk.text.strip())
+            self.emit(ReasoningDelta(iteration=iteration, delta=chunk.text))
 
     @staticmethod
     def _unique_ids(calls: list[ToolCall], seen: set[str]) -> list[ToolCall]:

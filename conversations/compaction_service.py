@@ -41,7 +41,7 @@ from conversations.compaction import (
     summary_too_large,
 )
 from conversations.models import Dialog
-from conversations.storage.shapes import scrub_nul
+from conversations.storage.shapes import scrub_text
 from conversations.storage_runner import run_storage
 from providers.base import LLMProvider, ProviderRequest
 from providers.errors import ProviderError
@@ -284,7 +284,7 @@ def commit_auto_summary(
         summary_seq=expected_summary_seq,
         history_revision__gte=covers_seq,
     ).update(
-        summary=scrub_nul(summary),
+        summary=scrub_text(summary),
         summary_seq=covers_seq,
         auto_compact_failures=0,
         state_version=F("state_version") + 1,
@@ -309,8 +309,9 @@ async def summarise(dialog_id: str, provider: LLMProvider, request: ProviderRequ
     """The model's cleaned summary, within ``timeout`` seconds.
 
     Raises:
-        CompactionError: timeout, provider failure, crash or no usable summary (the details
-            only in the log, under the error's ``ref``).
+        CompactionError: timeout, provider failure, crash or no usable summary — none, or one
+            cut off at the output token cap (``AssistantResponse.cut_off``) — (the details only
+            in the log, under the error's ``ref``).
     """
     ref = secrets.token_hex(4)
     try:
@@ -329,6 +330,18 @@ async def summarise(dialog_id: str, provider: LLMProvider, request: ProviderRequ
     except Exception as exc:
         log.exception("compaction of %s: the summary request crashed (ref %s)", dialog_id, ref)
         raise CompactionError(f"Internal error while summarising; nothing was changed (ref {ref}).", ref=ref) from exc
+    if response.cut_off:
+        # Like clean_summary's unclosed think span: a summary that stops mid-sentence must not
+        # replace the history it stands for.
+        log.warning(
+            "compaction of %s: the summary was cut off at the output token cap (finish_reason %s) (ref %s)",
+            dialog_id,
+            response.finish_reason,
+            ref,
+        )
+        raise CompactionError(
+            f"The model's summary was cut off at its output limit; nothing was changed (ref {ref}).", ref=ref
+        )
     summary = clean_summary(response.text)
     if summary is None:
         log.warning("compaction of %s: the model's answer held no summary (ref %s)", dialog_id, ref)

@@ -54,6 +54,9 @@ class Dialog(models.Model):
     summary = models.TextField(blank=True, default="")
     summary_seq = models.PositiveBigIntegerField(default=0)
     auto_compact_failures = models.PositiveSmallIntegerField(default=0)
+    # A manual compaction (/compact, REST) claimed by some server process at this time (ms): one
+    # summary call per dialog at a time across every process; a stale claim expires.
+    compaction_claimed_at = models.BigIntegerField(null=True, blank=True)
     # Titles (seed 004 §5.4): the message_count at the last automatic title attempt.
     title_attempted_at = models.PositiveIntegerField(default=0)
     deleted_at = models.BigIntegerField(null=True, blank=True)
@@ -124,6 +127,9 @@ class InboxMessage(models.Model):
     finished_at = models.BigIntegerField(null=True, blank=True)
     # An ``interrupted`` row's notice reached a connecting client (sent again on ``ready`` until then).
     notice_sent_at = models.BigIntegerField(null=True, blank=True)
+    # When a client last asked to stop this row's turn (ms): a repeat of that stop after the turn
+    # ended is answered, never applied to the next turn — whichever server process receives it.
+    stop_requested_at = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -41,6 +41,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 
+from providers.json_depth import value_too_deep
 from providers.messages import (
     ContentBlock,
     ImageBlock,
@@ -115,10 +116,35 @@ def estimate_text(text: str) -> int:
 
 
 def _json_text(value: object) -> str:
+    if value_too_deep(value):
+        # json.dumps and repr recurse: a runaway value (imported, or stored before arguments were
+        # depth-checked) is counted by its leaves, brackets aside, without recursion.
+        return " ".join(_leaves(value))
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     except (TypeError, ValueError):  # a cycle or NaN: the repr is as long, near enough
         return repr(value)
+
+
+def _leaves(value: object) -> list[str]:
+    """The keys and scalar values in ``value``, as text (iterative; each container once)."""
+    out: list[str] = []
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict | list):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, dict):
+                out.extend(str(key) for key in item)
+                stack.extend(item.values())
+            else:
+                stack.extend(item)
+        else:
+            out.append(str(item))
+    return out
 
 
 def estimate_block(block: ContentBlock) -> int:

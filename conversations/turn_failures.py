@@ -118,36 +118,75 @@ def provider_failure_lead(error: ProviderError) -> str:
 # -- redaction ---------------------------------------------------------------------------------
 
 _REDACTED = "[redacted]"
+# Compound names whose last part names a credential: ``aws_secret_access_key``, ``x-api-key``,
+# ``Ocp-Apim-Subscription-Key``, ``session_token``, ``db-password`` (not ``max_tokens``: the
+# name must end there).
+_SUFFIXED = r"(?:[A-Za-z0-9]+[_\-])+(?:key|token|secret|password|passwd|credentials?)"
 # Names whose ``name=value`` is a credential (query parameters, form bodies, DSNs, log lines).
 _ASSIGNED = (
     r"api[_-]?key|apikey|key|access[_-]?token|refresh[_-]?token|id[_-]?token|token|secret|client[_-]?secret"
     r"|password|passwd|pass|pwd|passphrase|user|username|user[_-]name|login|credentials?"
-    r"|sig|signature|x-amz-signature|x-amz-credential"
+    r"|sig|signature|x-amz-signature|x-amz-credential|authorization|proxy-authorization|" + _SUFFIXED
 )
 # Names whose ``name: value`` is a credential (HTTP headers, JSON/YAML fields, log lines).
 _LABELLED = (
     r"authorization|proxy-authorization|x-api-key|api[ _-]?key|apikey|x-goog-api-key|access[_-]?token"
     r"|refresh[_-]?token|client[_-]?secret|password|passwd|pass|pwd|passphrase|user|username|user[_-]name"
-    r"|login|secret[_-]?key"
+    r"|login|secret[_-]?key|credentials?|" + _SUFFIXED
 )
+# Bare words that are also ordinary prose (``the key: value pair``): labelled credentials only
+# when the value looks like one — a digit, ``-`` or ``_`` in it and 6+ characters, or 20+.
+_BARE = r"key|token|secret"
+# An auth scheme before the credential: ``Authorization: Bearer …``, ``Bearer%20…`` in a URL.
+_SCHEME = r"(?:(?:Bearer|Basic|Token|Digest)(?:\s+|%20))?"
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # PEM private keys, to their END line (or the end of the text, when it was cut).
+    (
+        re.compile(r"-----BEGIN ([A-Z ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.DOTALL),
+        _REDACTED,
+    ),
+    # ``key: ZZZ-my-secret-value``, ``"token": "abc123…"`` (see ``_BARE``).
+    (
+        re.compile(
+            rf"""(?<![A-Za-z0-9_\-])({_BARE})(["']?\s*:\s*["']?){_SCHEME}(?!\[redacted\])"""
+            rf"""(?=[^\s"',;}}]*[0-9_\-][^\s"',;}}]*(?<=[^\s"',;}}]{{6}})|[^\s"',;}}]{{20}})[^\s"',;}}]+""",
+            re.IGNORECASE,
+        ),
+        r"\1\2" + _REDACTED,
+    ),
     # ``Authorization: Bearer …``, ``"api_key": "…"``, ``x-api-key: …``: the whole value, scheme included.
     (
         re.compile(
-            rf"""(?<![A-Za-z0-9_\-])({_LABELLED})(["']?\s*:\s*["']?)(?:(?:Bearer|Basic|Token|Digest)\s+)?"""
+            rf"""(?<![A-Za-z0-9_\-])({_LABELLED})(["']?\s*:\s*["']?){_SCHEME}"""
             rf"""(?!\[redacted\])[^\s"',;}}]+""",
             re.IGNORECASE,
         ),
         r"\1\2" + _REDACTED,
     ),
-    # ``Bearer …`` wherever else it appears (a repr of a request, a curl line).
-    (re.compile(r"\b(Bearer)\s+(?!\[redacted\])[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE), r"\1 " + _REDACTED),
+    # ``Bearer …`` wherever else it appears (a repr of a request, a curl line, ``Bearer%20…``).
+    (
+        re.compile(r"\b(Bearer)(?:\s+|%20)(?!\[redacted\])[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE),
+        r"\1 " + _REDACTED,
+    ),
     # OpenAI / Anthropic / OpenRouter style keys: ``sk-…``, ``sk-ant-…``, ``sk-proj-…``, ``sk-or-v1-…``.
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-" + _REDACTED),
+    # Prefixed vendor keys: Groq ``gsk_``, xAI ``xai-``, Hugging Face ``hf_``, GitHub ``ghp_``
+    # ``gho_`` ``ghu_`` ``ghs_`` ``ghr_`` ``github_pat_``, Fireworks ``fw_``.
+    (
+        re.compile(r"\b(gsk_|xai-|hf_|gh[pousr]_|github_pat_|fw_)[A-Za-z0-9_\-]{12,}"),
+        r"\1" + _REDACTED,
+    ),
     # Google API keys.
     (re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"), _REDACTED),
-    # ``key=…``, ``token=…``, ``api_key=…`` (query strings, form bodies).
-    (re.compile(rf"(?<![A-Za-z0-9_\-])({_ASSIGNED})=(?!\[redacted\])[^&#\s'\",;]+", re.IGNORECASE), r"\1=" + _REDACTED),
+    # AWS access key ids (long-term ``AKIA…``, temporary ``ASIA…``).
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), _REDACTED),
+    # ``key=…``, ``token=…``, ``api_key=…``, ``aws_secret_access_key=…`` (query strings, form bodies).
+    (
+        re.compile(
+            rf"(?<![A-Za-z0-9_\-])({_ASSIGNED})\s*=\s*{_SCHEME}(?!\[redacted\])[^&#\s'\",;]+", re.IGNORECASE
+        ),
+        r"\1=" + _REDACTED,
+    ),
     # URL userinfo: ``https://user:pass@host``, ``postgres://svc@host`` (a user name alone too).
     (re.compile(r"(?<=//)(?!\[redacted\]@)[^/@\s:]+(?::[^/@\s]*)?@"), _REDACTED + "@"),
 )
@@ -157,9 +196,13 @@ def redact(text: str, known: Iterable[str] = ()) -> str:
     """``text`` with anything that looks like a credential replaced by ``[redacted]``.
 
     Covers ``known`` secrets verbatim (the configured API key; values shorter than 4 characters
-    are ignored), ``Bearer`` credentials, ``sk-…`` and Google keys, ``key=``/``token=``
-    style assignments (query parameters included) and ``Authorization:``/``api_key:`` style
-    labels, and URL userinfo. Over-redaction is accepted; a leaked key is not.
+    are ignored), ``Bearer`` credentials (``Bearer%20…`` too), vendor keys by their prefix
+    (``sk-…``, ``gsk_…``, ``xai-…``, ``hf_…``, ``ghp_…``/``gho_…``/``github_pat_…``, ``fw_…``,
+    Google ``AIza…``, AWS ``AKIA…``), ``name=value`` and ``name: value`` pairs whose name is or
+    ends in a credential word (``key``, ``token``, ``secret``, ``password``…:
+    ``aws_secret_access_key=``, ``X-Api-Key:``, ``Ocp-Apim-Subscription-Key:``), and URL
+    userinfo. A credential word without a value (``invalid key provided``) is left alone.
+    Over-redaction is accepted; a leaked key is not.
     """
     if not text:
         return text
@@ -182,9 +225,23 @@ def configured_secrets() -> tuple[str, ...]:
     return tuple(v for v in values if isinstance(v, str) and v)
 
 
+# C0 and C1 controls (ESC starts ANSI sequences), line/paragraph separators, and the bidi
+# embeddings, overrides, isolates and marks that reorder what a terminal or a page shows.
+_UNSAFE_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED_ESCAPES.get(char) or f"\\u{ord(char):04x}"
+
+
 def one_line(text: str) -> str:
-    """``text`` with CR and LF escaped (``\\n``): one log line, whatever a provider body held."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
+    """``text`` as one inert line, whatever a provider body held: CR, LF and tab escaped
+    (``\\n``), every other C0/C1 control (so ANSI escape sequences: ``\\u001b[31m``), line and
+    paragraph separators and bidi override/isolate/mark characters (U+202A–202E, U+2066–2069)
+    escaped as ``\\uXXXX``, so it can neither forge log lines nor recolour or reorder them."""
+    return _UNSAFE_CHARS.sub(_escape_char, text)
 
 
 def shown_provider_message(error: ProviderError) -> str:
@@ -276,7 +333,8 @@ class TurnFailure:
             f"provider_code={error.provider_code!r} retryable={error.retryable} "
             f"retry_after_s={error.retry_after_s}"
             + (f" hook={error.hook}" if isinstance(error, RequestBlockedError) else "")
-            + f": {one_line(describe_exception(error))}"
+            # Redacted before it is made one line: an escaped ``Bearer\\t…`` would hide the key.
+            + f": {one_line(redact(describe_exception(error), configured_secrets()))}"
         )
         return cls.of(TurnFailureKind.PROVIDER, user_message=user, detail=detail)
 
@@ -303,7 +361,7 @@ class TurnFailurePresenter:
     def present(self, failure: TurnFailure) -> str:
         """The user-facing message of ``failure``, ending with its reference id."""
         text = failure.user_message.strip() or DEFAULT_MESSAGES[failure.kind]
-        text = _bounded(redact(" ".join(text.split()), configured_secrets()), MAX_USER_MESSAGE_CHARS)
+        text = _bounded(one_line(redact(" ".join(text.split()), configured_secrets())), MAX_USER_MESSAGE_CHARS)
         return f"{text.rstrip('.')} (ref {failure.ref})."
 
     def notice(self, failure: TurnFailure) -> str | None:

@@ -76,6 +76,7 @@ from conversations.turn_failures import TurnFailedError, TurnFailure, TurnFailur
 from providers.base import LLMProvider
 from providers.errors import ContextOverflowError
 from providers.messages import Message, ToolDefinition
+from providers.unicode_text import fix_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -190,14 +191,16 @@ def runtime_context(start: TurnStart, *, now: datetime, plan: str = "", memory: 
     """The per-request runtime context (seed 000 §7.1): time, channel, title, plan, memory.
 
     ``time=…; channel=…; dialog_title='…'``, then an ``Active plan:`` and a ``Recalled memory:``
-    section when there are any. Never stored.
+    section when there are any. Never stored. Lone surrogates (a plan stored before its steps were
+    scrubbed, a memory hook's text) become U+FFFD (``unicode_text.fix_surrogates``): one would fail
+    the encoding of every later request of the dialog.
     """
     text = f"time={now.isoformat(timespec='seconds')}; channel={start.channel}; dialog_title={start.title!r}"
     if plan:
         text += f"\nActive plan:\n{plan}"
     if memory:
         text += f"\nRecalled memory:\n{memory}"
-    return text
+    return fix_surrogates(text)
 
 
 def overflow_mid_turn_message() -> str:

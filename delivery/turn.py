@@ -57,6 +57,7 @@ from delivery.events import (
     ToolStarted,
     TurnEvent,
 )
+from providers.json_depth import value_too_deep
 
 __all__ = [
     "MAX_ARGUMENTS_BYTES",
@@ -263,8 +264,12 @@ class _ToolBlock:
 
 def shown_arguments(arguments: object) -> dict[str, Any]:
     """A tool block's ``arguments`` (module docstring): a private copy of a JSON object, ``{}`` for
-    anything else, ``{"_truncated": "<N> bytes"}`` for one over :data:`MAX_ARGUMENTS_BYTES`."""
-    if not isinstance(arguments, dict):
+    anything else, ``{"_truncated": "<N> bytes"}`` for one over :data:`MAX_ARGUMENTS_BYTES`.
+
+    An object nested deeper than ``json_depth.MAX_JSON_DEPTH`` levels shows as ``{}``: it is
+    checked without recursion before ``json.dumps`` and ``copy.deepcopy`` (both recursive) see it.
+    """
+    if not isinstance(arguments, dict) or value_too_deep(arguments):
         return {}
     try:
         size = len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=str).encode())

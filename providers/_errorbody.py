@@ -27,6 +27,7 @@ from providers.errors import (
     ServerError,
     parse_retry_after,
 )
+from providers.json_depth import value_too_deep
 
 _OVERFLOW_CODES = frozenset(
     {"context_length_exceeded", "context_window_exceeded", "string_above_max_length", "exceed_context_size_error"}
@@ -67,7 +68,8 @@ def error_info(obj: Any) -> tuple[str | None, Any]:
         return None, None
     message = source.get("message", source.get("detail"))
     if message is not None and not isinstance(message, str):
-        message = json.dumps(message, ensure_ascii=False)
+        # json.dumps recurses: a runaway structure is not shown (json_depth).
+        message = "(a nested error message)" if value_too_deep(message) else json.dumps(message, ensure_ascii=False)
     code = source.get("code")
     if code is None:
         kind = source.get("type")
@@ -135,7 +137,7 @@ def parse_body(body: bytes) -> tuple[Any, bool]:
     text = body.decode("utf-8", errors="replace")
     try:
         return json.loads(text), True
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to be an error body
         return text.strip(), False
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 from abc import abstractmethod
@@ -38,11 +39,31 @@ from providers.errors import (
 )
 from providers.messages import normalise_endpoint
 from providers.sse import ServerSentEvent, SSEEventReader
+from providers.unicode_text import fix_surrogates
 
 logger = logging.getLogger("picobot.providers")
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
 
+
+
+def json_body(body: dict[str, Any]) -> bytes:
+    """``body`` as UTF-8 JSON bytes, as httpx's ``json=`` encodes it (compact, NaN refused).
+
+    A lone surrogate anywhere in it (history stored before it was scrubbed, a plugin's text)
+    becomes U+FFFD and a split pair is rejoined (``unicode_text.fix_surrogates``), instead of
+    failing every request of the dialog with ``UnicodeEncodeError``. The check is the encoding
+    itself: the repair pass runs only when that failed.
+
+    Raises:
+        ValueError: ``body`` holds NaN or infinity, or a value that is not JSON.
+    """
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Surrogates can only be inside JSON strings here, so repairing the whole text is exact.
+        return fix_surrogates(text).encode("utf-8")
 
 class StreamParser(Protocol):
     """A vendor's pure event → chunk mapper for one response.
@@ -260,7 +281,10 @@ class HTTPStreamProvider(LLMProvider):
             async with asyncio.timeout_at(first_byte_deadline):
                 with self._map_errors():
                     http_request = self._client.build_request(
-                        "POST", self._url(), json=body, headers=self._headers()
+                        "POST",
+                        self._url(),
+                        content=json_body(body),
+                        headers={**self._headers(), "content-type": "application/json"},
                     )
                     response = await self._client.send(http_request, stream=True)
         except TimeoutError as exc:

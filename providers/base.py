@@ -14,6 +14,7 @@ available for diagnostics only (cases SC-19, SC-27: never run a half-streamed ca
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
@@ -32,7 +33,9 @@ from providers.chunks import (
 )
 from providers.errors import ProviderError
 from providers.hooks import HookContext, ProviderHooks
+from providers.json_depth import MAX_JSON_DEPTH, text_too_deep
 from providers.messages import Message, ToolDefinition, ToolUseBlock, Usage
+from providers.unicode_text import fix_surrogates, map_strings
 
 
 @dataclass(slots=True)
@@ -60,6 +63,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# A ``\uD800``-``\uDFFF`` escape or a raw surrogate: only then can parsed strings hold a lone one.
+_MAY_HOLD_SURROGATES = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A complete tool call from one response; ``arguments_json`` is the raw argument text."""
@@ -71,13 +78,22 @@ class ToolCall:
     def arguments(self) -> dict[str, Any]:
         """The arguments as a dict; an empty or blank text counts as ``{}``.
 
+        Lone surrogates in its strings (a ``"\\ud800"`` escape without its partner) are replaced
+        by U+FFFD (``unicode_text.fix_surrogates``): they could be neither stored nor sent.
+
         Raises:
-            ToolArgumentsError: the text is not strict JSON (NaN/Infinity rejected) or not an
-                object.
+            ToolArgumentsError: the text is not strict JSON (NaN/Infinity rejected), not an
+                object, or nests deeper than ``json_depth.MAX_JSON_DEPTH`` levels (checked
+                before parsing, without recursion: a runaway ``[[[[…`` must not reach the
+                recursive parser, nor any later walk of the value).
         """
         text = self.arguments_json.strip()
         if not text:
             return {}
+        if text_too_deep(text):
+            raise ToolArgumentsError(
+                f"arguments of {self.name!r} nest deeper than {MAX_JSON_DEPTH} levels"
+            )
         try:
             value = json.loads(text, parse_constant=_reject_constant)
         except ValueError as exc:
@@ -86,7 +102,13 @@ class ToolCall:
             raise ToolArgumentsError(
                 f"arguments of {self.name!r} must be a JSON object, got {type(value).__name__}"
             )
+        if _MAY_HOLD_SURROGATES.search(text) is not None:
+            value = map_strings(value, fix_surrogates)
         return value
+
+
+CUT_OFF_FINISH_REASONS = frozenset({"length", "max_tokens"})
+"""Finish reasons (lowercased) saying the answer was cut off at the output token cap."""
 
 
 @dataclass(slots=True)
@@ -110,6 +132,13 @@ class AssistantResponse:
     finish_reason: str | None
     provider_state: dict[str, Any] | None
     error: ProviderError | None = None
+
+    @property
+    def cut_off(self) -> bool:
+        """Whether the model stopped at its output token cap (``finish_reason`` ``"length"``
+        from OpenAI-compatible servers, ``"max_tokens"`` from Anthropic): the text ends
+        mid-sentence."""
+        return (self.finish_reason or "").lower() in CUT_OFF_FINISH_REASONS
 
     def to_message(self) -> Message:
         """The assistant :class:`Message` for history.
@@ -211,14 +240,19 @@ class StreamAccumulator:
         return [] if self._done is not None else self._assembled_calls()
 
     def result(self) -> AssistantResponse:
-        """The response so far: complete on success, partial after :meth:`fail`."""
-        reasoning = "".join(self._reasoning)
+        """The response so far: complete on success, partial after :meth:`fail`.
+
+        Text and reasoning are joined once here, so a surrogate pair split across deltas is
+        rejoined and a lone half becomes U+FFFD (``unicode_text.fix_surrogates``; O(1) per delta
+        while streaming).
+        """
+        reasoning = fix_surrogates("".join(self._reasoning))
         if self._done is not None:
             finish_reason = self._done.finish_reason
         else:
             finish_reason = self._error.finish_reason if self._error is not None else None
         return AssistantResponse(
-            text="".join(self._text),
+            text=fix_surrogates("".join(self._text)),
             reasoning=reasoning or None,
             tool_calls=self._assembled_calls() if self._done is not None else [],
             usage=self._usage,

@@ -42,9 +42,13 @@ def event_json(data: str) -> Any:
     time on small chunks, bench/bench_stream_parse.py).
 
     Raises:
-        ValueError: ``data`` is not exactly one JSON value.
+        ValueError: ``data`` is not exactly one JSON value, or it nests too deeply for the
+            (recursive) decoder: a hostile event must not raise ``RecursionError`` out of a parser.
     """
-    value, end = _raw_decode(data)
+    try:
+        value, end = _raw_decode(data)
+    except RecursionError:
+        raise ValueError("the JSON value nests too deeply") from None
     if end != len(data):
         raise ValueError(f"extra data after the JSON value at {end}")
     return value
@@ -71,7 +75,7 @@ def _is_complete(data: str) -> bool:
         return True
     try:
         json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 

@@ -8,7 +8,8 @@ notify later: nothing here talks to the channel layer. Callers outside use the p
 Modules: ``shapes`` (errors, protocol/history rows, result records), ``dialogs`` (chats and their
 dialogs), ``inbox`` (accepted user messages), ``lease`` (per-dialog ownership), ``turns`` (start,
 commit, abandon, interrupt), ``notices`` (durable interrupted-turn notices, issue 5),
-``background`` (title attempts and compaction summaries, committed conditionally).
+``background`` (title attempts and compaction summaries, committed conditionally), ``claims``
+(stop requests and manual-compaction claims that bind every server process).
 
 Errors: ``NotFoundError`` (unknown or foreign dialog — answer 404 / ``not_found``),
 ``InboxFullError`` (the dialog already has ``INBOX_CAPACITY`` queued messages), ``LeaseLostError``
@@ -21,6 +22,14 @@ from conversations.storage.background import (
     compaction_source,
     is_active_dialog,
     title_candidate,
+)
+from conversations.storage.claims import (
+    STOP_REPEAT_MS,
+    claim_compaction,
+    compaction_claimed,
+    note_stop_requested,
+    release_compaction,
+    repeated_stop,
 )
 from conversations.storage.dialogs import (
     MAX_TITLE_CHARS,
@@ -57,7 +66,7 @@ from conversations.storage.shapes import (
     dialog_summary,
     message_to_history_row,
     message_to_protocol,
-    scrub_nul,
+    scrub_text,
 )
 from conversations.storage.turns import (
     abandon_turn,
@@ -68,6 +77,12 @@ from conversations.storage.turns import (
 )
 
 __all__ = [
+    "STOP_REPEAT_MS",
+    "claim_compaction",
+    "compaction_claimed",
+    "note_stop_requested",
+    "release_compaction",
+    "repeated_stop",
     "DEFAULT_TITLE",
     "MAX_TITLE_CHARS",
     "DeletedDialog",
@@ -114,7 +129,7 @@ __all__ = [
     "release_lease",
     "renew_lease",
     "running_inbox",
-    "scrub_nul",
+    "scrub_text",
     "start_next_turn",
     "switch_dialog",
     "title_candidate",

@@ -11,7 +11,12 @@ from __future__ import annotations
 from django.db.models import F
 
 from conversations.models import ChatState, Dialog, Message
-from conversations.storage.shapes import NotFoundError, message_to_history_row, message_to_protocol, scrub_nul
+from conversations.storage.shapes import (
+    NotFoundError,
+    message_to_history_row,
+    message_to_protocol,
+    scrub_text,
+)
 
 # How many of a dialog's first user/assistant rows the title request may read.
 TITLE_SOURCE_ROWS = 20
@@ -71,7 +76,7 @@ def commit_generated_title(dialog_id: str, title: str) -> Dialog | None:
         generated title is discarded). Touches the DB.
     """
     updated = Dialog.objects.filter(pk=dialog_id, title_is_default=True, deleted_at__isnull=True).update(
-        title=scrub_nul(title)[:MAX_TITLE_LENGTH], title_is_default=False, state_version=F("state_version") + 1
+        title=scrub_text(title)[:MAX_TITLE_LENGTH], title_is_default=False, state_version=F("state_version") + 1
     )
     if not updated:
         return None
@@ -131,7 +136,7 @@ def commit_summary(dialog_id: str, summary: str, covers_seq: int, expected_summa
     updated = Dialog.objects.filter(
         pk=dialog_id, summary_seq=expected_summary_seq, deleted_at__isnull=True, history_revision__gte=covers_seq
     ).update(
-        summary=scrub_nul(summary),
+        summary=scrub_text(summary),
         summary_seq=covers_seq,
         auto_compact_failures=0,
         state_version=F("state_version") + 1,

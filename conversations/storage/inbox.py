@@ -11,7 +11,7 @@ from django.db.models import F, Q
 from conversations.inbound import InboundMessage
 from conversations.models import Dialog, InboxMessage, now_ms
 from conversations.storage.dialogs import resolve_dialog
-from conversations.storage.shapes import AcceptedMessage, InboxFullError, NotFoundError, scrub_nul
+from conversations.storage.shapes import AcceptedMessage, InboxFullError, NotFoundError, scrub_text
 
 
 def _queued_ahead(dialog_id: str, position: int) -> int:
@@ -48,7 +48,7 @@ def accept_message(
             ``client_msg_id`` names a message whose dialog was deleted.
         InboxFullError: the dialog already has ``INBOX_CAPACITY`` queued messages.
     """
-    client_msg_id, content, source = scrub_nul(client_msg_id), scrub_nul(content), scrub_nul(source)
+    client_msg_id, content, source = scrub_text(client_msg_id), scrub_text(content), scrub_text(source)
     if client_msg_id:
         existing = InboxMessage.objects.filter(user=owner, client_msg_id=client_msg_id).select_related("dialog").first()
         if existing is not None:
@@ -80,7 +80,7 @@ def accept_message(
                 media=media or [],
                 received_at=received_at or now_ms(),
                 source=source or {},
-                channel_context=scrub_nul(channel_context) or {},
+                channel_context=scrub_text(channel_context) or {},
             )
     except IntegrityError:
         # A concurrent send with the same client_msg_id won the race: answer with its row.

@@ -10,6 +10,7 @@ from typing import Any
 
 from conversations.models import Dialog, Message
 from conversations.sessions import history_row_to_protocol
+from providers.unicode_text import scrub_value
 
 DEFAULT_TITLE = "New chat"
 
@@ -38,20 +39,17 @@ class LeaseLostError(StorageError):
 # --- shapes ---------------------------------------------------------------------------------------
 
 
-def scrub_nul(value: Any) -> Any:
-    """``value`` with NUL characters replaced by U+FFFD, in strings nested in dicts and lists.
+def scrub_text(value: Any) -> Any:
+    """``value`` fit to be stored: in every string, nested in dicts and lists too, NUL characters
+    and lone UTF-16 surrogates become U+FFFD and split surrogate pairs are rejoined
+    (``providers.unicode_text.scrub_value``). Other values are returned as they are.
 
-    PostgreSQL text and jsonb cannot store ``\x00``; a model or a user that sends one must not
-    make a write fail (and lose the turn). SQLite would take it, but both databases store the same.
+    PostgreSQL text and jsonb cannot store ``\x00``, and neither database driver can encode a
+    lone surrogate (``json.loads`` makes one of a ``"\\ud800"`` escape): a model, a tool or a user
+    that sends one must not make a write fail (and lose the turn). Iterative, so a deeply nested
+    value cannot overflow the stack here.
     """
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd") if "\x00" in value else value
-    if isinstance(value, dict):
-        return {scrub_nul(k): scrub_nul(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub_nul(v) for v in value]
-    return value
-
+    return scrub_value(value)
 
 
 def message_to_protocol(row: Message) -> dict:

@@ -17,7 +17,7 @@ from conversations.storage.shapes import (
     TurnStart,
     message_to_history_row,
     message_to_protocol,
-    scrub_nul,
+    scrub_text,
 )
 
 
@@ -197,7 +197,7 @@ def commit_turn(
         created = []
         for data in rows:
             seq += 1
-            created.append(Message(dialog=dialog, seq=seq, **scrub_nul(data)))
+            created.append(Message(dialog=dialog, seq=seq, **scrub_text(data)))
         Message.objects.bulk_create(created)
         usage = usage or {}
         Dialog.objects.filter(pk=dialog.pk).update(
@@ -211,7 +211,7 @@ def commit_turn(
             usage_output_tokens=F("usage_output_tokens") + int(usage.get("output_tokens") or 0),
         )
         InboxMessage.objects.filter(pk=inbox_id).update(
-            status=inbox_status, finished_at=now_ms(), error=scrub_nul(error)
+            status=inbox_status, finished_at=now_ms(), error=scrub_text(error)
         )
         user_row = Message.objects.filter(pk=inbox_id).first()
     committed = ([message_to_protocol(user_row)] if user_row else []) + [message_to_protocol(m) for m in created]
@@ -230,6 +230,6 @@ def abandon_turn(dialog_id: str, worker_id: str, epoch: int, inbox_id: str, erro
         except LeaseLostError:
             return False
         InboxMessage.objects.filter(pk=inbox_id, status=InboxMessage.Status.STARTED).update(
-            status=InboxMessage.Status.DONE, finished_at=now_ms(), error=scrub_nul(error)[:2000]
+            status=InboxMessage.Status.DONE, finished_at=now_ms(), error=scrub_text(error)[:2000]
         )
     return True

@@ -592,13 +592,19 @@ class FetchResult:
 
 
 class _Body:
-    """Reads a response body up to ``limit`` bytes, decoding gzip/deflate with the same bound."""
+    """Reads a response body up to ``limit`` bytes, decoding gzip/deflate with the same bound.
+
+    ``deflate`` is the zlib format (RFC 9110 §8.4.1.2), but many servers send raw DEFLATE
+    (RFC 1951) under that name, and browsers accept both: the zlib wrapper is tried first, and a
+    body whose first bytes are not a zlib header is read again as raw DEFLATE.
+    """
 
     def __init__(self, encoding: str, limit: int) -> None:
         self.limit = limit
         self.chunks: list[bytes] = []
         self.size = 0
         self.truncated = False
+        self._undecided: bytes | None = None  # deflate: the raw bytes before the header was checked
         encoding = encoding.strip().lower()
         if encoding in ("", "identity"):
             self._decoder = None
@@ -606,14 +612,34 @@ class _Body:
             self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif encoding == "deflate":
             self._decoder = zlib.decompressobj()
+            self._undecided = b""
         else:
             raise ToolError(f"the server sent an unsupported content encoding {encoding[:40]!r}")
 
+    def _decompress(self, raw: bytes) -> bytes:
+        assert self._decoder is not None
+        bound = self.limit - self.size + 1  # decompression-bomb safe: never more than the limit
+        if self._undecided is None:
+            return self._decoder.decompress(raw, bound)
+        seen = self._undecided + raw
+        try:
+            data = self._decoder.decompress(raw, bound)
+        except zlib.error:  # zlib checks its 2-byte header first: this is raw DEFLATE
+            self._undecided = None
+            self._decoder = zlib.decompressobj(-zlib.MAX_WBITS)
+            return self._decoder.decompress(seen, bound)
+        self._undecided = None if len(seen) >= 2 else seen  # the header passed: zlib it is
+        return data
+
     def feed(self, raw: bytes) -> bool:
-        """Take a raw chunk; False once the limit is reached (stop reading)."""
+        """Take a raw chunk; False once the limit is reached (stop reading).
+
+        Raises:
+            ToolError: the compressed body is corrupt.
+        """
         if self._decoder is not None:
             try:
-                data = self._decoder.decompress(raw, self.limit - self.size + 1)
+                data = self._decompress(raw)
             except zlib.error as exc:
                 raise ToolError("the server sent a corrupt compressed body") from exc
         else:
@@ -694,6 +720,22 @@ async def _follow(
     raise ToolError(f"too many redirects (more than {policy.max_redirects})")
 
 
+def _is_utf8(data: bytes, truncated: bool) -> bool:
+    """Whether ``data`` is UTF-8 text, with no NUL in its first KiB (binary formats have one
+    there). A body cut at the size limit may end inside a character: that last, incomplete one
+    is not held against it."""
+    if b"\x00" in data[:1024]:
+        return False
+    if data.isascii():
+        return True
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        decoder.decode(data, final=not truncated)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 async def _read(response: httpx2.Response, limit: int, redirects: int) -> FetchResult:
     content_type = response.headers.get("content-type", "")
     media_type = content_type.split(";", 1)[0].strip().lower()
@@ -704,8 +746,8 @@ async def _read(response: httpx2.Response, limit: int, redirects: int) -> FetchR
         if not body.feed(raw):
             break
     data = body.bytes()
-    if not media_type and b"\x00" in data[:1024]:  # untyped: text only when it looks like it
-        raise ToolError("the response has no content type and is not text")
+    if not media_type and not _is_utf8(data, body.truncated):  # untyped: text only when it is UTF-8
+        raise ToolError("the response has no content type and is not UTF-8 text; http_fetch returns text only")
     text = await page_text_off_loop(data, media_type, response.charset_encoding)
     return FetchResult(
         url=str(response.url),

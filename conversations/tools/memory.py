@@ -32,7 +32,7 @@ from django.db import connection
 from django.db.models import Q
 
 from conversations.models import Dialog, MemoryItem, now_ms
-from conversations.storage import scrub_nul
+from conversations.storage import scrub_text
 from conversations.storage_runner import run_storage
 from conversations.tools.registry import Tool, ToolContext, ToolError
 
@@ -114,7 +114,7 @@ def normalize_tags(tags: list[str] | None) -> list[str]:
     """Tags stripped, lower-cased, de-duplicated, in order; empty ones dropped; NUL becomes U+FFFD."""
     out: list[str] = []
     for tag in tags or []:
-        value = " ".join(unicodedata.normalize("NFKC", scrub_nul(tag)).split()).lower()[:TAG_MAX_CHARS]
+        value = " ".join(unicodedata.normalize("NFKC", scrub_text(tag)).split()).lower()[:TAG_MAX_CHARS]
         if value and value not in out:
             out.append(value)
     return out[:TAGS_MAX]
@@ -124,7 +124,8 @@ def save_memory(scope: MemoryScope, content: str, tags: list[str] | None = None)
     """Store ``content`` for ``scope`` (sync). Saving text the scope already has refreshes that
     item (its tags are merged) instead of adding a copy.
 
-    NUL characters become U+FFFD (``storage.scrub_nul``): PostgreSQL text cannot hold them.
+    NUL characters and lone surrogates become U+FFFD (``storage.scrub_text``): they cannot be
+    stored.
 
     Returns:
         ``(id, created)``.
@@ -132,7 +133,7 @@ def save_memory(scope: MemoryScope, content: str, tags: list[str] | None = None)
     Raises:
         ToolError: empty or too long content.
     """
-    text = scrub_nul(content).strip()
+    text = scrub_text(content).strip()
     if not text:
         raise ToolError("content is empty")
     if len(text) > CONTENT_MAX_CHARS:
@@ -155,7 +156,7 @@ def search_memories(scope: MemoryScope, query: str, limit: int = DEFAULT_LIMIT) 
     Returns an empty list when the query has no searchable term. NUL characters in the query
     are ignored (PostgreSQL refuses them in a query parameter).
     """
-    query = scrub_nul(query)
+    query = scrub_text(query)
     terms = search_terms(query)
     limit = max(1, min(limit, MAX_LIMIT))
     if not terms:

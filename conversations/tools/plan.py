@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from django.db import IntegrityError
 
 from conversations.models import Dialog, Plan, now_ms
-from conversations.storage import scrub_nul
+from conversations.storage import scrub_text
 from conversations.storage_runner import run_storage
 from conversations.tools.registry import Tool, ToolContext, ToolError
 
@@ -28,7 +28,8 @@ _MARKS = {"pending": "[ ]", "in_progress": "[>]", "done": "[x]"}
 
 def clean_plan(steps: list[dict], note: str = "") -> dict:
     """A plan ``content`` from tool arguments: texts stripped, empty steps dropped, bounds checked;
-    NUL characters become U+FFFD (PostgreSQL jsonb cannot hold them).
+    NUL characters and lone surrogates become U+FFFD (``storage.scrub_text``: they could not be
+    stored, nor sent in a later request's runtime context).
 
     Raises:
         ToolError: more than ``MAX_STEPS`` steps, a step text/note too long, an unknown status.
@@ -37,7 +38,7 @@ def clean_plan(steps: list[dict], note: str = "") -> dict:
         raise ToolError(f"a plan has at most {MAX_STEPS} steps")
     clean: list[dict] = []
     for index, step in enumerate(steps):
-        text = " ".join(scrub_nul(str(step.get("text", ""))).split())
+        text = " ".join(scrub_text(str(step.get("text", ""))).split())
         status = step.get("status", "pending")
         if status not in STATUSES:
             raise ToolError(f"step {index + 1}: status must be one of {', '.join(STATUSES)}")
@@ -45,7 +46,7 @@ def clean_plan(steps: list[dict], note: str = "") -> dict:
             raise ToolError(f"step {index + 1}: text is longer than {STEP_MAX_CHARS} characters")
         if text:
             clean.append({"text": text, "status": status})
-    note = scrub_nul(note or "").strip()
+    note = scrub_text(note or "").strip()
     if len(note) > NOTE_MAX_CHARS:
         raise ToolError(f"the note is longer than {NOTE_MAX_CHARS} characters")
     return {"steps": clean, "note": note}

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +29,10 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 
-from conversations.turn_failures import configured_secrets, describe_exception, new_ref, redact
+from conversations.turn_failures import configured_secrets, describe_exception, new_ref, one_line, redact
 from providers.base import ToolArgumentsError, ToolCall
 from providers.messages import ToolDefinition
+from providers.unicode_text import fix_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,6 @@ DEFAULT_MAX_CONCURRENT_CALLS = 16
 """Calls of one turn that run at the same time (``PICOBOT_MAX_TOOL_CALLS``)."""
 LOG_DETAIL_CHARS = 8000
 """Bound of a crash's logged detail (its traceback)."""
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class ToolError(Exception):
@@ -149,16 +148,12 @@ def _preview(text: str) -> str:
     return _bounded(text, PREVIEW_CHARS)
 
 
-def _escape_control(match: re.Match[str]) -> str:
-    char = match.group()
-    return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char) or f"\\u{ord(char):04x}"
-
-
 def log_safe(text: str, limit: int = LOG_DETAIL_CHARS) -> str:
     """``text`` fit for one log line: credentials redacted (``turn_failures.redact`` with the
-    configured secrets), line breaks and other control characters escaped (``\\n``, ``\\u001b``)
-    so it cannot forge log lines, at most ``limit`` characters."""
-    text = _CONTROL.sub(_escape_control, redact(text, configured_secrets()))
+    configured secrets), line breaks, other control characters and bidi overrides escaped
+    (``\\n``, ``\\u001b``, ``\\u202e``: ``turn_failures.one_line``) so it cannot forge log lines,
+    at most ``limit`` characters."""
+    text = one_line(redact(text, configured_secrets()))
     if len(text) <= limit:
         return text
     half = max(1, (limit - 5) // 2)  # a traceback's head and its tail (the exception) both matter
@@ -250,8 +245,13 @@ class ToolRegistry:
             context: the turn's context, passed to tools with ``needs_context``; such a tool
                 called without one gets an error result.
 
+        A tool that raises anything else — any ``Exception``, ``SystemExit``, ``KeyboardInterrupt``,
+        or a ``CancelledError`` of its own while this task is not being cancelled — gets an error
+        result "<name> failed: <Type> (ref …)", logged once, redacted, on one line.
+
         Raises:
             ToolFatalError: the tool said the turn cannot go on.
+            asyncio.CancelledError: the task running the call is being cancelled (``/stop``).
         """
         tool = self._tools.get(call.name)
         if tool is None:
@@ -278,24 +278,45 @@ class ToolRegistry:
             raise
         except ToolError as exc:
             return self._error(str(exc))
-        except Exception as exc:  # a bug in one tool must not kill the turn
-            # Never raw: the message may carry what an upstream sent (keys, forged log lines).
-            ref = new_ref()
-            log.error(
-                "tool %s crashed (ref %s): %s",
-                log_safe(call.name, 200),
-                ref,
-                log_safe(describe_exception(exc, with_traceback=True)),
-            )
-            return self._error(f"{call.name} failed: {type(exc).__name__} (ref {ref})")
+        except asyncio.CancelledError as exc:
+            if being_cancelled():
+                raise  # a /stop, a deadline, a sibling's fatal error: the cancellation goes on
+            return self._crashed(call, exc)  # the tool's own (a future it cancelled itself)
+        except GeneratorExit:
+            raise  # the coroutine is being closed: it must not go on
+        except BaseException as exc:  # noqa: BLE001 - a bug in one tool must not kill the turn
+            # SystemExit (argparse in a plugin), KeyboardInterrupt raised by a library: a task
+            # that raised one would stop the whole server's event loop.
+            return self._crashed(call, exc)
         if not isinstance(content, str):
             content = json.dumps(content, ensure_ascii=False)
-        content = truncate_result(content, self.max_result_chars)
+        # A lone surrogate could not be shown, sent to the model or stored (unicode_text).
+        content = truncate_result(fix_surrogates(content), self.max_result_chars)
         return ToolOutcome(content=content, is_error=False, preview=_preview(content))
 
+    def _crashed(self, call: ToolCall, exc: BaseException) -> ToolOutcome:
+        """The error outcome of a tool that raised something unexpected, logged once."""
+        # Never raw: the message may carry what an upstream sent (keys, forged log lines).
+        ref = new_ref()
+        log.error(
+            "tool %s crashed (ref %s): %s",
+            log_safe(call.name, 200),
+            ref,
+            log_safe(describe_exception(exc, with_traceback=True)),
+        )
+        return self._error(f"{call.name} failed: {type(exc).__name__} (ref {ref})")
+
     def _error(self, message: str) -> ToolOutcome:
+        message = fix_surrogates(message)
         content = truncate_result(f"Error: {message}", self.max_result_chars)
         return ToolOutcome(content=content, is_error=True, preview=_preview(message))
+
+
+def being_cancelled() -> bool:
+    """Whether the running task is being cancelled (``Task.cancelling()``): a ``CancelledError``
+    raised then is a real cancellation; one raised otherwise is a tool's own failure."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class BoundToolRegistry(ToolRegistry):

@@ -211,6 +211,9 @@ async def test_nothing_to_compact_is_an_outcome_with_a_reason_and_no_model_call(
         (OverloadedError("upstream says SECRET-DETAIL", http_status=529), "provider failed (overloaded)"),
         (script_text("<think>the summary would be"), "no usable summary"),
         (script_text(""), "no usable summary"),
+        # Cut off at max_tokens (QA 6): it stops mid-sentence, like an unclosed think span.
+        (script_text("The user asked about Kyoto and then the", finish_reason="length"), "cut off"),
+        (script_text("The user asked about Kyoto and then the", finish_reason="max_tokens"), "cut off"),
         (RuntimeError("SECRET-DETAIL"), "Internal error"),
     ],
 )

@@ -18,6 +18,7 @@ from conversations.turn_failures import (
     TurnFailureKind,
     TurnFailurePresenter,
     log_failure,
+    one_line,
     provider_failure_lead,
     redact,
 )
@@ -27,6 +28,7 @@ from providers.chunks import ReasoningDelta as ReasoningChunk
 from providers.chunks import TextDelta as TextChunk
 from providers.errors import (
     AuthenticationError,
+    BadResponseError,
     OverloadedError,
     ProviderError,
     RequestBlockedError,
@@ -59,6 +61,29 @@ present = TurnFailurePresenter().present
         ("Invalid API key: gsk_abcdefghijklmnop", "gsk_abcdefghijklmnop"),
         ("connect to https://admin:s3cr3t@db.internal:5432/picobot failed", "s3cr3t"),
         ("password=correct-horse in DSN", "correct-horse"),
+        # QA 6: more vendors' key prefixes, AWS, compound names and bare words with a value.
+        ("Invalid key gsk_abcdefghijklmnopqrstuvwxyz0123", "abcdefghijklmnopqrstuvwxyz0123"),
+        ("Incorrect API key provided: xai-ABCDEFGHIJKLMNOPQRSTUVWXYZ012345.", "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"),
+        ("hf_abcdefghijklmnopqrstuvwxyzABCD invalid", "abcdefghijklmnopqrstuvwxyzABCD"),
+        ("token ghp_1234567890abcdefghijklmnopqrstuvwxyz12 bad", "1234567890abcdefghijklmnopqrstuvwxyz12"),
+        ("gho_16C7e42F292c6912E7710c838347Ae178B4a expired", "16C7e42F292c6912E7710c838347Ae178B4a"),
+        ("github_pat_11ABCDEFG0123456789_abcdefghijklmnop revoked", "11ABCDEFG0123456789_abcdefghijklmnop"),
+        ("Incorrect API key provided: 'fw_3ZabcdefghijklmnopQRSTUV'", "3ZabcdefghijklmnopQRSTUV"),
+        ("AKIAIOSFODNN7EXAMPLE is not authorized", "AKIAIOSFODNN7EXAMPLE"),
+        ("aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+        ("header X-Api-Key=abcdef123456 rejected", "abcdef123456"),
+        ("X-Api-Key: abcdef123456", "abcdef123456"),
+        ("Ocp-Apim-Subscription-Key: 0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef"),
+        ("key: ZZZ-my-secret-value", "ZZZ-my-secret-value"),
+        ("secret: topsecretvalue1", "topsecretvalue1"),
+        ('"token": "tok_98765abc"', "tok_98765abc"),
+        ("session_token=abc", "abc"),
+        ("db-password: hunter2", "hunter2"),
+        ("Authorization=Bearer abc", "abc"),
+        ("GET /x?auth=Bearer%20abcdefghijkl1234", "abcdefghijkl1234"),
+        ("Bearer%20abcdefghijkl1234", "abcdefghijkl1234"),
+        ("Bearer\tabcdefghijkl1234", "abcdefghijkl1234"),
+        ("private_key: -----BEGIN PRIVATE KEY-----MIIEvQIBADANBg\nAAA\n-----END PRIVATE KEY-----", "MIIEvQIBADANBg"),
     ],
 )
 def test_redact_removes_credentials(raw, secret):
@@ -80,11 +105,43 @@ def test_redact_replaces_known_secrets_verbatim_and_ignores_tiny_ones():
         "The upstream model is temporarily unavailable.",
         "the key: value pair is missing",
         "Basic plan users cannot use this model",
+        "Invalid key provided",
+        "max_tokens: 4096 is too large",
+        "the token: missing",
+        "monkey: banana-1",
+        "completion_tokens=12 prompt_tokens=40",
         "",
     ],
 )
 def test_redact_leaves_ordinary_messages_alone(text):
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("raw", "line"),
+    [
+        ("a\nb\rc\td", "a\\nb\\rc\\td"),
+        ("\x1b[31mred\x1b[0m", "\\u001b[31mred\\u001b[0m"),  # ANSI colours neutralised
+        ("\u202eLOOKS FINE\u202c", "\\u202eLOOKS FINE\\u202c"),  # bidi override
+        ("\u2066iso\u2069 \u2067x\u2068", "\\u2066iso\\u2069 \\u2067x\\u2068"),  # bidi isolates
+        ("nul\x00 del\x7f c1\x9b bell\x07 ls\u2028", "nul\\u0000 del\\u007f c1\\u009b bell\\u0007 ls\\u2028"),
+        ("plain 中文 text", "plain 中文 text"),
+    ],
+)
+def test_one_line_neutralises_controls_ansi_and_bidi_characters(raw, line):
+    assert one_line(raw) == line
+
+
+def test_a_provider_message_with_ansi_and_bidi_is_shown_and_logged_inert():
+    error = BadResponseError(
+        "\u202eLOOKS FINE\u202c \x1b[31mred\x1b[0m Bearer\tabcdefghijkl1234", http_status=400, provider_code="x"
+    )
+    failure = TurnFailure.provider(error)
+    text = present(failure)
+
+    for shown in (text, failure.detail):
+        assert not any(ch in shown for ch in ("\x1b", "\u202e", "\u202c", "\t", "\n"))
+        assert "abcdefghijkl1234" not in shown
 
 
 def test_redact_is_idempotent():

@@ -515,6 +515,21 @@ async def test_an_oversized_summary_is_refused_and_the_turn_goes_on_without_it()
     assert f"at most about {cap:,} tokens" in provider.requests[0].messages[-1].text
 
 
+async def test_an_automatic_summary_cut_off_at_max_tokens_is_refused_and_the_turn_goes_on_without_it():
+    """QA 6: finish_reason "length" means the summary stops mid-sentence; it must not replace the
+    history it summarises (the failure is visible as the automatic compaction notice)."""
+    dialog = await seed_dialog(30, 400)
+    provider = ScriptedProvider([script_text("The user asked about topic 1 and then the", finish_reason="length")])
+    build = TurnInputBuilder(provider, system_prompt="sys", window_tokens=8000, keep_messages=4)
+    prepared = await build.prepare(await start_of(dialog.id))
+
+    assert prepared.compression is None
+    [notice] = prepared.notices
+    assert notice.startswith("Automatic compaction failed: The model's summary was cut off at its output limit")
+    after = await reload(dialog.id)
+    assert (after.summary, after.summary_seq, after.auto_compact_failures) == ("", 0, 1)
+
+
 async def test_a_manual_compact_refuses_an_oversized_summary(settings):
     settings.PICOBOT = {**settings.PICOBOT, "LLM_CONTEXT_WINDOW": 8000}
     dialog = await seed_dialog(30, 400)
