@@ -14,6 +14,10 @@ Revoking a token (``manage.py revoketoken``, the admin) ends everything it opene
 * open WebSockets authenticated by a token (directly or through such a session) are closed with
   code 4401 within ``REVOCATION_CHECK_SECONDS``: one query per process checks the tokens of all
   its open sockets (``ChatAuthMiddleware``).
+
+Deactivating (or deleting) a user ends all of it too, and so does a password change for the
+sockets of a password login (Django's session hash, as for its own HTTP sessions): those
+sockets are watched by ``(user id, session hash)`` in the same periodic check.
 """
 
 from __future__ import annotations
@@ -30,12 +34,13 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.contrib.auth import alogout, get_user_model, logout
+from django.contrib.auth import HASH_SESSION_KEY, alogout, get_user_model, logout
 from django.contrib.auth.backends import BaseBackend
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.signals import user_logged_in
 from django.dispatch import receiver
 from django.http.request import split_domain_port, validate_host
+from django.utils.crypto import constant_time_compare
 
 from conversations.models import ApiToken, now_ms
 from conversations.storage_runner import run_storage
@@ -100,9 +105,41 @@ def dead_tokens(token_ids: list[int]) -> set[int]:
     return set(token_ids) - live
 
 
+Credential = tuple
+"""What keeps a WebSocket open: ``("token", token_id)`` or ``("session", user_id, session_hash)``."""
+
+
+def dead_credentials(credentials: list[Credential]) -> set[Credential]:
+    """Which of these credentials no longer hold: at most two queries for any number of them.
+
+    A token is dead when revoked or its user is inactive or gone (``dead_tokens``); a password
+    session when its user is inactive or gone, or its session hash no longer matches (the
+    password changed — Django then also ends the user's HTTP sessions).
+    """
+    tokens = [c[1] for c in credentials if c[0] == "token"]
+    sessions = [c for c in credentials if c[0] == "session"]
+    dead: set[Credential] = {("token", pk) for pk in dead_tokens(tokens)} if tokens else set()
+    if sessions:
+        users = {u.pk: u for u in get_user_model().objects.filter(pk__in={c[1] for c in sessions}, is_active=True)}
+        for credential in sessions:
+            user = users.get(credential[1])
+            if user is None or not constant_time_compare(credential[2] or "", user.get_session_auth_hash()):
+                dead.add(credential)
+    return dead
+
+
 def get_or_create_user(username: str) -> tuple[Any, bool]:
-    """Return ``(user, created)`` for ``username``; a new user has an unusable password."""
+    """Return ``(user, created)`` for ``username``; a new user has an unusable password.
+
+    The name is normalised as Django's login form does (NFKC: ``ｆｕｌｌ`` → ``full``) before the
+    lookup, so a user made here can always log in; an existing user stored under the exact,
+    unnormalised name (made before this rule) is still found first.
+    """
     model = get_user_model()
+    user = model.objects.filter(username=username).first()
+    if user is not None:
+        return user, False
+    username = model.normalize_username(username)
     user = model.objects.filter(username=username).first()
     if user is not None:
         return user, False
@@ -157,39 +194,40 @@ def origin_allowed(scope: dict) -> bool:
 
 
 class _RevocationWatch:
-    """The token ids of one event loop's open WebSockets, checked together every
-    ``REVOCATION_CHECK_SECONDS`` (one query whatever the number of sockets); a revoked token's
-    sockets get their event set (``ChatAuthMiddleware`` then closes them)."""
+    """The credentials of one event loop's open WebSockets, checked together every
+    ``REVOCATION_CHECK_SECONDS`` (``dead_credentials``: at most two queries whatever the number
+    of sockets); a dead credential's sockets get their event set (``ChatAuthMiddleware`` then
+    closes them)."""
 
     def __init__(self) -> None:
-        self.sockets: dict[int, set[asyncio.Event]] = {}
+        self.sockets: dict[Credential, set[asyncio.Event]] = {}
         self.task: asyncio.Task | None = None
 
-    def add(self, token_id: int, revoked: asyncio.Event) -> None:
-        self.sockets.setdefault(token_id, set()).add(revoked)
+    def add(self, credential: Credential, revoked: asyncio.Event) -> None:
+        self.sockets.setdefault(credential, set()).add(revoked)
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._run())
 
-    def discard(self, token_id: int, revoked: asyncio.Event) -> None:
-        events = self.sockets.get(token_id)
+    def discard(self, credential: Credential, revoked: asyncio.Event) -> None:
+        events = self.sockets.get(credential)
         if events is not None:
             events.discard(revoked)
             if not events:
-                del self.sockets[token_id]
+                del self.sockets[credential]
 
     async def _run(self) -> None:
         while self.sockets:
             await asyncio.sleep(REVOCATION_CHECK_SECONDS)
-            ids = list(self.sockets)
-            if not ids:
+            credentials = list(self.sockets)
+            if not credentials:
                 break
             try:  # on the agent's storage threads, not the thread sync views share (DESIGN §2)
-                dead = await run_storage(dead_tokens, ids, retry=False)
+                dead = await run_storage(dead_credentials, credentials, retry=False)
             except Exception:
-                log.warning("could not check the tokens of open WebSockets; trying again", exc_info=True)
+                log.warning("could not check the credentials of open WebSockets; trying again", exc_info=True)
                 continue
-            for token_id in dead:
-                for revoked in list(self.sockets.get(token_id, ())):
+            for credential in dead:
+                for revoked in list(self.sockets.get(credential, ())):
                     revoked.set()
 
 
@@ -204,12 +242,14 @@ def _revocation_watch() -> _RevocationWatch:
     return watch
 
 
-async def _closed_when_revoked(inner: Any, scope: dict, receive: Any, send: Any, token_id: int) -> Any:
-    """Run ``inner`` for a WebSocket authenticated by token ``token_id``; when the token is revoked
-    while it is open, close it (4401, "API token revoked") and tell ``inner`` it disconnected."""
+async def _closed_when_revoked(inner: Any, scope: dict, receive: Any, send: Any, credential: Credential) -> Any:
+    """Run ``inner`` for a WebSocket authenticated by ``credential``; when it stops holding while
+    the socket is open (token revoked, user deactivated, password changed), close the socket
+    (4401 with the reason) and tell ``inner`` it disconnected."""
+    reason = "API token revoked" if credential[0] == "token" else "signed out: the user was deactivated or changed password"
     revoked = asyncio.Event()
     watch = _revocation_watch()
-    watch.add(token_id, revoked)
+    watch.add(credential, revoked)
     pending: asyncio.Future | None = None
 
     async def guarded_receive() -> dict:
@@ -225,20 +265,21 @@ async def _closed_when_revoked(inner: Any, scope: dict, receive: Any, send: Any,
             message, pending = pending.result(), None
             return message
         with contextlib.suppress(Exception):  # already closed by the consumer: nothing to send
-            await send({"type": "websocket.close", "code": CLOSE_REVOKED, "reason": "API token revoked"})
+            await send({"type": "websocket.close", "code": CLOSE_REVOKED, "reason": reason})
         return {"type": "websocket.disconnect", "code": CLOSE_REVOKED}
 
     try:
         return await inner(scope, guarded_receive, send)
     finally:
-        watch.discard(token_id, revoked)
+        watch.discard(credential, revoked)
         if pending is not None and not pending.done():
             pending.cancel()
 
 
 class _SessionTokenCheck:
     """Inside the session stack: a session logged in with an API token that is revoked now is
-    anonymous (refused, 4401); one whose token is live is watched like a token connection."""
+    anonymous (refused, 4401); one whose token is live is watched like a token connection, and a
+    password login's socket is watched by ``(user id, session hash)``."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -247,13 +288,17 @@ class _SessionTokenCheck:
         session = scope.get("session")
         token_id = await database_sync_to_async(session.get)(SESSION_TOKEN_KEY) if session is not None else None
         if token_id is None:
-            return await self.inner(scope, receive, send)
+            user = scope.get("user")
+            if scope.get("type") != "websocket" or user is None or not user.is_authenticated:
+                return await self.inner(scope, receive, send)
+            session_hash = await database_sync_to_async(session.get)(HASH_SESSION_KEY)
+            return await _closed_when_revoked(self.inner, scope, receive, send, ("session", user.pk, session_hash))
         scope = dict(scope)
         if not await database_sync_to_async(token_is_live)(token_id):
             scope["user"] = AnonymousUser()
             scope["auth_method"] = None
             return await self.inner(scope, receive, send)
-        return await _closed_when_revoked(self.inner, scope, receive, send, int(token_id))
+        return await _closed_when_revoked(self.inner, scope, receive, send, ("token", int(token_id)))
 
 
 class ChatAuthMiddleware:
@@ -278,7 +323,7 @@ class ChatAuthMiddleware:
             scope["auth_method"] = "token" if token is not None else None
             if token is None or scope.get("type") != "websocket":
                 return await self.inner(scope, receive, send)
-            return await _closed_when_revoked(self.inner, scope, receive, send, token.pk)
+            return await _closed_when_revoked(self.inner, scope, receive, send, ("token", token.pk))
         if not origin_allowed(scope):
             scope["user"] = AnonymousUser()
             scope["auth_method"] = None

@@ -13,7 +13,6 @@ a hint; another user's or another chat's dialog answers ``not_found`` (the calle
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from dataclasses import dataclass
@@ -209,7 +208,7 @@ async def _compact(client: CommandClient, channel: str, argument: str, session_i
 
     target = await _target(client, channel, session_id)
     try:
-        started = start_compaction(channel, client.chat_id, target.id)
+        started = await start_compaction(channel, client.chat_id, target.id)
     except SupervisorClosedError:
         await client.send_error("unavailable", "the server is shutting down; try /compact again in a moment")
         return
@@ -219,45 +218,40 @@ async def _compact(client: CommandClient, channel: str, argument: str, session_i
 
 
 COMPACTION_RUNNING = "A compaction of this dialog is already running; you are told when it is done."
-_compacting: set[str] = set()
-"""Dialogs whose manual compaction runs in this process (``/compact``, ``POST …/compact``)."""
+def compaction_claim_ms() -> int:
+    """How long a manual compaction's claim binds (ms): its supervisor bound
+    (``PICOBOT_COMPACT_TIMEOUT`` + 10 s) and a margin; older claims belong to a dead process."""
+    return int((float(settings.PICOBOT["COMPACT_TIMEOUT"]) + 30) * 1000)
 
 
-def compaction_running(dialog_id: str) -> bool:
-    """Whether a manual compaction of ``dialog_id`` runs in this process (the in-flight set, or a
-    live task of the control supervisor named for it)."""
-    if dialog_id in _compacting:
-        return True
-    name = f"control:compact {dialog_id}"
-    try:
-        tasks = asyncio.all_tasks()
-    except RuntimeError:  # no running loop
-        return False
-    return any(task.get_name() == name and not task.done() for task in tasks)
-
-
-def start_compaction(channel: str, chat_id: str, dialog_id: str) -> bool:
+async def start_compaction(channel: str, chat_id: str, dialog_id: str) -> bool:
     """Start a manual compaction of the dialog in the control supervisor (seed 004 §7 ``/compact``).
 
-    At most one per dialog and process: False (nothing started, no model call) while one runs —
-    fifteen ``/compact`` in a row are one paid summary call, not fifteen. Raises
-    SupervisorClosedError while the server shuts down.
+    At most one per dialog at a time across every server process (``storage.claim_compaction``):
+    False (nothing started, no model call) while one runs — fifteen ``/compact`` in a row are one
+    paid summary call, not fifteen. Raises SupervisorClosedError while the server shuts down.
     """
     from conversations.supervisor import control_supervisor
 
-    if compaction_running(dialog_id):
+    stamp = await run_storage(storage.claim_compaction, dialog_id, compaction_claim_ms())
+    if stamp is None:
         return False
-    _compacting.add(dialog_id)
+
+    async def compact_then_release() -> None:
+        try:
+            await compact_and_report(channel, chat_id, dialog_id)
+        finally:
+            await run_storage(storage.release_compaction, dialog_id, stamp)
+
     try:
-        task = control_supervisor().spawn(
-            compact_and_report(channel, chat_id, dialog_id),
+        control_supervisor().spawn(
+            compact_then_release(),
             name=f"compact {dialog_id}",
             timeout=float(settings.PICOBOT["COMPACT_TIMEOUT"]) + 10,
         )
     except BaseException:
-        _compacting.discard(dialog_id)
+        await run_storage(storage.release_compaction, dialog_id, stamp)
         raise
-    task.add_done_callback(lambda _task: _compacting.discard(dialog_id))
     return True
 
 

@@ -19,7 +19,6 @@ import logging
 import os
 import secrets
 import socket
-import time
 from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -28,7 +27,7 @@ from django.db import DatabaseError
 
 from conversations import storage
 from conversations.commands import announce, handle_command, idle_reset_notice, welcome
-from conversations.inbound import InboundMessage
+from conversations.inbound import InboundMessage, is_blank
 from conversations.media import MediaError, validate_media
 from conversations.models import now_ms
 from conversations.notify import dumps, interrupted_notice, session_changed
@@ -52,10 +51,6 @@ MAX_HISTORY_LIMIT = 200
 # Seconds a stop request waits for the owning worker's acknowledgement before telling the user
 # that no live worker runs the turn.
 STOP_ACK_SECONDS = 2.0
-# A stop without turn_id this soon after a stop of the same dialog (from any client of this
-# process), whose turn has ended since, is that stop again (a double click, a retry): answered,
-# never applied to the next turn. See ``remember_stop``.
-STOP_REPEAT_SECONDS = 3.0
 MAX_SEQ = 2**53  # JavaScript's safe integers; also below PostgreSQL's bigint
 CLOSE_UNAUTHORIZED = 4401
 # DESIGN §2 asks for 1001, but Daphne's WebSocket stack (autobahn) refuses to send any server close
@@ -73,31 +68,6 @@ def process_connections_group() -> str:
     return f"picobot.connections.{host}.{os.getpid()}"
 
 
-_recent_stops: dict[str, tuple[float, str, dict | None]] = {}  # dialog id → (monotonic, turn id, REST answer)
-
-
-def remember_stop(dialog_id: str, turn_id: str, answer: dict | None = None) -> None:
-    """Note that the dialog's turn ``turn_id`` was just asked to stop (WebSocket, ``/stop``, REST
-    with its 202 ``answer``), so that the same stop again is not applied to the next turn."""
-    now = time.monotonic()
-    if len(_recent_stops) > 1000:  # bounded: forget what no repeat can refer to any more
-        for key, (when, _, _) in list(_recent_stops.items()):
-            if now - when > STOP_REPEAT_SECONDS:
-                del _recent_stops[key]
-    _recent_stops[dialog_id] = (now, turn_id, answer)
-
-
-def repeated_stop(dialog_id: str, running_turn_id: str | None) -> tuple[str, dict | None] | None:
-    """``(turn id, REST answer)`` of the stop a new stop (without ``turn_id``) repeats: one of
-    the last ``STOP_REPEAT_SECONDS`` whose turn ended and another one of the dialog runs now.
-    None otherwise (nothing runs: the repeat is answered "nothing is running")."""
-    recent = _recent_stops.get(dialog_id)
-    if (recent is None or running_turn_id is None or recent[1] == running_turn_id
-            or time.monotonic() - recent[0] > STOP_REPEAT_SECONDS):
-        return None
-    return recent[1], recent[2]
-
-
 class FrameError(Exception):
     """A client frame is invalid; answered with an ``error`` frame, the connection stays open."""
 
@@ -112,9 +82,9 @@ def _optional_str(frame: dict, key: str, max_len: int) -> str | None:
     value = frame.get(key)
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > max_len or not value.isprintable():
+    if not isinstance(value, str) or is_blank(value) or len(value) > max_len or not value.isprintable():
         raise FrameError(
-            "invalid_frame", f"{key} must be a non-empty printable string of at most {max_len} characters"
+            "invalid_frame", f"{key} must be a non-blank printable string of at most {max_len} characters"
         )
     return value
 
@@ -272,8 +242,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         received_at = now_ms()  # the user row's created_at (seed 000 §10.2)
         client_msg_id = _optional_str(frame, "client_msg_id", MAX_CLIENT_MSG_ID)
         content = frame.get("content")
-        if not isinstance(content, str) or not content.strip():
-            raise FrameError("invalid_frame", "content must be a non-empty string", client_msg_id)
+        if not isinstance(content, str) or is_blank(content):
+            raise FrameError("invalid_frame", "content must be a non-blank string", client_msg_id)
         if len(content) > MAX_CONTENT_CHARS:
             raise FrameError("content_too_long", f"content exceeds {MAX_CONTENT_CHARS} characters", client_msg_id)
         session_id = _optional_str(frame, "session_id", 255)
@@ -360,19 +330,21 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await run_storage(storage.dialog_for_user, self.user, session_id)
         running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
         current = next((item for item in running if item["session_id"] == session_id), None)
-        repeated = repeated_stop(session_id, current["turn_id"] if current else None) if turn_id is None else None
-        if repeated is not None:
-            # The same stop again (a double click) after its turn ended: never the next turn.
-            await self.send_frame({"type": "notification", "level": "info", "session_id": session_id,
-                                   "turn_id": repeated[0], "content": "That turn was already stopped."})
-            return
+        if turn_id is None and current is not None:
+            # The same stop again (a double click, a retry on another server) after its turn
+            # ended: never applied to the next turn (storage.claims).
+            repeated = await run_storage(storage.repeated_stop, session_id, current["turn_id"])
+            if repeated is not None:
+                await self.send_frame({"type": "notification", "level": "info", "session_id": session_id,
+                                       "turn_id": repeated, "content": "That turn was already stopped."})
+                return
         if current is None or (turn_id is not None and current["turn_id"] != turn_id):
             content = "Nothing is running." if current is None else "That turn is not running any more."
             await self.send_frame({"type": "notification", "level": "info", "content": content,
                                    "session_id": session_id})
             return
         turn_id = current["turn_id"]
-        remember_stop(session_id, turn_id)
+        await run_storage(storage.note_stop_requested, session_id, turn_id)
         acked, waiting = self.stop_acks.get(turn_id) or (asyncio.Event(), 0)
         self.stop_acks[turn_id] = (acked, waiting + 1)
         await request_stop(session_id, turn_id=turn_id, reply_channel=self.channel_name)

@@ -8,9 +8,17 @@ unread to the turn's sink — the core never interprets platform keys.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: only whitespace and invisible format characters (zero-width
+    space U+200B, joiners, word joiner, BOM — Unicode category Cf). Such a message is refused on
+    every channel, as an empty one is; so is a client-chosen id (``client_msg_id``) like ``" "``."""
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ Pure module: no Django, no I/O.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from providers.base import ProviderRequest
 from providers.messages import RUNTIME_CONTEXT_MARKER, Message
@@ -32,6 +33,11 @@ _CLOSE_TAG = re.compile(rf"</(?:{_TAGS})>", re.IGNORECASE)
 _PREFIX = re.compile(r"^(?:title|chat title|conversation title|标题|標題|题目|主题)\s*[:：]\s*", re.IGNORECASE)
 _QUOTE_PAIRS = {'"': '"', "'": "'", "“": "”", "‘": "’", "「": "」", "『": "』", "《": "》", "«": "»", "`": "`"}
 # Never at the end of a title; "?" and "!" stay unless the title had to be cut.
+# Terminal escape sequences (CSI/OSC/other ESC forms): dropped whole, before single characters.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+# What a user title may not hold (``storage.clean_user_title``): control, surrogate, private-use
+# and unassigned characters. Format characters (ZWJ emoji, Persian ZWNJ) stay.
+_UNSHOWABLE = ("Cc", "Cs", "Co", "Cn")
 _TRAILING = ".,;:。，；：、…-–— "
 _TRAILING_CUT = _TRAILING + "?!？！"
 
@@ -125,8 +131,10 @@ def clean_title(text: str) -> str | None:
     """The title in a model's answer, or None when the answer holds none.
 
     Think spans are stripped (:func:`strip_reasoning`); an unterminated think block, a
-    reasoning-only or an empty answer gives None (the default title stays, DESIGN §6). Of the
-    rest, the first line that still has text after removing markdown (``#``, ``**``, a bullet),
+    reasoning-only or an empty answer gives None (the default title stays, DESIGN §6). Terminal
+    escape sequences and characters a user title may not hold (control, private-use, unassigned,
+    lone surrogates) are removed, so a generated title obeys the user-title rule and survives
+    export → import. Of the rest, the first line that still has text after removing markdown (``#``, ``**``, a bullet),
     surrounding quotes and a ``Title:`` / ``标题：`` prefix; whitespace collapsed; at most
     :data:`MAX_TITLE_CHARS` characters (cut at a word boundary when there is one in the second
     half), with no trailing punctuation.
@@ -134,6 +142,10 @@ def clean_title(text: str) -> str | None:
     visible = strip_reasoning(text or "")
     if visible is None:
         return None
+    visible = _ESCAPES.sub("", visible)
+    visible = "".join(
+        c if c in "\n\t" or unicodedata.category(c) not in _UNSHOWABLE else " " for c in visible
+    )
     for line in visible.splitlines():
         title = " ".join(_unwrap(line).split())
         if title:

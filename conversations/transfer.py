@@ -15,13 +15,28 @@ exported; the inbox is not (its done rows are not history, its queued rows belon
 server). The export is an operator's file: it holds ``provider_state`` and media, which never go
 to clients (DESIGN §5) — keep it as private as the database.
 
-Pure parts (no DB): :func:`validate_document`, :func:`markdown_dialog`. The rest reads or
-writes the DB; :func:`import_document` runs in one transaction (all or nothing).
+An import is exact or refused whole (README): :func:`load_json` reads standard JSON only (no
+``NaN``/``Infinity``, no number a float cannot hold, no key twice in an object), and
+:func:`validate_document` refuses, naming the place, anything the database would change or the app
+would not have written: NUL characters and lone surrogates anywhere (PostgreSQL cannot store the
+first; the app replaces it with U+FFFD on its own writes, so no export holds one), non-finite
+numbers, unknown fields, values outside the columns, ``media_refs`` other than the images a user
+message can carry (``conversations.media``).
+
+Titles are taken as the app could have stored them, not by today's ``/rename`` rules: a
+non-empty line of at most 200 characters without leading, trailing or repeated whitespace (every
+title path of every version collapses whitespace). Generated titles were stored without the
+rename check, so existing databases hold titles with control or private-use characters (ESC, BEL,
+U+E000); refusing them would refuse the app's own export, so they are imported as they are.
+
+Pure parts (no DB): :func:`load_json`, :func:`validate_document`, :func:`markdown_dialog`. The
+rest reads or writes the DB; :func:`import_document` runs in one transaction (all or nothing).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -34,8 +49,8 @@ from django.db import transaction
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import QuerySet
 
+from conversations.media import MediaError, validate_media
 from conversations.models import Dialog, Message, Plan, now_ms
-from conversations.storage import clean_user_title, scrub_nul
 
 EXPORT_FORMAT = "picobot-export"
 EXPORT_VERSION = 1
@@ -290,6 +305,54 @@ def markdown_dialog(item: dict[str, Any]) -> str:
     return "".join(lines)
 
 
+# --- reading (pure) -----------------------------------------------------------------------------
+
+
+class _NotStandardJSONError(ValueError):
+    """Raised from inside ``json.load`` hooks; :func:`load_json` turns it into TransferError."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotStandardJSONError(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotStandardJSONError(f"the number {text[:40]} is too large for a float")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise _NotStandardJSONError(f"the key {_shown(twice)} appears twice in one object")
+    return obj
+
+
+def load_json(stream: IO[str]) -> Any:
+    """The JSON document read from ``stream``, strictly (what ``json.load`` would otherwise bend).
+
+    Raises TransferError, its message to follow the file's name: ``is not JSON: …`` (a syntax or
+    encoding error), ``is not standard JSON: …`` (``NaN``, ``Infinity``, ``-Infinity``, a number
+    beyond a float or with more digits than Python converts, a key twice in one object: ``json``
+    would read the first three as floats no database column takes and keep only the last of the
+    duplicates) or ``nests JSON too deeply to be an export``. Pure (reads only ``stream``).
+    """
+    try:
+        return json.load(
+            stream, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+        )
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TransferError(f"is not JSON: {exc}") from None
+    except ValueError as exc:  # ours, or int()'s digit limit
+        raise TransferError(f"is not standard JSON: {exc}") from None
+    except RecursionError:
+        raise TransferError("nests JSON too deeply to be an export") from None
+
+
 # --- validation (pure) --------------------------------------------------------------------------
 
 _ROLES = {c.value for c in Message.Role}
@@ -302,12 +365,14 @@ generated, stored as text: an import must not bring in megabytes of them)."""
 MAX_JSON_DEPTH = 100
 """Nesting bound of the whole document: deeper JSON is no export (and would overflow the stack)."""
 MAX_OWNER_CHARS = 150
+MAX_TITLE_CHARS = Dialog._meta.get_field("title").max_length
 # The keys an export has; anything else is refused (a misspelt field is never silently dropped).
 DOCUMENT_KEYS = frozenset({"format", "version", "exported_at", "dialogs"})
 DIALOG_KEYS = frozenset({*DIALOG_FIELDS, "owner", "plan", "messages"})
 MESSAGE_KEYS = frozenset(MESSAGE_FIELDS)
 TOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "raw_arguments"})
 PLAN_KEYS = frozenset({"content", "updated_at"})
+MEDIA_KEYS = frozenset({"mime_type", "data"})
 
 
 def _int_check(model: type, name: str, *, nullable: bool = False) -> Check:
@@ -409,25 +474,59 @@ def _check_keys(obj: dict, allowed: frozenset[str], where: str) -> None:
         raise TransferError(f"{where} has unknown field(s) {listed} (this PicoBot reads version {EXPORT_VERSION})")
 
 
+def _path(where: tuple | None) -> str:
+    """``dialogs[0].messages[3].content`` from a ``(parent, key)`` chain (``None`` is the root)."""
+    keys: list[Any] = []
+    while where is not None:
+        where, key = where
+        keys.append(key)
+    text = ""
+    for key in reversed(keys):
+        if isinstance(key, int):
+            text += f"[{key}]"
+        elif key.isidentifier():
+            text += f".{key}" if text else key
+        else:
+            text += f"[{_shown(key)}]"
+    return text or "the document"
+
+
+def _value_problem(value: Any) -> str | None:
+    """Why a JSON scalar cannot be imported exactly, or None when it can."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "holds a NUL character (\\u0000), which the database cannot store"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"is not valid Unicode (a lone surrogate): {_shown(value)}"
+    elif isinstance(value, float) and not math.isfinite(value):
+        return "is not a finite number"
+    return None
+
+
 def _check_json(doc: Any) -> None:
-    """Every value: nested at most ``MAX_JSON_DEPTH`` deep, every string storable (no lone
-    surrogates). Iterative, so a hostile document cannot overflow the stack here."""
-    stack: list[tuple[Any, int]] = [(doc, 0)]
+    """Every value: nested at most ``MAX_JSON_DEPTH`` deep, every string (keys too) storable as
+    it is (no NUL, no lone surrogate), every number finite. Raises TransferError naming the place
+    (``dialogs[0].messages[3].content: holds a NUL character …``). Iterative, so a hostile
+    document cannot overflow the stack here."""
+    stack: list[tuple[Any, int, tuple | None]] = [(doc, 0, None)]
     while stack:
-        value, depth = stack.pop()
+        value, depth, where = stack.pop()
         if depth > MAX_JSON_DEPTH:
             raise TransferError(f"the document nests deeper than {MAX_JSON_DEPTH} levels: it is not an export")
         if isinstance(value, dict):
             for key, item in value.items():
-                stack.append((key, depth + 1))
-                stack.append((item, depth + 1))
+                problem = _value_problem(key)
+                if problem is not None:
+                    raise TransferError(f"{_path(where)}: a key {problem}")
+                stack.append((item, depth + 1, (where, key)))
         elif isinstance(value, list):
-            stack.extend((item, depth + 1) for item in value)
-        elif isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise TransferError(f"the document holds a string that is not valid Unicode: {_shown(value)}") from None
+            stack.extend((item, depth + 1, (where, k)) for k, item in enumerate(value))
+        else:
+            problem = _value_problem(value)
+            if problem is not None:
+                raise TransferError(f"{_path(where)}: {problem}")
 
 
 def _validate_tool_calls(calls: list, where: str) -> None:
@@ -482,14 +581,33 @@ def _validate_plan(plan: dict, where: str) -> None:
 
 
 def _validate_title(d: dict, where: str) -> None:
+    """A title as the app could have stored it (module docstring): not today's rename rules,
+    which refuse the control and private-use characters generated titles hold."""
     if "title" not in d:
         return
-    try:
-        clean = clean_user_title(d["title"])
-    except ValueError as exc:
-        raise TransferError(f"{where}.title: {exc}") from None
-    if clean != d["title"]:
+    title = d["title"]
+    if not isinstance(title, str) or not title or len(title) > MAX_TITLE_CHARS:
+        raise TransferError(f"{where}.title must be a non-empty string of at most {MAX_TITLE_CHARS} characters")
+    if " ".join(title.split()) != title:
         raise TransferError(f"{where}.title must be one line, without leading, trailing or repeated whitespace")
+
+
+def _validate_media(m: dict, where: str) -> None:
+    """``media_refs`` as the app writes them: only on user messages, each item exactly
+    ``{mime_type, data}`` as ``conversations.media.validate_media`` accepts a message's media
+    (PNG, JPEG, GIF or WebP whose bytes match, base64, at most 8 items and 5 MiB in all)."""
+    media = m.get("media_refs") or []
+    at = f"{where}.media_refs"
+    if media and m["role"] != Message.Role.USER:
+        raise TransferError(f"{at}: only user messages carry media (this one is {m['role']!r})")
+    for k, item in enumerate(media):
+        if isinstance(item, dict):
+            _check_keys(item, MEDIA_KEYS, f"{at}[{k}]")
+    try:
+        validate_media(media)
+    except MediaError as exc:
+        text = str(exc)  # "media[0].mime_type must be …" or "media exceed 5 MiB in all"
+        raise TransferError(f"{at}{text[len('media'):]}" if text.startswith("media[") else f"{at}: {text}") from None
 
 
 def validate_document(doc: Any) -> list[dict[str, Any]]:
@@ -498,12 +616,13 @@ def validate_document(doc: Any) -> list[dict[str, Any]]:
     Checks the format and version; no field beyond those an export writes (at every level); each
     dialog's required key parts (``channel`` ≤ 32, ``chat_id`` ≤ 128, ``dialog_id`` ≤ 64
     characters, printable; ``id`` when present must be the unified id), the types and ranges of
-    the optional fields (integers the column holds, ``model`` ≤ 200 characters, the title by the
-    rename rules, the plan by the plan tool's), and each message list: ``seq`` contiguous from 1
-    in list order, known roles and completion statuses, canonical UUIDs, tool calls ``{id, name,
-    arguments}`` (ids and names ≤ 512 characters), unique message ids, and ``history_revision``
-    (when present) equal to the last ``seq``. Raises TransferError naming the place
-    (``dialogs[0].messages[3].seq``). Pure.
+    the optional fields (integers the column holds, ``model`` ≤ 200 characters, the title as the
+    app could have stored it, the plan by the plan tool's rules), and each message list: ``seq``
+    contiguous from 1 in list order, known roles and completion statuses, canonical UUIDs, tool
+    calls ``{id, name, arguments}`` (ids and names ≤ 512 characters), ``media_refs`` as a user
+    message's images, unique message ids, and ``history_revision`` (when present) equal to the
+    last ``seq``. Everywhere: no NUL, no lone surrogate, no non-finite number, nesting ≤ 100.
+    Raises TransferError naming the place (``dialogs[0].messages[3].seq``). Pure.
     """
     if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
         raise TransferError(f"not a PicoBot export (expected \"format\": \"{EXPORT_FORMAT}\")")
@@ -556,6 +675,7 @@ def validate_document(doc: Any) -> list[dict[str, Any]]:
             _check_keys(m, MESSAGE_KEYS, at)
             _check_fields(m, _MESSAGE_CHECKS, at)
             _validate_tool_calls(m.get("tool_calls") or [], at)
+            _validate_media(m, at)
             if "id" in m:
                 if m["id"] in seen_messages:
                     raise TransferError(f"{at}.id {m['id']!r} appears twice")
@@ -659,7 +779,7 @@ def import_document(
                 chat_id=chat_id,
                 dialog_id=dialog_id,
                 owner=owner,
-                **scrub_nul(fields),
+                **fields,
             )
             rows = [_message_row(dialog, m, as_new) for m in messages]
             if not as_new:
@@ -675,7 +795,7 @@ def import_document(
             if plan is not None:
                 updated_at = plan.get("updated_at")
                 Plan.objects.create(
-                    dialog=dialog, content=scrub_nul(clean_plan_content(plan["content"])),
+                    dialog=dialog, content=clean_plan_content(plan["content"]),
                     updated_at=now_ms() if updated_at is None else updated_at,
                 )
             item = ImportedDialog(source_id, unified, len(rows))
@@ -690,4 +810,4 @@ def _message_row(dialog: Dialog, m: dict, as_new: bool) -> Message:
     if as_new or "id" not in values:
         values["id"] = uuid.uuid4()
     values.setdefault("created_at", dialog.created_at)
-    return Message(dialog=dialog, seq=m["seq"], role=m["role"], **scrub_nul(values))
+    return Message(dialog=dialog, seq=m["seq"], role=m["role"], **values)

@@ -108,6 +108,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     # /api/: HEAD served as GET without a body; unrouted paths and methods answer JSON 404/405.
     "conversations.api.middleware.ApiHttpMiddleware",
+    # %00 in a path or query: one 400 on every database (PostgreSQL cannot hold NUL).
+    "picobot_site.middleware.NulRefusingMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # A WebUI session logged in with an API token ends when that token is revoked.

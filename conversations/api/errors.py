@@ -56,7 +56,7 @@ JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 INBOX_FULL_RETRY_AFTER = 10
 """``Retry-After`` seconds of a 429 ``inbox_full``: roughly a turn's length."""
 
-_HTTP_ERROR_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+HTTP_ERROR_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                      405: "method_not_allowed", 409: "conflict", 413: "body_too_large",
                      422: "validation_error", 429: "too_many_requests", 503: "unavailable"}
 
@@ -127,7 +127,7 @@ def _on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResp
 def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     status = exc.status_code
     message = exc.message if status != 400 else "the request body is not valid JSON"
-    return error_response(request, status, _HTTP_ERROR_CODES.get(status, "error"), message)
+    return error_response(request, status, HTTP_ERROR_CODES.get(status, "error"), message)
 
 
 def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:

@@ -4,10 +4,12 @@
 
 * ``HEAD`` is served as ``GET`` without the body, with the headers a ``GET`` gets (its
   ``Content-Length`` included): load balancers and ``curl -I`` probe ``/api/health`` that way.
-* a 404 or 405 that did not come from the API's own handlers — a path no route matches (``GET
-  /api/``, a path holding ``%0A``, which Django's converters never match), or a method no
-  operation can be declared for (``PROPFIND``, ``FOO``) — becomes the API's JSON error
-  ``{code, message, ref}``, a 405 with the path's real ``Allow`` list.
+* every error that did not come from the API's own handlers becomes the API's JSON error
+  ``{code, message, ref}``: a path no route matches (``GET /api/``, a path holding ``%0A``,
+  which Django's converters never match) → 404; a method no operation can be declared for
+  (``PROPFIND``, ``FOO``) → 405 with the path's real ``Allow`` list; Django's CSRF refusal of a
+  write to the read-only schema and docs pages (``POST /api/docs``) → 405 as well, of a write
+  elsewhere → 403 ``csrf_failed``; anything else keeps its status.
 
 Both sync and async capable: the API's views are async, and an adapter here would hop threads.
 """
@@ -19,7 +21,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from conversations.api.errors import error_response
+from conversations.api.errors import HTTP_ERROR_CODES, error_response
 
 API_PREFIX = "/api/"
 
@@ -34,13 +36,18 @@ def _is_json(response: HttpResponseBase) -> bool:
 
 
 def _allowed_for(request: HttpRequest, response: HttpResponseBase) -> str | None:
-    """The path's ``Allow`` list; None when it is no API path (the catch-all of unknown paths)."""
+    """The path's ``Allow`` list; None when it is no API path (the catch-all of unknown paths).
+
+    A matched path that is no API operation is one of ninja's read-only schema/docs pages.
+    """
     from conversations.api.routes import ALLOWED_METHODS
 
     match = getattr(request, "resolver_match", None)
     name = getattr(match, "url_name", None)
     if name in ALLOWED_METHODS:
         return ALLOWED_METHODS[name]
+    if match is not None and response.status_code == 403:
+        return "GET, HEAD"
     served = {m.strip().upper() for m in str(response.get("Allow", "")).split(",") if m.strip()}
     if "GET" in served:
         served.add("HEAD")
@@ -78,19 +85,34 @@ class ApiHttpMiddleware:
 
     @staticmethod
     def _after(request: HttpRequest, response: HttpResponseBase, head: bool) -> HttpResponseBase:
-        if _under_api(request) and response.status_code in (404, 405) and not _is_json(response):
-            if response.status_code == 405:
-                allowed = _allowed_for(request, response)
-                if allowed is None:
-                    response = error_response(request, 404, "not_found", "no such endpoint; see /api/docs")
-                else:
-                    response = error_response(request, 405, "method_not_allowed", f"this path answers {allowed}",
-                                              headers={"Allow": allowed})
-            else:
-                response = error_response(request, 404, "not_found", "no such endpoint; see /api/docs")
+        if _under_api(request) and response.status_code >= 400 and not _is_json(response):
+            response = _as_json_error(request, response)
         if head:
             request.method = "HEAD"
             if not response.streaming:
                 response["Content-Length"] = str(len(response.content))
                 response.content = b""
         return response
+
+
+def _as_json_error(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    """The API's JSON error for an error response Django (not the API) made (module docstring)."""
+    status = response.status_code
+    if status == 404:
+        return error_response(request, 404, "not_found", "no such endpoint; see /api/docs")
+    if status in (403, 405):
+        allowed = _allowed_for(request, response)
+        if status == 405 and allowed is None:
+            return error_response(request, 404, "not_found", "no such endpoint; see /api/docs")
+        if allowed is not None and request.method not in {m.strip() for m in allowed.split(",")}:
+            return error_response(request, 405, "method_not_allowed", f"this path answers {allowed}",
+                                  headers={"Allow": allowed})
+        if status == 403:  # Django's CsrfViewMiddleware: the only 403 not made by the API
+            return error_response(request, 403, "csrf_failed",
+                                  "CSRF check failed: a session request that writes needs the X-CSRFToken header")
+    code = HTTP_ERROR_CODES.get(status, "internal_error" if status >= 500 else "error")
+    message = getattr(response, "reason_phrase", "") or "request refused"
+    if str(response.get("Content-Type", "")).startswith("text/plain") and not response.streaming:
+        text = response.content[:300].decode("utf-8", "replace").strip()
+        message = text or message  # a short plain-text reason (e.g. NulRefusingMiddleware's)
+    return error_response(request, status, code, message)

@@ -46,8 +46,8 @@ from conversations.api.schemas import (
     TurnOut,
 )
 from conversations.commands import start_compaction, welcome
-from conversations.consumers import STOP_ACK_SECONDS, remember_stop, repeated_stop
-from conversations.inbound import InboundMessage
+from conversations.consumers import STOP_ACK_SECONDS
+from conversations.inbound import InboundMessage, is_blank
 from conversations.models import now_ms
 from conversations.notify import session_changed
 from conversations.runtime import get_provider
@@ -239,12 +239,12 @@ async def send_message(request: HttpRequest, payload: MessageIn, session_id: str
     user, chat_id = request.auth, str(request.auth.pk)
     _checked(session_id)
     content, client_msg_id = payload.content, payload.client_msg_id
-    if not content.strip():
+    if is_blank(content):
         raise ApiError(422, "invalid_content", "content must not be blank")
     if content.lstrip().startswith("/"):
         raise ApiError(422, "slash_command", SLASH_COMMAND_HINT)
-    if client_msg_id is not None and not client_msg_id.isprintable():
-        raise ApiError(422, "invalid_client_msg_id", "client_msg_id must be printable text")
+    if client_msg_id is not None and (not client_msg_id.isprintable() or is_blank(client_msg_id)):
+        raise ApiError(422, "invalid_client_msg_id", "client_msg_id must be printable, non-blank text")
     await run_storage(storage.dialog_for_user, user, session_id)  # foreign/unknown: 404, inbox untouched
     inbound = InboundMessage(
         channel=CHANNEL,
@@ -306,9 +306,9 @@ async def stop_turn(
     """Cancel the running turn now (as the WebSocket ``stop``; it does not queue behind it).
 
     Only the turn running when asked — or ``?turn_id=`` — is cancelled (its id is in the answer),
-    never the next queued one: the same stop again within ``STOP_REPEAT_SECONDS`` (from this or a
-    WebSocket client), after that turn ended and the next one started, gets the same answer and
-    cancels nothing. 202 ``{session_id, turn_id, status: "stopping", acknowledged, message}``:
+    never the next queued one: the same stop again within 3 s (``storage.STOP_REPEAT_MS``; from
+    any client, on any server process sharing the database), after that turn ended and the next
+    one started, gets the same answer and cancels nothing. 202 ``{session_id, turn_id, status: "stopping", acknowledged, message}``:
     ``acknowledged`` when the worker running it confirmed within 2 s (its terminal ``cancelled``
     snapshot reaches the WebSocket clients; asked again while it is being cancelled, the same
     answer); false when no live server runs it any more. 409 ``not_running`` when nothing (or not
@@ -316,14 +316,17 @@ async def stop_turn(
     """
     dialog, turn = await run_storage(queries.running_turn, request.auth, _checked(session_id))
     running_id = turn["turn_id"] if turn is not None else None
-    repeated = repeated_stop(dialog.id, running_id) if turn_id is None else None
-    if repeated is not None:  # the same stop again, after its turn ended (STOP_REPEAT_SECONDS)
-        stopped_id, answer = repeated
-        return Status(202, answer or {"session_id": dialog.id, "turn_id": stopped_id, "status": "stopping",
-                                      "acknowledged": True, "message": "that turn was already stopped"})
+    repeated = (
+        await run_storage(storage.repeated_stop, dialog.id, running_id)
+        if turn_id is None and running_id is not None else None
+    )
+    if repeated is not None:  # the same stop again, after its turn ended (storage.claims)
+        return Status(202, {"session_id": dialog.id, "turn_id": repeated, "status": "stopping",
+                            "acknowledged": True, "message": "the turn is being cancelled"})  # the first answer again
     if turn is None or (turn_id is not None and running_id != turn_id):
         raise ApiError(409, "not_running", "nothing is running in this dialog" if turn is None
                        else "that turn is not running (any more); nothing was stopped")
+    await run_storage(storage.note_stop_requested, dialog.id, running_id)  # binds every server process
     acknowledged = await live.stop_turn(dialog.id, running_id, STOP_ACK_SECONDS)
     if acknowledged:
         message = "the turn is being cancelled"
@@ -337,8 +340,6 @@ async def stop_turn(
                    f"it will be reported as interrupted within about {lease:.0f} s")
     body = {"session_id": dialog.id, "turn_id": running_id, "status": "stopping", "acknowledged": acknowledged,
             "message": message}
-    if acknowledged:
-        remember_stop(dialog.id, running_id, body)
     return Status(202, body)
 
 
@@ -352,7 +353,7 @@ async def compact(request: HttpRequest, session_id: str = SessionId) -> Status:
     WebSocket clients as a ``notification``, and shows in ``GET …/{session_id}``'s
     ``compacted_through_seq``. 409 ``compaction_unavailable`` without a model that can summarise
     (the offline replay provider), 409 ``compaction_running`` while one of this dialog already runs
-    in this server (one summary call, however often it is asked); 503 while the server shuts down.
+    on any server process (one summary call, however often it is asked); 503 while the server shuts down.
     """
     dialog = await run_storage(storage.dialog_for_user, request.auth, _checked(session_id))
     try:
@@ -363,7 +364,7 @@ async def compact(request: HttpRequest, session_id: str = SessionId) -> Status:
         raise ApiError(409, "compaction_unavailable",
                        "compaction needs a configured model; the offline replay provider cannot summarise")
     try:
-        started = start_compaction(dialog.channel, dialog.chat_id, dialog.id)
+        started = await start_compaction(dialog.channel, dialog.chat_id, dialog.id)
     except SupervisorClosedError:
         raise ApiError(503, "unavailable", "the server is shutting down; try again in a moment") from None
     if not started:

@@ -416,7 +416,11 @@
   ui.composer.addEventListener('input', autosize);
   ui.stop.addEventListener('click', () => {
     const s = store.activeSession;
-    if (s) sendFrame({ type: 'stop', session_id: s.id });
+    if (!s) return;
+    // Name the turn on screen: a stop meant for it never stops the one after it (PROTOCOL §1).
+    const frame = { type: 'stop', session_id: s.id };
+    if (s.turn && s.turn.status === 'running') frame.turn_id = s.turn.id;
+    sendFrame(frame);
   });
   ui.older.addEventListener('click', () => sendFrame(store.requestOlder()));
   ui.newDialog.addEventListener('click', () => {

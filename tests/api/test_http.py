@@ -185,3 +185,17 @@ async def test_paths_no_route_matches_answer_a_json_404(path):
         assert response["Content-Type"] == "application/json; charset=utf-8"
         body = response.json()
         assert body["code"] == "not_found" and len(body["ref"]) == 8
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
+@pytest.mark.parametrize("path", ["/api/docs", "/api/openapi.json"])
+async def test_a_write_to_the_read_only_schema_pages_is_a_json_405_even_with_a_token(method, path):
+    """Django's CSRF check refused these before any view (an HTML 403 page, issue 7 review)."""
+    _, token = await user_with_token("alice")
+    for headers in ({}, bearer(token)):
+        response = await AsyncClient(enforce_csrf_checks=True).generic(method, path, headers=headers)
+        assert response.status_code == 405, (method, path)
+        assert response["Allow"] == "GET, HEAD"
+        assert response["Content-Type"] == "application/json; charset=utf-8"
+        assert response.json()["code"] == "method_not_allowed"
+    assert (await AsyncClient().get(path)).status_code == 200

@@ -10,10 +10,10 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations import commands
+from conversations import commands, storage
 from conversations.api import live, routes
 from conversations.executor import open_cli_chat_sink
-from conversations.models import InboxMessage, Message
+from conversations.models import Dialog, InboxMessage, Message
 from conversations.runtime import set_provider
 from conversations.supervisor import control_supervisor, reset_control_supervisor
 from conversations.worker import request_stop
@@ -185,7 +185,7 @@ async def test_fifteen_compact_requests_make_one_summary_call(alice, blocked_com
 
     blocked_compaction["release"].set()
     assert await control_supervisor().drain(timeout=5)
-    assert not commands.compaction_running(sid)
+    assert not await database_sync_to_async(storage.compaction_claimed)(sid, commands.compaction_claim_ms())
     assert (await alice.post(f"/dialogs/{sid}/compact")).status_code == 202, "done: may run again"
     assert await control_supervisor().drain(timeout=5)
     assert blocked_compaction["calls"] == 3
@@ -199,12 +199,64 @@ async def test_a_second_slash_compact_is_told_one_is_running(connect, alice, blo
     notice = await ws.until("notification")
     assert notice["level"] == "info" and notice["session_id"] == sid
     assert "a compaction of this dialog is already running" in notice["content"].lower()
-    # REST and WebSocket share the process's in-flight set.
+    # REST and WebSocket share the dialog's claim.
     assert (await alice.post(f"/dialogs/{sid}/compact")).json()["code"] == "compaction_running"
     assert blocked_compaction["calls"] == 1
     blocked_compaction["release"].set()
     done = await ws.until("notification")
     assert done["content"] == "Compacted."
+
+
+async def test_a_compaction_claimed_by_another_process_is_respected_until_it_goes_stale(alice, blocked_compaction):
+    """The claim lives in the dialog row: what another server process claimed binds this one; the
+    claim of a process that died (older than the bound) is taken over."""
+    sid = (await alice.post("/dialogs")).json()["session_id"]
+    claim = database_sync_to_async(storage.claim_compaction)
+    stamp = await claim(sid, commands.compaction_claim_ms())  # "the other process"
+    assert stamp is not None
+    refused = await alice.post(f"/dialogs/{sid}/compact")
+    assert (refused.status_code, refused.json()["code"]) == (409, "compaction_running")
+    assert blocked_compaction["calls"] == 0
+
+    @database_sync_to_async
+    def age_claim(ms: int) -> None:
+        Dialog.objects.filter(pk=sid).update(compaction_claimed_at=stamp - ms)
+
+    await age_claim(commands.compaction_claim_ms() + 1)  # its process died long ago
+    assert (await alice.post(f"/dialogs/{sid}/compact")).status_code == 202
+    blocked_compaction["release"].set()
+    assert await control_supervisor().drain(timeout=5)
+    assert blocked_compaction["calls"] == 1
+    assert await database_sync_to_async(Dialog.objects.values_list("compaction_claimed_at", flat=True).get)(
+        pk=sid
+    ) is None, "released when done"
+
+
+async def test_a_repeated_stop_is_recognised_from_the_row_whichever_process_took_the_first(
+    connect, start_worker, alice
+):
+    """The first stop was taken by another server process (only its row mark is shared): a repeat
+    here, after that turn ended and the next began, stops nothing."""
+    await start_worker(ScriptedProvider([script_text("word " * 300), script_text("more " * 300)], delay=0.01))
+    ws, sid = await ws_and_api(connect, alice)
+    first = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "first"})).json()["message_id"]
+    await alice.post(f"/dialogs/{sid}/messages", json={"content": "second"})
+    await ws.until("turn_updated", lambda f: f["turn"]["blocks"])
+    first_turn = await turn_of(first)
+    # "The other process": it marks the row and asks the owning worker, nothing in this process.
+    await database_sync_to_async(storage.note_stop_requested)(sid, first_turn)
+    await request_stop(sid, turn_id=first_turn)
+    second_turn = (await ws.until("turn_updated", lambda f: f["turn"]["id"] != first_turn and f["turn"]["blocks"]
+                                  ))["turn"]["id"]
+
+    again = await alice.post(f"/dialogs/{sid}/stop")
+    assert again.status_code == 202 and again.json()["turn_id"] == first_turn
+    await asyncio.sleep(0.2)
+    assert (await alice.get(f"/dialogs/{sid}/turn")).json()["id"] == second_turn, "the next turn still runs"
+    stop = await alice.post(f"/dialogs/{sid}/stop", query_params={"turn_id": second_turn})
+    assert stop.status_code == 202
+    await ws.until("turn_updated", lambda f: f["turn"]["id"] == second_turn and f["turn"]["status"] != "running")
+    assert await assistant_statuses(sid) == [("first", "cancelled"), ("second", "cancelled")]
 
 
 async def test_the_same_stop_again_after_its_turn_ended_is_answered_not_applied_to_the_next(

@@ -172,6 +172,51 @@ async def test_an_open_websocket_is_closed_when_its_token_is_revoked(monkeypatch
     await kept_comm.disconnect()
 
 
+@pytest.mark.parametrize("change", ["deactivated", "password changed", "deleted"])
+async def test_an_open_password_session_websocket_is_closed_when_its_user_is_deactivated_or_changes_password(
+    monkeypatch, change
+):
+    """Deactivation (README: "their tokens and sessions stop working at once") and a password
+    change (Django ends the user's HTTP sessions) end the open sockets of a password login too;
+    another user's socket stays."""
+    monkeypatch.setattr("conversations.auth.REVOCATION_CHECK_SECONDS", 0.1)
+    jill = await session_cookie("jill")
+    kept_cookie = await session_cookie("kate")
+
+    def cookie_headers(cookie: str) -> list:
+        return [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://localhost:8000"),
+                (b"host", b"localhost:8000")]
+
+    frame, comm = await first_frame(cookie_headers(jill))
+    assert frame["type"] == "ready"
+    kept, kept_comm = await first_frame(cookie_headers(kept_cookie))
+    assert kept["type"] == "ready"
+
+    @database_sync_to_async
+    def apply_change() -> None:
+        user, _ = get_or_create_user("jill")
+        if change == "deactivated":
+            user.is_active = False
+            user.save()
+        elif change == "password changed":
+            user.set_password("a-brand-new-password-2")
+            user.save()
+        else:
+            user.delete()
+
+    await apply_change()
+    while True:
+        output = await comm.receive_output(timeout=5)
+        if output["type"] == "websocket.close":
+            break
+    assert output["code"] == 4401 and "signed out" in output["reason"]
+    await kept_comm.send_json_to({"type": "ping", "nonce": "k"})
+    assert (await kept_comm.receive_json_from(timeout=5)) == {"type": "pong", "nonce": "k"}
+    await kept_comm.disconnect()
+    frame, comm = await first_frame(cookie_headers(jill))
+    assert frame["code"] == "unauthorized", "and the session cannot open a new one"
+
+
 async def test_the_rest_api_drops_a_session_whose_login_token_was_revoked():
     from django.test import AsyncClient
 
@@ -182,3 +227,11 @@ async def test_the_rest_api_drops_a_session_whose_login_token_was_revoked():
     await revoke_all("jade")
     response = await client.get("/api/dialogs")
     assert (response.status_code, response.json()["code"]) == (401, "unauthorized")
+
+
+@pytest.mark.django_db
+def test_get_or_create_user_normalises_the_name_like_the_login_form():
+    user, created = get_or_create_user("ｆｕｌｌ")
+    assert created and user.username == "full"
+    assert get_or_create_user("full") == (user, False)
+    assert get_or_create_user("ｆｕｌｌ") == (user, False)

@@ -71,6 +71,15 @@ class TitleRoutingProvider(LLMProvider):
         ("「京都秋季旅行计划」", "京都秋季旅行计划"),
         ("How do I fix a flaky test?", "How do I fix a flaky test?"),
         ('"Tabs" vs "Spaces"', '"Tabs" vs "Spaces"'),
+        # Only what a user title may hold (export → import keeps it): escapes, controls,
+        # private-use and lone surrogates go; ZWJ emoji stay.
+        ("\x1b[31mAutumn Trip\x1b[0m", "Autumn Trip"),
+        ("\x1b]0;pwned\x07Autumn Trip", "Autumn Trip"),
+        ("Autumn\x07 Trip", "Autumn Trip"),
+        ("Autumn\ue000Trip", "Autumn Trip"),
+        ("Autumn \ud800Trip", "Autumn Trip"),
+        ("Family 👨\u200d👩\u200d👧 Trip", "Family 👨\u200d👩\u200d👧 Trip"),
+        ("\x1b[1m\x07\x1b[0m", None),
     ],
 )
 def test_clean_title_keeps_only_the_visible_title(answer, title):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from io import StringIO
@@ -11,13 +12,15 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.forms import AuthenticationForm
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import OperationalError, ProgrammingError
 
 from conversations.management.commands._common import NOT_SET_UP, database_error, is_missing_table
-from conversations.models import ApiToken
+from conversations.models import ApiToken, Dialog
 from tests.e2e.serve_process import server_env
+from tests.operations.conftest import make_dialog
 
 pytestmark = [pytest.mark.django_db]
 
@@ -35,6 +38,34 @@ def test_createtoken_refuses_usernames_django_would_not_accept(username, error):
     with pytest.raises(CommandError, match=error):
         call_command("createtoken", username, stdout=StringIO(), stderr=StringIO())
     assert not get_user_model().objects.exists() and not ApiToken.objects.exists()
+
+
+@pytest.mark.parametrize(("given", "stored"), [("ｆｕｌｌ", "full"), ("ﬁle", "file"), ("x²", "x2"), ("A\u030a", "\u00c5")])
+def test_createtoken_normalises_the_username_as_the_login_form_does(rf, given, stored):
+    """Django's login form (and createsuperuser) NFKC-normalise usernames: a user stored under
+    ``ｆｕｌｌ`` could never log in to the WebUI."""
+    out, err = StringIO(), StringIO()
+    call_command("createtoken", given, stdout=out, stderr=err)
+    token = out.getvalue().strip().splitlines()[-1]
+    assert list(get_user_model().objects.values_list("username", flat=True)) == [stored]
+    assert f"Username normalised to {stored!r}" in err.getvalue() and f"Created user {stored!r}." in err.getvalue()
+    form = AuthenticationForm(rf.post("/login/"), data={"username": given, "password": token})
+    assert form.is_valid(), form.errors
+    assert form.get_user().get_username() == stored
+    # The same user again, by either spelling.
+    call_command("createtoken", stored, stdout=StringIO(), stderr=(again := StringIO()))
+    assert "normalised" not in again.getvalue() and "Created" not in again.getvalue()
+    assert get_user_model().objects.count() == 1 and ApiToken.objects.count() == 2
+
+
+@pytest.mark.parametrize(("username", "error"), [
+    ("¨a", "Enter a valid username"),  # NFKC: " \u0308a", a space
+    ("㍻" * 76, "at most 150 characters"),  # 76 characters, 152 once normalised
+])
+def test_createtoken_checks_the_normalised_username(username, error):
+    with pytest.raises(CommandError, match=error):
+        call_command("createtoken", username, stdout=StringIO(), stderr=StringIO())
+    assert not get_user_model().objects.exists()
 
 
 def test_createtoken_accepts_a_valid_username_and_bounds_the_token_name():
@@ -97,3 +128,20 @@ def test_usage_errors_exit_2_and_bad_input_exits_1(tmp_path):
     assert usage.returncode == 2 and "usage:" in usage.stderr
     bad = run_manage(tmp_path, "createtoken", "a b")
     assert bad.returncode == 1 and bad.stderr.startswith("CommandError: invalid username")
+
+
+def test_every_user_option_finds_the_user_the_login_form_would(tmp_path):
+    """``--user ａｌｉｃｅ`` (full-width) names alice in export, import, purge and revoketoken."""
+    alice = get_user_model().objects.create_user("alice")
+    dialog = make_dialog(alice)
+    out = StringIO()
+    call_command("export", "--user", "ａｌｉｃｅ", stdout=out, stderr=StringIO())
+    assert [d["id"] for d in json.loads(out.getvalue())["dialogs"]] == [dialog.pk]
+    path = tmp_path / "e.json"
+    path.write_text(out.getvalue())
+    done = StringIO()
+    call_command("import", str(path), "--user", "ａｌｉｃｅ", "--as-new", stdout=done, stderr=StringIO())
+    assert Dialog.objects.get(pk=done.getvalue().split()[0]).owner == alice
+    listing = StringIO()
+    call_command("purge", "--user", "ａｌｉｃｅ", stdout=listing, stderr=StringIO())
+    assert "owned by alice" in listing.getvalue() and "Would purge 2 dialog(s)" in listing.getvalue()

@@ -113,9 +113,14 @@ def test_inactive_days_also_takes_old_live_dialogs_and_frees_the_chat(world):
     ("args", "error"),
     [
         (("--apply", "--dry-run"), "not allowed with argument"),
-        (("--retention-days", "-1"), "--retention-days must be 0 or more"),
-        (("--inactive-days", "0"), "--inactive-days must be 1 or more"),
-        (("--retention-days", "ten"), "invalid int value"),
+        (("--retention-days", "-1"), "--retention-days: must be a whole number from 0 to 36500, got '-1'"),
+        (("--inactive-days", "0"), "--inactive-days: must be a whole number from 1 to 36500, got '0'"),
+        (("--retention-days", "ten"), "--retention-days: must be a whole number from 0 to 36500, got 'ten'"),
+        # Past any date a database integer holds (a traceback before), and digits int() alone reads.
+        (("--retention-days", "9" * 30), "--retention-days: must be a whole number from 0 to 36500"),
+        (("--inactive-days", "1" + "0" * 20), "--inactive-days: must be a whole number from 1 to 36500"),
+        (("--inactive-days", "٣"), "--inactive-days: must be a whole number from 1 to 36500, got '٣'"),
+        (("--user", "nobody"), "no user 'nobody'"),
     ],
 )
 def test_bad_options_are_command_errors(world, args, error):

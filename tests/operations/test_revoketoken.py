@@ -73,9 +73,28 @@ def test_an_ambiguous_prefix_is_refused_with_the_candidates(tokens):
         (("pb_x", "--user", "alice", "--all"), "--user USERNAME --all"),
         (("pb_nope",), "no matching token"),
         (("--user", "nobody", "--all"), "no user 'nobody'"),
+        # Digits int() cannot read or no id column holds: looked up as a prefix, never a traceback.
+        (("²",), "no matching token"),
+        (("٣",), "no matching token"),
+        (("1²",), "no matching token"),
+        (("9" * 30,), "no matching token"),
+        ((str(2**63),), "no matching token"),
     ],
 )
 def test_bad_input_is_a_command_error_and_revokes_nothing(tokens, args, error):
     with pytest.raises(CommandError, match=error):
         revoke(*args)
     assert usable(tokens) == set(tokens)
+
+
+def test_an_id_at_the_top_of_the_id_range_is_looked_up(tokens):
+    with pytest.raises(CommandError, match="no matching token"):
+        revoke(str(2**63 - 1))
+    assert usable(tokens) == set(tokens)
+
+
+def test_user_finds_the_user_the_login_form_would(tokens):
+    """``--user ａｌｉｃｅ`` (full-width) is alice, as Django's login form normalises it (NFKC)."""
+    text = revoke("--user", "ａｌｉｃｅ", "--all")
+    assert "2 token(s) revoked." in text
+    assert usable(tokens) == {"bob"}

@@ -11,8 +11,11 @@ argument: ``argparse``'s convention, with the usage line).
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import OperationalError, ProgrammingError
 
@@ -39,6 +42,43 @@ def database_error(exc: OperationalError | ProgrammingError) -> CommandError:
         f"the database failed: {first_line[:300]} (check PICOBOT_DATABASE_URL and that the database "
         "server runs; 'manage.py doctor' checks it)"
     )
+
+
+def bounded_int(low: int, high: int, hint: str = "") -> Callable[[str], int]:
+    """An ``argparse`` ``type`` for a whole number from ``low`` to ``high`` written in ASCII digits.
+
+    ``int()`` alone takes other scripts' digits (``int("٣") == 3``) and any size, and a value no
+    column or socket can hold then fails later with a traceback; this refuses them up front as a
+    usage error (exit 2 from the command line, ``CommandError`` from ``call_command``), naming the
+    range and ``hint`` (e.g. ``" (0 picks a free one)"``).
+    """
+
+    def parse(text: str) -> int:
+        if text.isascii() and text.isdecimal() and low <= int(text) <= high:
+            return int(text)
+        raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}{hint}, got {text!r}")
+
+    parse.__name__ = "whole number"  # argparse names the type by it in some messages
+    return parse
+
+
+def is_ascii_number(text: str) -> bool:
+    """True for text of ASCII digits only: ``"²".isdigit()`` and ``"٣".isdecimal()`` are True too,
+    but an id typed by an operator is ASCII (and ``int("²")`` raises)."""
+    return text.isascii() and text.isdecimal()
+
+
+def find_user(username: str) -> Any:
+    """The user named ``username``, or None. Exactly that name first, else the name as Django's
+    login form normalises it (``normalize_username``: NFKC, so ``ｆｕｌｌ`` finds ``full``). Touches
+    the DB."""
+    model = get_user_model()
+    found = model.objects.filter(**{model.USERNAME_FIELD: username}).first()
+    if found is None:
+        normalised = model.normalize_username(username)
+        if normalised != username:
+            found = model.objects.filter(**{model.USERNAME_FIELD: normalised}).first()
+    return found
 
 
 def require_database() -> None:

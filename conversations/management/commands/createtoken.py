@@ -1,4 +1,10 @@
-"""``manage.py createtoken USERNAME``: create the user if needed and print a new API token."""
+"""``manage.py createtoken USERNAME``: create the user if needed and print a new API token.
+
+The username is normalised as Django's login form and ``createsuperuser`` do (the user model's
+``normalize_username``: Unicode NFKC, so ``ｆｕｌｌ`` becomes ``full``) before it is checked and
+looked up; a changed name is said on standard error. Otherwise the user would be stored under a
+name the WebUI login can never match.
+"""
 
 from __future__ import annotations
 
@@ -11,18 +17,21 @@ from conversations.management.commands._common import PicoBotCommand
 from conversations.models import ApiToken
 
 
-def check_username(username: str) -> None:
-    """Raise CommandError unless ``username`` is one Django's own forms would accept: the user
-    model's validators (letters, digits and ``@.+-_``) and maximum length. Nothing is stripped
-    silently: leading or trailing spaces are refused, not trimmed."""
+def check_username(username: str) -> str:
+    """The username as Django stores it (``normalize_username``, NFKC); raises CommandError unless
+    it is one Django's own forms would accept: the user model's validators (letters, digits and
+    ``@.+-_``) and maximum length. Nothing is stripped silently: leading or trailing spaces are
+    refused, not trimmed."""
     if username != username.strip():
         raise CommandError(f"the username {username!r} has leading or trailing spaces")
     model = get_user_model()
+    normalised = model.normalize_username(username)
     field = model._meta.get_field(model.USERNAME_FIELD)
     try:
-        field.clean(username, None)
+        field.clean(normalised, None)
     except ValidationError as exc:
         raise CommandError(f"invalid username {username!r}: {' '.join(exc.messages)}") from None
+    return normalised
 
 
 class Command(PicoBotCommand):
@@ -30,7 +39,7 @@ class Command(PicoBotCommand):
         "Create an API token for USERNAME (creating the user if needed) and print it as the last "
         "line. The token is shown once; use it as 'Authorization: Bearer <token>', '?token=<token>', "
         "or as the password on the WebUI login page. USERNAME: up to 150 letters, digits and @.+-_ "
-        "(as Django's admin accepts)."
+        "(as Django's admin accepts), normalised as Django's login form does (NFKC: ｆｕｌｌ is full)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -38,7 +47,10 @@ class Command(PicoBotCommand):
         parser.add_argument("--name", default="", help="a label for the token (e.g. 'laptop TUI'), up to 100 characters")
 
     def handle(self, *args: object, username: str, name: str, **options: object) -> None:
-        check_username(username)
+        normalised = check_username(username)
+        if normalised != username:
+            self.stderr.write(f"Username normalised to {normalised!r} (as the login form does).")
+            username = normalised
         limit = ApiToken._meta.get_field("name").max_length
         if len(name) > limit or not name.isprintable():
             raise CommandError(f"--name must be printable text of at most {limit} characters")

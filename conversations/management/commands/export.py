@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
 
-from conversations.management.commands._common import PicoBotCommand
+from conversations.management.commands._common import PicoBotCommand, find_user
 from conversations.transfer import TransferError, select_dialogs, write_json, write_markdown
 
 
@@ -37,11 +37,14 @@ class Command(PicoBotCommand):
         )
 
     def handle(self, *args: object, **options: Any) -> None:
+        username = options["user"]
+        if username is not None and (user := find_user(username)) is not None:
+            username = user.get_username()  # ｆｕｌｌ finds full, as the login form would
         try:
             dialogs = select_dialogs(
                 dialog_ids=options["dialog"] or (),
                 chat=options["chat"],
-                username=options["user"],
+                username=username,
                 include_deleted=options["include_deleted"],
             )
         except TransferError as exc:

@@ -1,24 +1,25 @@
 """``manage.py import FILE``: read a JSON export back, exactly (issue 7; ``conversations.transfer``).
 
 The file is validated first (format and version, no unknown fields, required fields, types,
-ranges and lengths the columns hold, seq contiguity, tool calls, titles and plans by the rules of
-``/rename`` and the plan tool) and imported in one transaction: a bad file or an id clash imports
+ranges and lengths the columns hold, seq contiguity, tool calls, media as a user message carries
+them, titles as the app stores them, plans by the plan tool's rules) and imported in one transaction: a bad file or an id clash imports
 nothing, and says where (``nothing imported: dialogs[0].messages[3].seq …``). Unknown fields are
-refused rather than dropped, so a file is either imported exactly or not at all. The module is named
+refused rather than dropped, and so is what the database would change or not store (NUL
+characters, lone surrogates, ``NaN``/``Infinity``, a key twice in an object: ``transfer.load_json``
+and ``validate_document``), so a file is either imported exactly or not at all. The module is named
 ``import`` for the command's sake; Django's loader imports it by path.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
+from django.db import DataError, IntegrityError
 
-from conversations.management.commands._common import PicoBotCommand
-from conversations.transfer import ImportedDialog, TransferError, import_document
+from conversations.management.commands._common import PicoBotCommand, find_user
+from conversations.transfer import ImportedDialog, TransferError, import_document, load_json
 
 
 class Command(PicoBotCommand):
@@ -38,21 +39,19 @@ class Command(PicoBotCommand):
     def handle(self, *args: object, file: str, user: str | None, as_new: bool, **options: Any) -> None:
         owner = None
         if user is not None:
-            owner = get_user_model().objects.filter(username=user).first()
+            owner = find_user(user)
             if owner is None:
                 raise CommandError(f"no user {user!r} (create it with: manage.py createtoken {user})")
         try:
             if file == "-":
-                doc = json.load(sys.stdin)
+                doc = load_json(sys.stdin)
             else:
                 with open(file, encoding="utf-8") as f:
-                    doc = json.load(f)
+                    doc = load_json(f)
         except OSError as exc:
             raise CommandError(f"cannot read {file}: {exc.strerror or exc}") from exc
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CommandError(f"{file} is not JSON: {exc}") from exc
-        except RecursionError:
-            raise CommandError(f"nothing imported: {file} nests JSON too deeply to be an export") from None
+        except TransferError as exc:
+            raise CommandError(f"nothing imported: {file} {exc}") from exc
 
         def progress(item: ImportedDialog) -> None:
             if options.get("verbosity", 1) >= 1:
@@ -65,6 +64,9 @@ class Command(PicoBotCommand):
             raise CommandError(f"nothing imported: {exc}") from exc
         except RecursionError:  # validation bounds nesting; this is a last line of defence
             raise CommandError("nothing imported: the document nests too deeply") from None
+        except (DataError, IntegrityError) as exc:  # validation should refuse first: a last line of defence
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise CommandError(f"nothing imported: the database refused a value: {first_line[:300]}") from exc
         for item in done:
             self.stdout.write(item.id)
         self.stderr.write(f"Imported {len(done)} dialog(s), {sum(i.messages for i in done)} message(s).")

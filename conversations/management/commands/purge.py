@@ -16,17 +16,19 @@ who still owns dialogs (it cannot delete history rows), so this comes first (REA
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
-from conversations.management.commands._common import PicoBotCommand
+from conversations.management.commands._common import PicoBotCommand, bounded_int, find_user
 from conversations.models import Dialog, InboxMessage, now_ms
 from conversations.transfer import ms_to_text
 from delivery.models import DeliveryFailure
 
 DAY_MS = 86_400_000
+MAX_DAYS = 36_500
+"""Bound of ``--retention-days`` and ``--inactive-days`` (100 years): a larger number means the same
+(nothing that old exists) and, times ``DAY_MS``, would not fit the database's integers."""
 BATCH = 100
 
 
@@ -60,7 +62,7 @@ class Command(PicoBotCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--retention-days", type=int, default=None, metavar="N",
+            "--retention-days", type=bounded_int(0, MAX_DAYS), default=None, metavar="N",
             help="purge soft-deleted dialogs deleted more than N days ago (default 30; 0 = all of them)",
         )
         parser.add_argument(
@@ -68,7 +70,7 @@ class Command(PicoBotCommand):
             help="purge every dialog this user owns, live or deleted, whatever its age (not with the day options)",
         )
         parser.add_argument(
-            "--inactive-days", type=int, default=None, metavar="N",
+            "--inactive-days", type=bounded_int(1, MAX_DAYS), default=None, metavar="N",
             help="also purge live (not deleted) dialogs whose last activity is more than N days old",
         )
         mode = parser.add_mutually_exclusive_group()
@@ -83,14 +85,10 @@ class Command(PicoBotCommand):
         if user is not None:
             if retention_days is not None or inactive_days is not None:
                 raise CommandError("--user purges all of the user's dialogs: leave out --retention-days/--inactive-days")
-            owner = get_user_model().objects.filter(username=user).first()
+            owner = find_user(user)
             if owner is None:
                 raise CommandError(f"no user {user!r}")
         retention_days = 30 if retention_days is None else retention_days
-        if retention_days < 0:
-            raise CommandError("--retention-days must be 0 or more")
-        if inactive_days is not None and inactive_days < 1:
-            raise CommandError("--inactive-days must be 1 or more")
         verbosity = int(options.get("verbosity", 1))
         now = now_ms()
         rule = Q(owner=owner) if owner is not None else purge_candidates(retention_days, inactive_days, now)
@@ -108,7 +106,7 @@ class Command(PicoBotCommand):
             if verbosity >= 1:
                 why = f"deleted {ms_to_text(d.deleted_at)}" if d.deleted_at else f"inactive since {ms_to_text(d.last_active_at)}"
                 if owner is not None:
-                    why = f"owned by {user}, " + ("deleted" if d.deleted_at else f"last active {ms_to_text(d.last_active_at)}")
+                    why = f"owned by {owner.get_username()}, " + ("deleted" if d.deleted_at else f"last active {ms_to_text(d.last_active_at)}")
                 verb = "would purge" if not apply else "purging"
                 self.stdout.write(f"{verb} {d.id} {d.title!r}: {why}, {d.total_message_count} message(s)")
         skip_note = f"; skipped {skipped} busy dialog(s) (queued or running messages, or a held lease)" if skipped else ""

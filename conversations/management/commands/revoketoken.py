@@ -9,13 +9,14 @@ stays (prefix, dates) for the record.
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
 from django.db.models import QuerySet
 
-from conversations.management.commands._common import PicoBotCommand
+from conversations.management.commands._common import PicoBotCommand, find_user, is_ascii_number
 from conversations.models import ApiToken, now_ms
 from conversations.transfer import ms_to_text
+
+MAX_ID = 2**63 - 1  # BigAutoField (settings.DEFAULT_AUTO_FIELD) on every supported database
 
 
 class Command(PicoBotCommand):
@@ -32,7 +33,7 @@ class Command(PicoBotCommand):
     def handle(self, *args: object, token: str | None, user: str | None, all: bool, **options: object) -> None:
         rows = ApiToken.objects.select_related("user")
         if user is not None:
-            owner = get_user_model().objects.filter(username=user).first()
+            owner = find_user(user)
             if owner is None:
                 raise CommandError(f"no user {user!r}")
             rows = rows.filter(user=owner)
@@ -62,8 +63,12 @@ class Command(PicoBotCommand):
         self.stdout.write(f"{len(live)} token(s) revoked{note}.")
 
     def _match(self, rows: QuerySet, token: str) -> QuerySet:
+        """The tokens ``token`` names: an id (ASCII digits within the id column's range), else the
+        whole token (over 16 characters, by its hash), else a prefix. Raises CommandError when a
+        prefix matches more than one live token."""
         token = token.strip().rstrip("…")
-        if token.isdigit():
+        # "²".isdigit() is True and int("²") raises; an id past the column's range fails in SQL.
+        if is_ascii_number(token) and int(token) <= MAX_ID:
             matched = rows.filter(pk=int(token))
             if matched.exists():
                 return matched

@@ -7,14 +7,25 @@ SIGTERM/SIGINT stop it gracefully: running turns end per the cancel rules, then 
 HTTP request bodies over 3 MiB are refused with 413 while they arrive, before Daphne buffers them
 (``_http_guard``). The worker starts only once a message went through the channel layer and back;
 when it cannot start, ``serve`` exits 1 saying why (e.g. Redis unreachable) — no turn runs first.
+
+When it cannot listen (the port is taken, the address is not this machine's, a privileged port),
+``serve`` exits 1 with one line (``cannot listen on 127.0.0.1:8000: address already in use …``)
+before the first-start user is created, so its token is never shown for a server that did not
+start. ``--host`` (an IP address or a host name, never empty: Twisted would take "" as every
+interface) and ``--port`` (0–65535, 0 picks a free one) are checked first: exit 2, as argparse.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import errno
+import ipaddress
+import re
 import signal
 import sys
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -22,7 +33,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, CommandParser
 
 from conversations.bootstrap import ensure_first_user
-from conversations.management.commands._common import PicoBotCommand, require_database
+from conversations.management.commands._common import PicoBotCommand, bounded_int, require_database
 
 MAX_WS_MESSAGE_BYTES = 9 * 1024 * 1024  # an 8 MiB media frame plus JSON overhead (PROTOCOL §1)
 
@@ -31,15 +42,20 @@ class Command(PicoBotCommand):
     help = "Run PicoBot (WebUI, admin, WebSocket and the agent worker) in one process."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-        parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
+        parser.add_argument(
+            "--host", type=_host, default="127.0.0.1",
+            help="interface to listen on: an IP address or host name (default 127.0.0.1; 0.0.0.0 for all)",
+        )
+        parser.add_argument(
+            "--port", type=bounded_int(0, 65535, " (0 picks a free one)"), default=8000,
+            help="TCP port (default 8000; 0 picks a free one)",
+        )
         parser.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
 
     def handle(self, *args: object, host: str, port: int, no_migrate: bool, **options: object) -> None:
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
         require_database()
-        first_user = ensure_first_user()
 
         # Daphne installs Twisted's asyncio reactor on import: import it only here.
         from channels.layers import get_channel_layer
@@ -62,7 +78,8 @@ class Command(PicoBotCommand):
             raise CommandError(str(exc)) from exc
         interface = host.strip("[]")
         endpoint = f"tcp:port={port}:interface={interface.replace(':', chr(92) + ':')}"
-        server: Server
+        server: Any
+        first_user: tuple[str, str] | None = None
 
         def announce() -> None:
             addresses = server.listening_addresses or [(host, port)]
@@ -121,14 +138,19 @@ class Command(PicoBotCommand):
                 stopping.append(asyncio.ensure_future(shutdown()))
 
         def ready() -> None:
-            # Listening, not accepting yet: every connection gets the body limit.
+            nonlocal first_user
+            # Listening (Daphne calls this only when every endpoint listens), the loop not running
+            # yet: a synchronous DB call is allowed, and the first user's token is only made for a
+            # server that will announce it.
+            first_user = ensure_first_user()
+            # Not accepting yet: every connection gets the body limit.
             install_body_limit(server.http_factory)
             loop = asyncio.get_event_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)
             loop.create_task(start_worker())
 
-        server = Server(
+        server = _recording_listen_failures(Server)(
             application,
             endpoints=[endpoint],
             signal_handlers=False,
@@ -139,8 +161,63 @@ class Command(PicoBotCommand):
         )
         server.run()
         sys.stdout.flush()
+        if server.listen_failure is not None:
+            raise CommandError(_listen_failure(interface, port, server.listen_failure))
         if failures:
             raise CommandError(f"agent worker failed to start: {failures[0]}")
+
+
+_HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
+
+
+def _host(text: str) -> str:
+    """``--host``: an IP address (IPv6 with or without brackets) or a DNS host name, else a usage
+    error. Refused up front because Twisted reads "" as every interface and would read ``=``,
+    ``\\`` or ``:`` as endpoint syntax."""
+    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    try:
+        ipaddress.ip_address(bare)
+        return text
+    except ValueError:
+        if bare == text and _HOST_NAME.fullmatch(text):
+            return text
+    raise argparse.ArgumentTypeError(f"must be an IP address or a host name (e.g. 127.0.0.1, 0.0.0.0, ::1), got {text!r}")
+
+
+def _recording_listen_failures(server_class: type) -> type:
+    """Daphne's ``Server`` class made to keep why it could not listen in ``listen_failure`` (the
+    exception, else None) before it stops. Daphne itself only logs "Listen failure" and returns
+    from ``run()`` as if all went well (exit 0). A class built here: Daphne may only be imported
+    in ``handle`` (it installs Twisted's asyncio reactor on import)."""
+
+    class ListeningServer(server_class):
+        listen_failure: BaseException | None = None
+
+        def listen_error(self, failure: Any) -> None:
+            self.listen_failure = failure.value
+            self.stop()
+
+    return ListeningServer
+
+
+_LISTEN_HINTS = {
+    errno.EADDRINUSE: "another program listens there: stop it or choose another --port",
+    errno.EADDRNOTAVAIL: "no interface of this machine has that address: see --host",
+    errno.EACCES: "ports below 1024 need privileges: choose another --port",
+}
+
+
+def _listen_failure(interface: str, port: int, exc: BaseException) -> str:
+    """The one line for a listen failure: ``cannot listen on HOST:PORT: <reason> (<what to do>)``.
+
+    ``exc`` is Twisted's ``CannotListenError`` (its ``socketError`` the ``OSError``) or whatever
+    else an endpoint failed with."""
+    where = f"[{interface}]:{port}" if ":" in interface else f"{interface}:{port}"
+    cause = getattr(exc, "socketError", None) or exc
+    reason = getattr(cause, "strerror", None) or str(cause) or type(cause).__name__
+    reason = reason[:1].lower() + reason[1:]
+    hint = _LISTEN_HINTS.get(getattr(cause, "errno", None))
+    return f"cannot listen on {where}: {reason}" + (f" ({hint})" if hint else "")
 
 
 LAYER_CHECK_SECONDS = 10.0
