@@ -22,3 +22,10 @@ def ensure_first_user() -> tuple[str, str] | None:
     user.set_unusable_password()
     user.save()
     return FIRST_USERNAME, create_token(user, name="first start")
+
+
+def undo_first_user(username: str) -> None:
+    """Delete the first-start user ``username`` made by :func:`ensure_first_user` in a start that
+    then failed before its token was shown (``serve``); the next start makes a new one. Touches
+    the DB; a user that meanwhile owns dialogs is left alone."""
+    get_user_model().objects.filter(username=username, dialogs__isnull=True).delete()

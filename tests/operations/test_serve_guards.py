@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import sys
 from urllib.parse import urlsplit
 
@@ -89,3 +90,8 @@ async def test_serve_exits_1_with_the_reason_when_redis_is_unreachable(tmp_path)
     assert text.startswith("CommandError: agent worker failed to start: redis.exceptions.ConnectionError")
     assert "127.0.0.1:1" in text and "check PICOBOT_REDIS_URL" in text
     assert b"PicoBot is running" not in out, "never announced as running"
+    assert b"API token" not in out
+    with sqlite3.connect(tmp_path / "picobot.sqlite3") as db:
+        assert db.execute("SELECT count(*) FROM auth_user").fetchone()[0] == 0, (
+            "the first-start user whose token was never shown is undone: the next start makes one"
+        )

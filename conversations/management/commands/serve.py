@@ -32,7 +32,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError, CommandParser
 
-from conversations.bootstrap import ensure_first_user
+from conversations.bootstrap import ensure_first_user, undo_first_user
 from conversations.management.commands._common import PicoBotCommand, bounded_int, require_database
 
 MAX_WS_MESSAGE_BYTES = 9 * 1024 * 1024  # an 8 MiB media frame plus JSON overhead (PROTOCOL §1)
@@ -164,6 +164,10 @@ class Command(PicoBotCommand):
         if server.listen_failure is not None:
             raise CommandError(_listen_failure(interface, port, server.listen_failure))
         if failures:
+            if first_user is not None:
+                # Its token was never shown: undo it, so the next start that works makes and
+                # announces a new one (the loop has ended: a synchronous DB call is allowed).
+                undo_first_user(first_user[0])
             raise CommandError(f"agent worker failed to start: {failures[0]}")
 
 
