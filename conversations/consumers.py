@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 from typing import Any
@@ -38,6 +39,8 @@ from conversations.worker import WORKERS_GROUP, request_stop, wake_dialog
 from delivery.flow import SnapshotCreditWindow
 from delivery.groups import chat_group
 from delivery.platforms.cli_chat import turn_updated_frame
+from providers.json_depth import text_too_deep
+from providers.unicode_text import fix_surrogates, map_strings
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,9 @@ MAX_HISTORY_LIMIT = 200
 # Seconds a stop request waits for the owning worker's acknowledgement before telling the user
 # that no live worker runs the turn.
 STOP_ACK_SECONDS = 2.0
+MAX_FRAME_DEPTH = 32
+"""Nesting levels a client frame may have (frames nest 3 deep; ``json.loads`` recurses)."""
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 MAX_SEQ = 2**53  # JavaScript's safe integers; also below PostgreSQL's bigint
 CLOSE_UNAUTHORIZED = 4401
 # DESIGN §2 asks for 1001, but Daphne's WebSocket stack (autobahn) refuses to send any server close
@@ -228,12 +234,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
             raise FrameError("invalid_frame", "frames must be JSON text frames")
         if len(text_data) > MAX_MEDIA_FRAME_CHARS:
             raise FrameError("frame_too_large", "frame exceeds 8 MiB")
+        if text_too_deep(text_data, MAX_FRAME_DEPTH):  # json.loads would raise RecursionError
+            raise FrameError("invalid_json", f"frame nests deeper than {MAX_FRAME_DEPTH} levels")
         try:
             frame = json.loads(text_data)
         except ValueError:
             raise FrameError("invalid_json", "frame is not valid JSON") from None
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
             raise FrameError("invalid_frame", "a frame is a JSON object with a string \"type\"")
+        if _SURROGATE_ESCAPE.search(text_data):
+            # "\ud800" escapes make lone surrogates: nothing could echo, store or query them
+            # (Daphne closed the socket on the echoed client_msg_id). Pairs are rejoined.
+            frame = map_strings(frame, fix_surrogates)
         if len(text_data) > MAX_FRAME_CHARS and not (frame["type"] == "message" and frame.get("media")):
             raise FrameError("frame_too_large", "frame exceeds 64 KiB")
         return frame

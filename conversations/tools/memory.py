@@ -164,6 +164,11 @@ def search_memories(scope: MemoryScope, query: str, limit: int = DEFAULT_LIMIT) 
     term_filter = Q()
     for term in terms:
         term_filter |= Q(content__icontains=term) | Q(tags__icontains=term)
+        # SQLite stores JSON with non-ASCII escaped ("\u4e2d"): a tag 中文 or café matches there
+        # only in that form (PostgreSQL's jsonb text has it as it is).
+        escaped = json.dumps(term)[1:-1]
+        if escaped != term:
+            term_filter |= Q(tags__icontains=escaped)
     rows = MemoryItem.objects.filter(scope.filter())
     if connection.vendor == "postgresql":
         candidates = _postgres_candidates(rows, query, term_filter)

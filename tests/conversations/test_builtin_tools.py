@@ -210,6 +210,17 @@ async def test_chinese_memories_are_found_by_words_inside_a_sentence():
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_a_memory_is_found_by_a_non_ascii_tag_on_every_database():
+    """SQLite keeps JSON with non-ASCII escaped: tags 中文标签 / café were never found there."""
+    alice = memory_registry(ToolContext("cli_chat:1:d1", "cli_chat", "1", owner_id=await user_id("alice")))
+    saved = await save(alice, "Meets on Thursdays.", ["中文标签", "café"])
+    await save(alice, "Unrelated note.", ["other"])
+
+    for query in ("中文", "标签", "café", "CAFÉ"):
+        assert [h["id"] for h in await search(alice, query)] == [saved["id"]], query
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_another_owner_never_sees_the_memory():
     alice_id, bob_id = await user_id("alice"), await user_id("bob")
     alice = memory_registry(ToolContext("cli_chat:a:d1", "cli_chat", "a", owner_id=alice_id))

@@ -6,12 +6,14 @@ WebSocket consumer, channel layer, agent worker, executor and storage are the re
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from channels.db import database_sync_to_async
 
 from conversations.models import Dialog, InboxMessage, Message
 from providers.openai_compat import OpenAICompatProvider
-from providers.testing import LocalSSEServer
+from providers.testing import LocalSSEServer, ScriptedProvider, script_text
 from tests.conversations.conftest import make_token
 from tests.conversations.streams import ANSWER, CALL_ID, answer_pieces, text_pieces, tool_call_pieces
 
@@ -141,6 +143,30 @@ async def test_bad_frames_get_errors_and_the_connection_keeps_working(connect, s
     assert (await client.until("error"))["code"] == "invalid_frame"
     await client.send({"type": "ping", "nonce": "n1"})
     assert (await client.until("pong"))["nonce"] == "n1"
+
+
+async def test_lone_surrogate_escapes_and_deep_nesting_in_frames_are_answered_cleanly(connect, start_worker):
+    """A frame's ``"\\ud800"`` escape made a lone surrogate: the echoed ``client_msg_id`` could not
+    be encoded (Daphne closed the socket, 1011) and ``/switch`` with one failed in SQLite. Pairs
+    are rejoined, lone halves become U+FFFD; a frame nested too deep is invalid JSON, not a
+    RecursionError."""
+    await start_worker(ScriptedProvider([script_text("fine")]))
+    client = await connect(await make_token())
+    await client.until("ready")
+    await client.send('{"type": "message", "content": "hi \\ud83d\\ude00", "client_msg_id": "a\\ud800"}')
+    ack = await client.until("ack")
+    assert ack["client_msg_id"] == "a\ufffd"
+    json.dumps(ack, ensure_ascii=False).encode("utf-8")  # what Daphne does with every frame
+    done = await client.until("turn_committed")
+    assert done["messages"][0]["content"] == "hi \U0001f600"
+    await client.send('{"type": "message", "content": "/switch x\\ud800y"}')
+    error = await client.until("error")
+    assert error["code"] == "not_found"
+    json.dumps(error, ensure_ascii=False).encode("utf-8")
+    await client.send('{"type": "ping", "nonce": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert (await client.until("error"))["code"] == "invalid_json"
+    await client.send({"type": "ping", "nonce": "still-here"})
+    assert (await client.until("pong"))["nonce"] == "still-here"
 
 
 async def test_unauthenticated_connections_are_refused(connect):
