@@ -30,6 +30,7 @@ from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
+from django.db import models
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Substr
 from django.forms.models import BaseInlineFormSet
@@ -41,6 +42,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from conversations import notify, storage
+from conversations.admin_fields import StorableJSONField
 from conversations.auth import create_token
 from conversations.models import ApiToken, ChatState, Dialog, InboxMessage, MemoryItem, Message, Plan, now_ms
 from conversations.notify import session_changed
@@ -634,9 +636,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 # --- memory and plans ------------------------------------------------------------------------
 
+STORABLE_JSON = {models.JSONField: {"form_class": StorableJSONField}}
+"""Editable JSON columns take only what the database can store (``admin_fields``)."""
+
 
 @admin.register(MemoryItem)
 class MemoryItemAdmin(LeanListMixin, admin.ModelAdmin):
+    formfield_overrides = STORABLE_JSON
     list_display = ["excerpt", "owner", "channel", "chat_id", "tags", "updated"]
     list_select_related = ["owner"]
     list_filter = ["channel"]
@@ -684,6 +690,7 @@ class PlanForm(forms.ModelForm):
 @admin.register(Plan)
 class PlanAdmin(admin.ModelAdmin):
     form = PlanForm
+    formfield_overrides = STORABLE_JSON
     list_display = ["dialog_link", "excerpt", "updated"]
     list_select_related = ["dialog"]
     search_fields = ["=dialog__id", "dialog__title"]

@@ -35,6 +35,7 @@ rest reads or writes the DB; :func:`import_document` runs in one transaction (al
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import secrets
@@ -353,6 +354,21 @@ def load_json(stream: IO[str]) -> Any:
         raise TransferError("nests JSON too deeply to be an export") from None
 
 
+def loads_strict(text: str) -> Any:
+    """:func:`load_json` for a string (the admin's JSON fields take the import's rules).
+
+    Raises TransferError (``is not JSON: …`` / ``is not standard JSON: …`` / too deep).
+    """
+    return load_json(io.StringIO(text))
+
+
+def check_storable_json(value: Any) -> None:
+    """Raise TransferError when ``value`` nests too deep or holds a string the database cannot
+    store as it is (NUL, a lone surrogate) or a non-finite number, naming the place; the import's
+    rule, also used by the admin's JSON fields."""
+    _check_json(value)
+
+
 # --- validation (pure) --------------------------------------------------------------------------
 
 _ROLES = {c.value for c in Message.Role}
@@ -456,6 +472,9 @@ _KEY_PARTS = {name: Dialog._meta.get_field(name).max_length for name in ("channe
 def _shown(value: Any) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False)
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: shown as its escape, never raw (unencodable)
+        text = json.dumps(value)
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return text if len(text) <= 60 else text[:57] + "…"
@@ -668,7 +687,7 @@ def validate_document(doc: Any) -> list[dict[str, Any]]:
             at = f"{where}.messages[{j}]"
             if not isinstance(m, dict):
                 raise TransferError(f"{at} must be an object")
-            if m.get("seq") != j + 1 or isinstance(m.get("seq"), bool):
+            if type(m.get("seq")) is not int or m["seq"] != j + 1:  # not 1.0, not true
                 raise TransferError(f"{at}.seq must be {j + 1} (seq is contiguous from 1), got {_shown(m.get('seq'))}")
             if m.get("role") not in _ROLES:
                 raise TransferError(f"{at}.role must be one of {sorted(_ROLES)}, got {_shown(m.get('role'))}")
@@ -711,7 +730,7 @@ def _owner_for(d: dict, user: Any, cache: dict[str, Any]) -> Any:
         if found is None:
             raise TransferError(
                 f"owner {name!r} of {d.get('id') or d['dialog_id']!r} is not a user here: create it "
-                f"(manage.py createtoken {name}) or import with --user USERNAME"
+                f"(manage.py createtoken {name!r}) or import with --user USERNAME"
             )
         cache[name] = found
     return cache[name]

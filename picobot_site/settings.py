@@ -105,10 +105,11 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    # /api/: HEAD served as GET without a body; unrouted paths and methods answer JSON 404/405.
+    # /api/: HEAD served as GET without a body; every error Django (not the API) makes — unrouted
+    # paths and methods, CSRF, a bad Host header (CommonMiddleware) — answers JSON.
     "conversations.api.middleware.ApiHttpMiddleware",
-    # %00 in a path or query: one 400 on every database (PostgreSQL cannot hold NUL).
+    "django.middleware.common.CommonMiddleware",
+    # %00 in a path, query or admin form: one 400 on every database (PostgreSQL cannot hold NUL).
     "picobot_site.middleware.NulRefusingMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -296,6 +297,8 @@ PICOBOT = {
     # Tool calls of one turn that run at the same time; further calls of a response wait for a slot.
     "MAX_TOOL_CALLS": env_int("PICOBOT_MAX_TOOL_CALLS", 16),
     "MAX_TOOL_CALLS_PER_RESPONSE": env_int("PICOBOT_MAX_TOOL_CALLS_PER_RESPONSE", 64),
+    # UTF-8 bytes of one tool call's argument text; a larger one gets an error result, unparsed.
+    "MAX_TOOL_ARGUMENT_BYTES": env_int("PICOBOT_MAX_TOOL_ARGUMENT_BYTES", 256 * 1024),
     # http_fetch: body bytes read, seconds per fetch (redirects included), and whether loopback,
     # private and link-local addresses may be fetched (never the cloud metadata address).
     "HTTP_FETCH_MAX_BYTES": env_int("PICOBOT_HTTP_FETCH_MAX_BYTES", 1024 * 1024),

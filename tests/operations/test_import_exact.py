@@ -144,6 +144,23 @@ def test_nul_and_lone_surrogates_are_refused_with_the_place_named(exported, tmp_
     assert nothing_imported()
 
 
+@pytest.mark.parametrize("seq", [1.0, True, "1"])
+def test_a_seq_the_export_never_writes_is_refused(exported, tmp_path, seq):
+    """1.0 == 1 and True == 1 in Python: an equality check alone let them in."""
+    doc = changed(exported, lambda d: msg(0)(d).update(seq=seq))
+    with pytest.raises(CommandError, match=r"dialogs\[0\]\.messages\[0\]"):
+        import_text(tmp_path, json.dumps(doc))
+    assert nothing_imported()
+
+
+def test_an_unknown_owner_with_a_line_break_in_its_name_is_one_error_line(exported, tmp_path):
+    doc = changed(exported, lambda d: d["dialogs"][0].update(owner="a\nb"))
+    with pytest.raises(CommandError) as info:
+        import_text(tmp_path, json.dumps(doc))
+    assert "\n" not in str(info.value) and "createtoken 'a\\nb'" in str(info.value)
+    assert nothing_imported()
+
+
 # --- media_refs as a user message carries them ---------------------------------------------------
 
 JPEG = base64.b64encode(b"\xff\xd8\xff\xe0" + b"\x00" * 16).decode()
@@ -216,6 +233,10 @@ def test_a_value_the_database_refuses_after_validation_is_one_line(exported, tmp
     """Validation refuses first; should a rule be missing, the database error is no traceback."""
     monkeypatch.setattr("conversations.transfer.validate_document", lambda doc: doc["dialogs"])
     doc = changed(exported, lambda d: msg(1)(d).update(seq=1))  # two rows with seq 1
-    with pytest.raises(CommandError, match="nothing imported: the database refused a value: UNIQUE constraint failed"):
+    with pytest.raises(CommandError) as info:
         import_text(tmp_path, json.dumps(doc))
+    message = str(info.value)
+    assert message.startswith("nothing imported: the database refused a value: ") and "\n" not in message
+    # SQLite and PostgreSQL word it their own way.
+    assert "UNIQUE constraint failed" in message or "duplicate key value violates unique constraint" in message
     assert nothing_imported()

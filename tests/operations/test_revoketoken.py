@@ -78,6 +78,7 @@ def test_an_ambiguous_prefix_is_refused_with_the_candidates(tokens):
         (("٣",), "no matching token"),
         (("1²",), "no matching token"),
         (("9" * 30,), "no matching token"),
+        (("9" * 5000,), "no matching token"),  # past int()'s 4 300-digit limit
         ((str(2**63),), "no matching token"),
     ],
 )

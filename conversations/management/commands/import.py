@@ -41,7 +41,7 @@ class Command(PicoBotCommand):
         if user is not None:
             owner = find_user(user)
             if owner is None:
-                raise CommandError(f"no user {user!r} (create it with: manage.py createtoken {user})")
+                raise CommandError(f"no user {user!r} (create it with: manage.py createtoken {user!r})")
         try:
             if file == "-":
                 doc = load_json(sys.stdin)

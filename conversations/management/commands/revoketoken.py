@@ -67,8 +67,9 @@ class Command(PicoBotCommand):
         whole token (over 16 characters, by its hash), else a prefix. Raises CommandError when a
         prefix matches more than one live token."""
         token = token.strip().rstrip("…")
-        # "²".isdigit() is True and int("²") raises; an id past the column's range fails in SQL.
-        if is_ascii_number(token) and int(token) <= MAX_ID:
+        # "²".isdigit() is True and int("²") raises; an id past the column's range fails in SQL;
+        # int() refuses more than 4 300 digits: the length is checked first.
+        if is_ascii_number(token) and len(token) <= len(str(MAX_ID)) and int(token) <= MAX_ID:
             matched = rows.filter(pk=int(token))
             if matched.exists():
                 return matched

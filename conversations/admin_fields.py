@@ -1,0 +1,53 @@
+"""Admin form fields for JSON columns: only what the database can store goes in (Django glue).
+
+Django's ``forms.JSONField`` reads ``NaN``/``Infinity``, keeps the last of duplicate keys and
+lets ``"\\u0000"`` and ``"\\ud800"`` escapes through: PostgreSQL then refuses the write (a 500 in
+the admin), SQLite stores a lone surrogate that later breaks every page showing the value. This
+field applies the import's rules instead (``transfer.loads_strict`` and
+``transfer.check_storable_json``): such input is a form error naming the place. A form shown
+again with errors shows the text as typed, and a stored value that holds a lone surrogate (from
+before these rules) is shown with U+FFFD instead of failing the page.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.forms.fields import InvalidJSONInput
+
+from conversations.transfer import TransferError, check_storable_json, loads_strict
+from providers.unicode_text import fix_surrogates
+
+
+class StorableJSONField(forms.JSONField):
+    """A ``forms.JSONField`` that accepts only standard JSON the database can store as it is."""
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled or value in self.empty_values:
+            return super().to_python(value)
+        if not isinstance(value, str):
+            parsed = value
+        else:
+            try:
+                parsed = loads_strict(value)
+            except TransferError as exc:
+                raise forms.ValidationError(f"Enter standard JSON: the text {exc}.", code="invalid") from None
+        try:
+            check_storable_json(parsed)
+        except TransferError as exc:
+            raise forms.ValidationError(f"Cannot be stored: {exc}.", code="invalid") from None
+        return parsed
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled:
+            return initial
+        if isinstance(data, str):
+            return InvalidJSONInput(data)  # shown again exactly as typed (UTF-8 from the form)
+        return super().bound_data(data, initial)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, InvalidJSONInput):
+            return value
+        return fix_surrogates(json.dumps(value, ensure_ascii=False, cls=self.encoder))
