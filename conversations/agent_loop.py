@@ -25,6 +25,16 @@ iteration showed anything (text or reasoning), the request is fitted harder (``h
 the budget) and sent once more; a second overflow ends the turn with the error. The first
 request's overflow is the input builder's to recover (``turn_input.run_with_overflow_recovery``).
 
+A tool call that does not end within :data:`CANCEL_GRACE_SECONDS` of its batch being cancelled
+(a tool that catches ``CancelledError`` and keeps going) is abandoned: it runs on detached, a
+warning names it, and its result is never shown nor kept.
+
+At most ``max_calls_per_response`` calls of one response run; the calls after them are dropped
+from the response (neither stored, shown nor sent back), and the last kept call's result tells
+the model how many were dropped. A call whose argument text is larger than the registry's
+``max_argument_bytes`` is kept in history with ``{}`` arguments and shown as
+``{"_truncated": "<N> bytes"}``; its text is never parsed (the registry answers with an error).
+
 Tool outcomes are recorded as each call finishes: a stop or a fatal tool error during a batch
 keeps the results that already came (shown ``completed``/``failed``); only the calls still
 running get the "stopped" error result (``turn_rows.complete_tool_chains``).
@@ -39,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from conversations.tools.registry import ToolFatalError, ToolRegistry
+from conversations.tools.registry import DEFAULT_MAX_ARGUMENT_BYTES, ToolFatalError, ToolRegistry, log_safe
 from delivery.events import (
     ReasoningDelta,
     TextDelta,
@@ -54,12 +64,19 @@ from providers.chunks import ReasoningDelta as ReasoningChunk
 from providers.chunks import TextDelta as TextChunk
 from providers.errors import ContextOverflowError, ProviderError
 from providers.messages import Message, Usage
-from providers.unicode_text import SurrogateMender
+from providers.unicode_text import SurrogateMender, mend_error
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CALLS_PER_RESPONSE = 64
 """Tool calls of one model response that run, at most (``PICOBOT_MAX_TOOL_CALLS_PER_RESPONSE``)."""
+CANCEL_GRACE_SECONDS = 0.5
+"""How long a cancelled turn waits for its running tool calls to end; calls still running then
+(a tool that swallows its cancellation) are abandoned, so ``/stop`` ends the turn within a second."""
+
+# Tool calls abandoned after the grace: kept referenced until they end (a task only weakly held
+# could be garbage-collected mid-run), their results dropped.
+_abandoned: set[asyncio.Task] = set()
 
 
 class FitRequest(Protocol):
@@ -122,9 +139,10 @@ class AgentLoop:
         fit: fits each request after the first to the context window (module docstring); None
             sends the turn's messages as they are.
         max_calls_per_response: tool calls of one model response that run; the calls after them
-            (in the model's order) get an ``is_error`` result "too many tool calls" without
-            running, so a runaway response cannot start thousands of calls (the model may call
-            them again in its next response).
+            (in the model's order) are dropped from the response — not run, stored, shown or
+            sent back — and the last kept call's result gets a note saying how many were
+            dropped, so a runaway response can neither start thousands of calls nor fill the
+            history with their error results (the model may call them again).
     """
 
     def __init__(
@@ -229,19 +247,31 @@ class AgentLoop:
             result.finish_reason = response.finish_reason
             # The last request offered no tools; calls the model makes anyway are not run, so the
             # turn ends on its answer instead of on tool results nobody reads.
-            calls = [] if last else self._unique_ids(response.tool_calls, seen_call_ids)
+            calls = [] if last else response.tool_calls
+            dropped = max(0, len(calls) - self.max_calls_per_response)
+            if dropped:
+                calls = calls[: self.max_calls_per_response]
+                log.warning(
+                    "a response made %d tool calls; the %d over the cap of %d were dropped",
+                    len(response.tool_calls), dropped, self.max_calls_per_response,
+                )
+            calls = self._unique_ids(calls, seen_call_ids)
             response.tool_calls = calls
-            assistant = response.to_message()
+            assistant = response.to_message(max_argument_bytes=self._max_argument_bytes())
             result.messages.append(TurnMessage(iteration, assistant))
             conversation.append(assistant)
             if not calls:
                 return result
             self.emit(TextSegmentFinished(iteration=iteration))
-            conversation.extend(await self._run_tools(calls, iteration))
+            conversation.extend(await self._run_tools(calls, iteration, dropped=dropped))
             if not self._current():  # stale-state check after each tool batch (seed 003 §8.3)
                 result.stale = True
                 return result
         return result
+
+    def _max_argument_bytes(self) -> int:
+        """The registry's bound of one call's argument text (UTF-8 bytes)."""
+        return int(getattr(self.tools, "max_argument_bytes", DEFAULT_MAX_ARGUMENT_BYTES))
 
     def _failed(self, error: ProviderError) -> AgentResult:
         """End the turn on a provider failure, keeping what the failed response showed."""
@@ -285,6 +315,9 @@ class AgentLoop:
                 for held in mend.finish() if isinstance(chunk, Done) else ():
                     self._take(held, iteration, accumulator)
                 self._take(chunk, iteration, accumulator)
+        except ProviderError as exc:
+            mend_error(exc)  # its message may be shown and is logged: no lone surrogates
+            raise
         finally:
             await stream.aclose()
 
@@ -314,54 +347,111 @@ class AgentLoop:
             out.append(call)
         return out
 
-    async def _run_tools(self, calls: list[ToolCall], iteration: int) -> list[Message]:
+    async def _run_tools(self, calls: list[ToolCall], iteration: int, *, dropped: int = 0) -> list[Message]:
         """Run one response's calls concurrently; returns their results in call order.
 
         Each result is recorded in ``result.messages`` (in call order) even when the batch ends
         early: a stop or a ``ToolFatalError`` keeps the results that already came, so the commit
         stores what the user saw (``complete_tool_chains`` fills only the calls still running).
+        ``dropped`` calls of this response were over the cap: the last call's result says so.
+
+        Raises:
+            ToolFatalError: a call said the turn cannot go on (the others are cancelled).
+            asyncio.CancelledError: the turn is being cancelled; calls that outlive the grace
+                are abandoned (module docstring).
         """
+        max_bytes = self._max_argument_bytes()
         for call in calls:
-            self.emit(ToolStarted(iteration=iteration, call_id=call.id, name=call.name, arguments=_display_args(call)))
-        finished: dict[str, Message] = {}
-        limit = self.max_calls_per_response
-        for call in calls[limit:]:  # over the cap: answered at once, never run
-            refusal = (
-                f"Error: too many tool calls in one response (at most {limit} run); "
-                "this call was not run — call it again in your next response if it is still needed."
+            self.emit(
+                ToolStarted(iteration=iteration, call_id=call.id, name=call.name, arguments=_display_args(call, max_bytes))
             )
-            finished[call.id] = Message.tool_result(call.id, refusal, is_error=True, tool_name=call.name)
-            self.emit(ToolFinished(iteration=iteration, call_id=call.id, success=False, preview=refusal))
+        finished: dict[str, Message] = {}
+        batch_open = True
+        note_on = calls[-1].id if dropped else None
+        note = f"\n\n({dropped} further tool calls of this response were dropped: at most {self.max_calls_per_response} run per response)"
 
         async def one(call: ToolCall) -> None:
             outcome = await self.tools.run(call, self.tool_timeout)
-            if self._closed():
-                return  # a late result after /stop: neither shown nor kept (seed 003 §14.1)
+            if self._closed() or not batch_open:
+                return  # a late result after /stop or an abandoned call: neither shown nor kept (§14.1)
+            content = outcome.content + note if call.id == note_on else outcome.content
             # Recorded and shown together, with no await in between: shown means kept.
-            finished[call.id] = Message.tool_result(
-                call.id, outcome.content, is_error=outcome.is_error, tool_name=call.name
-            )
+            finished[call.id] = Message.tool_result(call.id, content, is_error=outcome.is_error, tool_name=call.name)
             self.emit(
                 ToolFinished(iteration=iteration, call_id=call.id, success=not outcome.is_error, preview=outcome.preview)
             )
 
-        # A TaskGroup cancels the sibling calls when one raises (ToolFatalError, cancellation).
+        tasks = {asyncio.create_task(one(call), name=f"tool {call.name}"): call for call in calls}
         try:
-            async with asyncio.TaskGroup() as group:
-                for call in calls[:limit]:
-                    group.create_task(one(call))
-        except* ToolFatalError as failures:
-            raise failures.exceptions[0] from None
+            await _all_done(list(tasks))
+        except BaseException:
+            # A stop, a deadline, a ToolFatalError or a crash: the other calls are cancelled.
+            await _wind_down(tasks)
+            raise
         finally:
+            batch_open = False
             self.result.messages.extend(
                 TurnMessage(iteration, finished[call.id]) for call in calls if call.id in finished
             )
         return [finished[call.id] for call in calls]
 
 
-def _display_args(call: ToolCall) -> dict:
+async def _all_done(tasks: list[asyncio.Task]) -> None:
+    """Wait for every task; the first failure (a ``ToolFatalError`` before others) is raised."""
+    pending = set(tasks)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+        errors = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
+        if errors:
+            raise next((e for e in errors if isinstance(e, ToolFatalError)), errors[0])  # type: ignore[misc]
+
+
+async def _wind_down(tasks: dict[asyncio.Task, ToolCall]) -> None:
+    """Cancel the tasks still running and wait at most :data:`CANCEL_GRACE_SECONDS` for them;
+    the ones that outlive it are abandoned (logged, kept referenced until they end)."""
+    running = [task for task in tasks if not task.done()]
+    for task in running:
+        task.cancel()
+    still: set[asyncio.Task] = set(running)
+    try:
+        if running:
+            _, still = await asyncio.wait(running, timeout=CANCEL_GRACE_SECONDS)
+    finally:
+        for task in tasks:
+            if task.done():
+                _retrieve(task)
+            elif task in still:
+                call = tasks[task]
+                log.warning(
+                    "tool %s (call %s) did not stop within %g s of its cancellation; abandoned "
+                    "(it runs on detached, its result is dropped)",
+                    log_safe(call.name, 200), log_safe(call.id, 200), CANCEL_GRACE_SECONDS,
+                )
+                _abandoned.add(task)
+                task.add_done_callback(_forget)
+            else:  # cancelled again while waiting: still ours to forget cleanly
+                task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    """Mark a finished task's exception as seen (it was already reported, or is moot)."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _forget(task: asyncio.Task) -> None:
+    _abandoned.discard(task)
+    _retrieve(task)
+
+
+def _display_args(call: ToolCall, max_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES) -> dict:
     """The arguments a tool block shows: the parsed JSON object, or ``{}`` when the model's text
-    was not one (PROTOCOL §1: the raw text stays on the server; the result says what was wrong)."""
+    was not one (PROTOCOL §1: the raw text stays on the server; the result says what was wrong).
+
+    A text over ``max_bytes`` (UTF-8) is not parsed: it shows as ``{"_truncated": "<N> bytes"}``,
+    like any argument object too large for a snapshot (``delivery.turn.shown_arguments``)."""
+    if call.argument_bytes > max_bytes:
+        return {"_truncated": f"{call.argument_bytes} bytes"}
     try:
         arguments = call.arguments()
     except ValueError:

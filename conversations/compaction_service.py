@@ -43,6 +43,7 @@ from conversations.compaction import (
 from conversations.models import Dialog
 from conversations.storage.shapes import scrub_text
 from conversations.storage_runner import run_storage
+from conversations.turn_failures import one_line
 from providers.base import LLMProvider, ProviderRequest
 from providers.errors import ProviderError
 
@@ -310,8 +311,9 @@ async def summarise(dialog_id: str, provider: LLMProvider, request: ProviderRequ
 
     Raises:
         CompactionError: timeout, provider failure, crash or no usable summary — none, or one
-            cut off at the output token cap (``AssistantResponse.cut_off``) — (the details only
-            in the log, under the error's ``ref``).
+            the model did not end itself (``AssistantResponse.finished_normally``: cut off at
+            the output token cap, filtered, refused, paused) — (the details
+            only in the log, under the error's ``ref``).
     """
     ref = secrets.token_hex(4)
     try:
@@ -330,18 +332,20 @@ async def summarise(dialog_id: str, provider: LLMProvider, request: ProviderRequ
     except Exception as exc:
         log.exception("compaction of %s: the summary request crashed (ref %s)", dialog_id, ref)
         raise CompactionError(f"Internal error while summarising; nothing was changed (ref {ref}).", ref=ref) from exc
-    if response.cut_off:
-        # Like clean_summary's unclosed think span: a summary that stops mid-sentence must not
-        # replace the history it stands for.
+    if not response.finished_normally:
+        # Like clean_summary's unclosed think span: a summary that stops mid-sentence (or was
+        # filtered, refused, paused) must not replace the history it stands for.
         log.warning(
-            "compaction of %s: the summary was cut off at the output token cap (finish_reason %s) (ref %s)",
+            "compaction of %s: the summary did not finish normally (finish_reason %s) (ref %s)",
             dialog_id,
-            response.finish_reason,
+            one_line(str(response.finish_reason))[:80],
             ref,
         )
-        raise CompactionError(
-            f"The model's summary was cut off at its output limit; nothing was changed (ref {ref}).", ref=ref
-        )
+        if (response.finish_reason or "").lower() in ("length", "max_tokens"):
+            reason = "was cut off at its output limit"
+        else:
+            reason = "did not finish normally"
+        raise CompactionError(f"The model's summary {reason}; nothing was changed (ref {ref}).", ref=ref)
     summary = clean_summary(response.text)
     if summary is None:
         log.warning("compaction of %s: the model's answer held no summary (ref %s)", dialog_id, ref)

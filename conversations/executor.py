@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -32,10 +34,9 @@ from conversations.turn_failures import (
     TurnFailure,
     TurnFailureKind,
     TurnFailurePresenter,
-    configured_secrets,
     describe_exception,
     log_failure,
-    redact,
+    log_safe,
 )
 from conversations.turn_input import (
     ContextPreparationError,
@@ -104,6 +105,33 @@ def _error_ref() -> str:
 
 # The cancel reason of a stale turn (seed 003 §8.3); never shown: its owner publishes nothing more.
 STALE_TURN_REASON = "another worker took over this dialog"
+
+
+class TurnCrashedError(Exception):
+    """The turn's task raised a ``BaseException`` that is neither a cancellation nor a process exit
+    (``GeneratorExit``, a ``BaseExceptionGroup`` out of a TaskGroup, a library's own subclass);
+    the original is its ``__cause__``."""
+
+
+async def _contained(turn: Callable[[], Awaitable[AgentResult]]) -> AgentResult:
+    """``await turn()``, with any stray ``BaseException`` turned into :class:`TurnCrashedError`.
+
+    ``turn`` is called only once this runs: a task cancelled before its first step (a ``/stop``
+    while the turn was set up) then leaves no coroutine that was never awaited.
+
+    The executor awaits the turn's task; a task that ended with ``GeneratorExit`` would have it
+    *thrown* into the executor's coroutine, which can then never await again ("coroutine ignored
+    GeneratorExit") and the executor dies — the turn later reads "interrupted by a server
+    restart". A cancellation, ``KeyboardInterrupt`` and ``SystemExit`` go on unchanged.
+    """
+    try:
+        return await turn()
+    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise TurnCrashedError(f"the turn raised {type(exc).__name__}: {exc}") from exc
 
 
 class DialogExecutor:
@@ -204,7 +232,10 @@ class DialogExecutor:
     async def _storage_alert(self, exc: Exception) -> None:
         """Tell the chat that storage fails (at most once per ``STORAGE_ALERT_INTERVAL`` s per dialog)."""
         ref = _error_ref()
-        log.error("dialog %s: storage failed after retries (ref %s): %s", self.dialog_id, ref, exc)
+        log.error(
+            "dialog %s: storage failed after retries (ref %s): %s",
+            self.dialog_id, ref, log_safe(describe_exception(exc)),
+        )
         now = time.monotonic()
         alerts = self.worker.storage_alerts
         if now - alerts.get(self.dialog_id, -STORAGE_ALERT_INTERVAL) < STORAGE_ALERT_INTERVAL:
@@ -280,7 +311,13 @@ class DialogExecutor:
         return await delivery.settle(timeout=SHUTDOWN_DELIVERY_WAIT_SECONDS)
 
     async def _run_and_commit(self, start: storage.TurnStart, running: RunningTurn) -> storage.CommitResult | None:
-        """Run the agent loop under the turn's deadline, then commit; None when nothing committed."""
+        """Run the agent loop under the turn's deadline, then commit; None when nothing committed.
+
+        Whatever the loop raises becomes a typed failure (seed 000 §13) — any ``Exception``, and
+        any other ``BaseException`` (``GeneratorExit``, a ``BaseExceptionGroup``: ``_contained``)
+        as an internal one — except a cancellation of this executor itself, ``KeyboardInterrupt``
+        and ``SystemExit``, which go on. The executor then goes on with the next message.
+        """
         config = settings.PICOBOT
         # One input path (seed 000 §7.1): compaction under the `compacting` phase, and one rebuild
         # after a context overflow (§7.2), all inside the task that /stop and the deadline cancel.
@@ -301,7 +338,9 @@ class DialogExecutor:
             max_calls_per_response=config.get("MAX_TOOL_CALLS_PER_RESPONSE", DEFAULT_MAX_CALLS_PER_RESPONSE),
         )
         task = asyncio.ensure_future(
-            run_with_overflow_recovery(builder, start, loop.run, publish=self._context_notice(start))
+            _contained(
+                functools.partial(run_with_overflow_recovery, builder, start, loop.run, publish=self._context_notice(start))
+            )
         )
         running.task = task
         if self.pending_cancel is not None:  # stopped while the turn was being set up
@@ -338,6 +377,12 @@ class DialogExecutor:
         except TurnFailedError as exc:  # a step of the turn that typed its own failure
             failure = exc.failure
         except Exception as exc:
+            failure = TurnFailure.from_exception(TurnFailureKind.INTERNAL, exc)
+        except (KeyboardInterrupt, SystemExit):
+            raise  # the process is going down (the event loop re-raises them anyway)
+        except BaseException as exc:  # not expected (``_contained``), but never the executor's end
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise
             failure = TurnFailure.from_exception(TurnFailureKind.INTERNAL, exc)
         if result is None:  # cancelled, failed or timed out: keep what the loop finished, plus the partial
             result = loop.result
@@ -460,7 +505,7 @@ class DialogExecutor:
         except Exception as exc:  # a storage error: redacted, like every failure's detail
             log.error(
                 "turn %s: could not mark its inbox row done either (ref %s): %s",
-                start.turn_id, failure.ref, redact(describe_exception(exc), configured_secrets()),
+                start.turn_id, failure.ref, log_safe(describe_exception(exc)),
             )
         notice = self.presenter.notice(failure)
         if notice is not None:

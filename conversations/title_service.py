@@ -6,8 +6,9 @@ the next message. In a supervised background task (seed 000 §12):
 1. ``storage.title_candidate`` claims the attempt if one is due and reads the first rows
    (a short storage call; nothing is held afterwards);
 2. the provider is asked for a title, outside any lock, bounded by ``timeout``;
-3. ``clean_title`` keeps the visible title (think spans stripped; none for a reasoning-only or
-   cut-off answer);
+3. ``clean_title`` keeps the visible title (think spans stripped; none for a reasoning-only
+   answer); an answer the model did not end itself (``AssistantResponse.finished_normally``:
+   cut off, filtered, refused) gives no title;
 4. ``storage.commit_generated_title`` stores it only while the title is still the default and
    the dialog is live — a user rename that happened meanwhile wins;
 5. a ``session_changed`` frame (PROTOCOL §1) tells the chat's clients.
@@ -115,6 +116,11 @@ class TitleService:
         except ProviderError as exc:
             # The kind and status only: provider payloads stay out of the log (seed 003 §6.2).
             log.warning("title of %s: provider error %s (HTTP %s)", dialog_id, exc.kind, exc.http_status)
+            return
+        if not response.finished_normally:
+            # A cut-off or filtered answer may still look like a title ("The user's question
+            # about"): no title beats a wrong one, and the next attempt comes later.
+            log.warning("title of %s: the model's answer did not finish normally", dialog_id)
             return
         title = clean_title(response.text)
         if title is None:

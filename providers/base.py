@@ -67,16 +67,37 @@ def _reject_constant(name: str) -> Any:
 _MAY_HOLD_SURROGATES = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
 
 
+_UNPARSED: Any = object()
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A complete tool call from one response; ``arguments_json`` is the raw argument text."""
+    """A complete tool call from one response; ``arguments_json`` is the raw argument text.
+
+    The text is parsed at most once (:meth:`arguments` keeps its value or its error) and its
+    UTF-8 size measured at most once (:attr:`argument_bytes`): the tool block, the registry and
+    the history message all ask for them, and a large text must not be parsed three times.
+    """
 
     id: str
     name: str
     arguments_json: str
+    _parsed: Any = field(default=_UNPARSED, init=False, repr=False, compare=False)
+    _size: int = field(default=-1, init=False, repr=False, compare=False)
+
+    @property
+    def argument_bytes(self) -> int:
+        """The argument text's size in UTF-8 bytes (a lone surrogate counts 3), measured once."""
+        if self._size < 0:
+            size = len(self.arguments_json.encode("utf-8", "surrogatepass"))
+            object.__setattr__(self, "_size", size)
+        return self._size
 
     def arguments(self) -> dict[str, Any]:
         """The arguments as a dict; an empty or blank text counts as ``{}``.
+
+        Parsed on the first call only: later calls return the same dict (callers must not
+        mutate it) or raise the same error again.
 
         Lone surrogates in its strings (a ``"\\ud800"`` escape without its partner) are replaced
         by U+FFFD (``unicode_text.fix_surrogates``): they could be neither stored nor sent.
@@ -87,6 +108,18 @@ class ToolCall:
                 before parsing, without recursion: a runaway ``[[[[…`` must not reach the
                 recursive parser, nor any later walk of the value).
         """
+        parsed = self._parsed
+        if parsed is _UNPARSED:
+            try:
+                parsed = self._parse()
+            except ToolArgumentsError as exc:
+                parsed = exc
+            object.__setattr__(self, "_parsed", parsed)
+        if isinstance(parsed, ToolArgumentsError):
+            raise ToolArgumentsError(*parsed.args) from parsed.__cause__  # a fresh traceback each time
+        return parsed
+
+    def _parse(self) -> dict[str, Any]:
         text = self.arguments_json.strip()
         if not text:
             return {}
@@ -107,8 +140,11 @@ class ToolCall:
         return value
 
 
-CUT_OFF_FINISH_REASONS = frozenset({"length", "max_tokens"})
-"""Finish reasons (lowercased) saying the answer was cut off at the output token cap."""
+NORMAL_FINISH_REASONS = frozenset({"stop", "end_turn", "stop_sequence", "eos", "eos_token"})
+"""Finish reasons (lowercased) of an answer the model ended itself, as the vendors send them:
+``stop`` (OpenAI-compatible servers, Gemini's ``STOP``), ``end_turn`` and ``stop_sequence``
+(Anthropic), ``eos``/``eos_token`` (Hugging Face TGI). Providers pass finish reasons through
+unchanged (``chunks.Done``), so this list names the native spellings."""
 
 
 @dataclass(slots=True)
@@ -134,21 +170,35 @@ class AssistantResponse:
     error: ProviderError | None = None
 
     @property
-    def cut_off(self) -> bool:
-        """Whether the model stopped at its output token cap (``finish_reason`` ``"length"``
-        from OpenAI-compatible servers, ``"max_tokens"`` from Anthropic): the text ends
-        mid-sentence."""
-        return (self.finish_reason or "").lower() in CUT_OFF_FINISH_REASONS
+    def finished_normally(self) -> bool:
+        """Whether the model ended the answer itself (:data:`NORMAL_FINISH_REASONS`).
 
-    def to_message(self) -> Message:
+        Every reason a vendor sends for anything else counts as not finished normally:
+        ``length``/``max_tokens`` (cut off at the output cap), ``content_filter``, ``refusal``,
+        ``model_context_window_exceeded``, ``pause_turn``, ``tool_calls``/``tool_use`` and any
+        reason we do not know — a consumer that needs a whole answer (a summary, a title) must
+        not take such text. No reason at all (None: a server that ended a complete stream with
+        ``[DONE]`` and never named one) is no sign of a cut and counts as finished; a stream that
+        broke off raises instead of ending.
+        """
+        reason = self.finish_reason
+        return reason is None or reason.lower() in NORMAL_FINISH_REASONS
+
+    def to_message(self, *, max_argument_bytes: int | None = None) -> Message:
         """The assistant :class:`Message` for history.
 
         Empty text blocks are dropped (seed SC-25); calls whose arguments are not a JSON object
         are kept with ``{}`` arguments and their text in ``raw_arguments`` (the agent loop
         answers them with an error result; the next request shows the model what it sent).
+        A call whose argument text is over ``max_argument_bytes`` (UTF-8; None: no bound) is
+        kept with ``{}`` arguments, unparsed: its error result names the size, and the text is
+        too large to keep or to send back.
         """
         calls = []
         for call in self.tool_calls:
+            if max_argument_bytes is not None and call.argument_bytes > max_argument_bytes:
+                calls.append(ToolUseBlock(call.id, call.name, {}))
+                continue
             try:
                 calls.append(ToolUseBlock(call.id, call.name, call.arguments()))
             except ToolArgumentsError:

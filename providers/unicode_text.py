@@ -20,7 +20,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from providers.chunks import ProviderChunk, ReasoningDelta, TextDelta, ToolCallArgumentsDelta
+from providers.chunks import (
+    Done,
+    ProviderChunk,
+    ProviderStateChunk,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
+)
+from providers.errors import ProviderError
 
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -81,12 +90,17 @@ def scrub_value(value: Any) -> Any:
 
 
 class SurrogateMender:
-    """Repairs a stream's text deltas one at a time (one per stream; pure).
+    """Repairs every string of a stream's chunks, one chunk at a time (one per stream; pure).
 
     A delta (text, reasoning, or one tool call's arguments) that ends with a high surrogate keeps
     it back until the next delta of the same kind: when that starts with the low half, the pair
     is rejoined into one character; the rest of each delta goes through :func:`fix_surrogates`.
     A half still held when the stream ends comes out as U+FFFD (:meth:`finish`).
+
+    Every other string a chunk carries arrives whole and is fixed on its own: a tool call's id
+    and name (``ToolCallStart``; the same text always gives the same id, so a repeated start
+    and the call's result still pair), the replay state's strings (``ProviderStateChunk``) and
+    the finish reason (``Done``). A failure's strings are fixed by :func:`mend_error`.
     """
 
     __slots__ = ("_held",)
@@ -104,7 +118,7 @@ class SurrogateMender:
             key = chunk.index  # type: ignore[union-attr]
             text = chunk.delta  # type: ignore[union-attr]
         else:
-            return chunk
+            return _mend_whole(chunk)
         if not self._held and text.isascii():  # the common case
             return chunk
         fixed = self._held.pop(key, "") + text
@@ -129,3 +143,35 @@ class SurrogateMender:
                 out.append(key(REPLACEMENT))  # type: ignore[operator]
         self._held.clear()
         return out
+
+
+def _mend_whole(chunk: ProviderChunk) -> ProviderChunk:
+    """A chunk whose strings arrive whole, with each of them fixed (``chunk`` when none needs it)."""
+    if isinstance(chunk, ToolCallStart):
+        call_id, name = fix_surrogates(chunk.id), fix_surrogates(chunk.name)
+        if call_id is chunk.id and name is chunk.name:
+            return chunk
+        return ToolCallStart(chunk.index, call_id, name)
+    if isinstance(chunk, Done):
+        reason = chunk.finish_reason
+        return chunk if reason is None or fix_surrogates(reason) is reason else Done(fix_surrogates(reason))
+    if isinstance(chunk, ProviderStateChunk):
+        return ProviderStateChunk(map_strings(chunk.state, fix_surrogates))
+    return chunk  # UsageChunk: numbers only
+
+
+def mend_error(error: ProviderError) -> ProviderError:
+    """``error`` with lone surrogates out of the strings it carries (its message, vendor code and
+    finish reason), changed in place and returned: the message may be shown to the user and is
+    logged, and a lone surrogate can be neither framed nor written (module docstring)."""
+    message = error.message
+    if isinstance(message, str):
+        fixed = fix_surrogates(message)
+        if fixed is not message:
+            error.message = fixed
+            error.args = (fixed, *error.args[1:])
+    if error.provider_code is not None:
+        error.provider_code = map_strings(error.provider_code, fix_surrogates)
+    if isinstance(error.finish_reason, str):
+        error.finish_reason = fix_surrogates(error.finish_reason)
+    return error

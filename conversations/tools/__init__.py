@@ -21,6 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from conversations.tools.builtin import current_time_tool
 from conversations.tools.registry import (
+    DEFAULT_MAX_ARGUMENT_BYTES,
     DEFAULT_MAX_CONCURRENT_CALLS,
     DEFAULT_RESULT_MAX_CHARS,
     BoundToolRegistry,
@@ -39,7 +40,8 @@ def default_registry(modules: Iterable[str] | None = None) -> ToolRegistry:
     """The registry with PicoBot's built-in tools plus those of the plugin modules.
 
     Results are bounded by ``settings.PICOBOT["TOOL_RESULT_MAX_CHARS"]``, the calls of one turn
-    running at once by ``settings.PICOBOT["MAX_TOOL_CALLS"]``; ``http_fetch`` follows
+    running at once by ``settings.PICOBOT["MAX_TOOL_CALLS"]``, one call's argument text by
+    ``settings.PICOBOT["MAX_TOOL_ARGUMENT_BYTES"]`` (UTF-8 bytes); ``http_fetch`` follows
     the ``HTTP_FETCH_*`` settings (``FetchPolicy.from_settings``).
 
     Args:
@@ -60,6 +62,7 @@ def default_registry(modules: Iterable[str] | None = None) -> ToolRegistry:
         [current_time_tool(), *memory_tools(), *plan_tools(), http_fetch_tool()],
         max_result_chars=int(settings.PICOBOT.get("TOOL_RESULT_MAX_CHARS", DEFAULT_RESULT_MAX_CHARS)),
         max_concurrent_calls=int(settings.PICOBOT.get("MAX_TOOL_CALLS", DEFAULT_MAX_CONCURRENT_CALLS)),
+        max_argument_bytes=int(settings.PICOBOT.get("MAX_TOOL_ARGUMENT_BYTES", DEFAULT_MAX_ARGUMENT_BYTES)),
     )
     if modules is None:
         modules = settings.PICOBOT.get("TOOL_MODULES") or ()

@@ -6,7 +6,12 @@ the tool's own recoverable error) becomes an ``is_error`` outcome the model read
 validator before the handler runs; results longer than ``max_result_chars`` are cut with a marker
 (issue 6 "Tools").
 
-Limits: a call runs for at most the configured timeout (``PICOBOT_TOOL_TIMEOUT``, passed per call
+Limits: a call whose argument text is larger than ``max_argument_bytes``
+(``PICOBOT_MAX_TOOL_ARGUMENT_BYTES``, UTF-8) gets an error result without being parsed; the
+text is parsed once per call (``ToolCall.arguments`` keeps it); array lengths and string lengths
+are checked against ``maxItems``/``maxLength``/``maxProperties`` before the full validation
+(:func:`quick_limits`, which stops at the first item too many), and large texts are validated
+off the event loop. A call runs for at most the configured timeout (``PICOBOT_TOOL_TIMEOUT``, passed per call
 by the agent loop) or the tool's own, whichever is shorter; at most ``max_concurrent_calls``
 (``PICOBOT_MAX_TOOL_CALLS``) calls of one bound registry (one turn) run at the same time, the
 others wait for a free slot before their time starts. A crashing tool is logged once, redacted
@@ -29,7 +34,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 
-from conversations.turn_failures import configured_secrets, describe_exception, new_ref, one_line, redact
+from conversations.turn_failures import describe_exception, new_ref
+from conversations.turn_failures import log_safe as _log_safe
 from providers.base import ToolArgumentsError, ToolCall
 from providers.messages import ToolDefinition
 from providers.unicode_text import fix_surrogates
@@ -45,6 +51,11 @@ DEFAULT_MAX_CONCURRENT_CALLS = 16
 """Calls of one turn that run at the same time (``PICOBOT_MAX_TOOL_CALLS``)."""
 LOG_DETAIL_CHARS = 8000
 """Bound of a crash's logged detail (its traceback)."""
+DEFAULT_MAX_ARGUMENT_BYTES = 256 * 1024
+"""Default bound of one call's argument text in UTF-8 bytes (``PICOBOT_MAX_TOOL_ARGUMENT_BYTES``)."""
+VALIDATE_OFF_LOOP_BYTES = 32 * 1024
+"""Argument texts larger than this are validated in a worker thread: ``jsonschema`` walks every
+value in Python, and a large argument object would hold the event loop for a noticeable time."""
 
 
 class ToolError(Exception):
@@ -114,19 +125,97 @@ def validate_arguments(schema: dict | Draft202012Validator, arguments: Any) -> s
 
     Returns None when valid, else one message naming the failing location as a JSON path
     (``"at $.steps[0].status: 'x' is not one of ['pending', 'in_progress', 'done']"``), at most
-    ``PROBLEM_CHARS`` characters. Arguments must always be a JSON object.
+    ``PROBLEM_CHARS`` characters. Arguments must always be a JSON object. Length limits are
+    checked first (:func:`quick_limits`), so an array far over its ``maxItems`` is refused
+    without ``jsonschema`` looking at each of its items. CPU-bound (no I/O).
     """
     if not isinstance(arguments, dict):
         return "arguments must be a JSON object"
     validator = schema if isinstance(schema, Draft202012Validator) else Draft202012Validator(schema)
+    problem = quick_limits(validator.schema, arguments)
+    if problem is not None:
+        return problem
     error = best_match(validator.iter_errors(arguments))
     if error is None:
         return None
-    message = error.message
-    if len(message) > PROBLEM_CHARS:  # it quotes a long value: name the rule instead
-        rule = json.dumps(error.validator_value, ensure_ascii=False, default=str)
-        message = f"the value breaks the schema rule {error.validator!r}: {_bounded(rule, 100)}"
-    return _bounded(f"at {error.json_path}: {message}", PROBLEM_CHARS)
+    return _problem(error.json_path, error.message, error.validator, error.validator_value)
+
+
+def _problem(path: str, message: str, keyword: Any, rule: Any) -> str:
+    """One bounded problem line; a message that quotes a long value names the rule instead."""
+    if len(message) > PROBLEM_CHARS:
+        return _rule_line(path, keyword, rule)
+    return _bounded(f"at {path}: {message}", PROBLEM_CHARS)
+
+
+def _rule_line(path: str, keyword: Any, rule: Any) -> str:
+    shown = _bounded(json.dumps(rule, ensure_ascii=False, default=str), 100)
+    return _bounded(f"at {path}: the value breaks the schema rule {keyword!r}: {shown}", PROBLEM_CHARS)
+
+
+_TOO_LONG = {"maxLength": "is too long", "maxItems": "is too long", "maxProperties": "has too many properties"}
+
+
+def _over_limit(path: str, keyword: str, limit: int, value: Any) -> str:
+    """The problem line ``jsonschema`` would give for ``value`` over ``keyword``'s ``limit``,
+    without building the repr of a value that is certainly too long to quote (the repr of more
+    than ``PROBLEM_CHARS // 3`` items or characters is longer than ``PROBLEM_CHARS``)."""
+    if len(value) > PROBLEM_CHARS // 3:
+        return _rule_line(path, keyword, limit)
+    message = f"{value!r} {'is expected to be empty' if limit == 0 else _TOO_LONG[keyword]}"
+    return _problem(path, message, keyword, limit)
+
+
+def _limit(schema: dict, keyword: str) -> int | None:
+    value = schema.get(keyword)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def quick_limits(schema: Any, value: Any, path: str = "$") -> str | None:
+    """The problem line (as :func:`validate_arguments` words it) of the first
+    ``maxItems``/``maxLength``/``maxProperties`` that ``value`` breaks, or None.
+
+    Follows only the subschemas that apply unconditionally — ``properties``, an object
+    ``additionalProperties`` (without ``patternProperties``) and an object ``items`` (after any
+    ``prefixItems``) — so every problem it names is one
+    ``jsonschema`` reports too (it is a fast path, not a validator: None does not mean valid).
+    A container over its limit is refused before its members are looked at; lengths count
+    characters (code points), as JSON Schema does. Iterative: no recursion on deep values.
+
+    Returns:
+        ``"at $.tags: the value breaks the schema rule 'maxItems': 8"`` and the like.
+    """
+    stack: list[tuple[Any, Any, str]] = [(schema, value, path)]
+    while stack:
+        schema, value, path = stack.pop()
+        if not isinstance(schema, dict):
+            continue
+        if isinstance(value, str):
+            limit = _limit(schema, "maxLength")
+            if limit is not None and len(value) > limit:
+                return _over_limit(path, "maxLength", limit, value)
+        elif isinstance(value, list):
+            limit = _limit(schema, "maxItems")
+            if limit is not None and len(value) > limit:
+                return _over_limit(path, "maxItems", limit, value)
+            items = schema.get("items")
+            prefix = schema.get("prefixItems")
+            start = len(prefix) if isinstance(prefix, list) else 0  # ``items`` covers the rest only
+            if isinstance(items, dict):
+                stack.extend((items, value[index], f"{path}[{index}]") for index in range(len(value) - 1, start - 1, -1))
+        elif isinstance(value, dict):
+            limit = _limit(schema, "maxProperties")
+            if limit is not None and len(value) > limit:
+                return _over_limit(path, "maxProperties", limit, value)
+            properties = schema.get("properties")
+            properties = properties if isinstance(properties, dict) else {}
+            # ``additionalProperties`` skips keys that a ``patternProperties`` pattern matches.
+            others = None if "patternProperties" in schema else schema.get("additionalProperties")
+            for key, item in value.items():
+                sub = properties.get(key, others if isinstance(others, dict) else None)
+                if sub is not None:
+                    stack.append((sub, item, f"{path}.{key}"))
+    return None
 
 
 def truncate_result(content: str, max_chars: int) -> str:
@@ -149,15 +238,9 @@ def _preview(text: str) -> str:
 
 
 def log_safe(text: str, limit: int = LOG_DETAIL_CHARS) -> str:
-    """``text`` fit for one log line: credentials redacted (``turn_failures.redact`` with the
-    configured secrets), line breaks, other control characters and bidi overrides escaped
-    (``\\n``, ``\\u001b``, ``\\u202e``: ``turn_failures.one_line``) so it cannot forge log lines,
-    at most ``limit`` characters."""
-    text = one_line(redact(text, configured_secrets()))
-    if len(text) <= limit:
-        return text
-    half = max(1, (limit - 5) // 2)  # a traceback's head and its tail (the exception) both matter
-    return f"{text[:half]} […] {text[-half:]}"
+    """``text`` fit for one log line (``turn_failures.log_safe``): credentials redacted, line
+    breaks, other control characters and bidi overrides escaped, at most ``limit`` characters."""
+    return _log_safe(text, limit)
 
 
 class ToolRegistry:
@@ -170,6 +253,9 @@ class ToolRegistry:
         max_result_chars: bound of each result's ``content`` (``truncate_result``); ≤ 0 = none.
         max_concurrent_calls: calls running at the same time, at most (``PICOBOT_MAX_TOOL_CALLS``);
             each :meth:`bind` view (one turn) has its own slots. Values < 1 count as 1.
+        max_argument_bytes: bound of one call's argument text in UTF-8 bytes
+            (``PICOBOT_MAX_TOOL_ARGUMENT_BYTES``); a larger text gets an error result without
+            being parsed. Values < 1 count as 1.
     """
 
     def __init__(
@@ -179,8 +265,10 @@ class ToolRegistry:
         default_timeout: float = 30.0,
         max_result_chars: int = DEFAULT_RESULT_MAX_CHARS,
         max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+        max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     ) -> None:
         self._tools: dict[str, Tool] = {}
+        self.max_argument_bytes = max(1, int(max_argument_bytes))
         self._validators: dict[str, Draft202012Validator] = {}
         self.default_timeout = default_timeout
         self.max_result_chars = max_result_chars
@@ -246,8 +334,12 @@ class ToolRegistry:
                 called without one gets an error result.
 
         A tool that raises anything else — any ``Exception``, ``SystemExit``, ``KeyboardInterrupt``,
-        or a ``CancelledError`` of its own while this task is not being cancelled — gets an error
-        result "<name> failed: <Type> (ref …)", logged once, redacted, on one line.
+        a ``GeneratorExit`` of its own (not this coroutine being closed), or a ``CancelledError``
+        of its own while this task is not being cancelled — gets an error result "<name> failed:
+        <Type> (ref …)", logged once, redacted, on one line. A return value that is not strict
+        JSON (a set, NaN, a cycle, nesting too deep to encode) gets an error result "<name>
+        returned a value that is not JSON (…)"; an argument text over ``max_argument_bytes``
+        gets "<name> arguments too large (N bytes; at most M)".
 
         Raises:
             ToolFatalError: the tool said the turn cannot go on.
@@ -256,16 +348,27 @@ class ToolRegistry:
         tool = self._tools.get(call.name)
         if tool is None:
             return self._error(f"unknown tool {call.name!r}; available: {', '.join(self._tools) or 'none'}")
+        size = call.argument_bytes
+        if size > self.max_argument_bytes:  # never parsed: a huge text would hold the event loop
+            return self._error(f"{call.name} arguments too large ({size} bytes; at most {self.max_argument_bytes})")
         try:
             arguments = call.arguments()
         except ToolArgumentsError as exc:
             return self._error(f"invalid arguments JSON for {call.name}: {exc}")
-        problem = validate_arguments(self._validators[tool.name], arguments)
+        validator = self._validators[tool.name]
+        if size > VALIDATE_OFF_LOOP_BYTES:
+            problem = await asyncio.to_thread(validate_arguments, validator, arguments)
+        else:
+            problem = validate_arguments(validator, arguments)
         if problem:
             return self._error(f"invalid arguments for {call.name}: {problem}")
         if tool.needs_context and context is None:
             return self._error(f"{call.name} is not available here (it needs a dialog)")
+        # A copy of the top level: the parsed value is also the call's history record, which a
+        # handler that pops or sets keys must not change.
+        arguments = dict(arguments)
         limit = self.call_timeout(tool, timeout)
+        task = asyncio.current_task()
         try:
             async with self._call_slots(), asyncio.timeout(limit):
                 if tool.needs_context:
@@ -282,17 +385,29 @@ class ToolRegistry:
             if being_cancelled():
                 raise  # a /stop, a deadline, a sibling's fatal error: the cancellation goes on
             return self._crashed(call, exc)  # the tool's own (a future it cancelled itself)
-        except GeneratorExit:
-            raise  # the coroutine is being closed: it must not go on
+        except GeneratorExit as exc:
+            if asyncio.current_task() is not task:
+                raise  # this coroutine is being closed from outside (never awaited again): it must not go on
+            return self._crashed(call, exc)  # raised by the tool itself while it ran: a tool bug
         except BaseException as exc:  # noqa: BLE001 - a bug in one tool must not kill the turn
             # SystemExit (argparse in a plugin), KeyboardInterrupt raised by a library: a task
             # that raised one would stop the whole server's event loop.
             return self._crashed(call, exc)
         if not isinstance(content, str):
-            content = json.dumps(content, ensure_ascii=False)
+            try:
+                # Strict JSON: NaN/Infinity are not JSON, nor are sets, cycles or 4301-digit ints.
+                content = json.dumps(content, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError, RecursionError) as exc:
+                return self._not_json(call, exc)
         # A lone surrogate could not be shown, sent to the model or stored (unicode_text).
         content = truncate_result(fix_surrogates(content), self.max_result_chars)
         return ToolOutcome(content=content, is_error=False, preview=_preview(content))
+
+    def _not_json(self, call: ToolCall, exc: Exception) -> ToolOutcome:
+        """The error outcome of a tool whose return value cannot be sent as JSON (a tool bug)."""
+        reason = _bounded(f"{type(exc).__name__}: {exc}", 200)
+        log.warning("tool %s returned a value that is not JSON: %s", log_safe(call.name, 200), log_safe(reason))
+        return self._error(f"{call.name} returned a value that is not JSON ({reason})")
 
     def _crashed(self, call: ToolCall, exc: BaseException) -> ToolOutcome:
         """The error outcome of a tool that raised something unexpected, logged once."""
@@ -333,6 +448,7 @@ class BoundToolRegistry(ToolRegistry):
         self.default_timeout = registry.default_timeout
         self.max_result_chars = registry.max_result_chars
         self.max_concurrent_calls = registry.max_concurrent_calls
+        self.max_argument_bytes = registry.max_argument_bytes
         self._slots = None  # its own: the bound is per turn, not shared by every turn
         self._slots_loop = None
         self.context = context

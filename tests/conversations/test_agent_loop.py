@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from conversations.agent_loop import AgentLoop
+from conversations.history import repair_tool_pairs
 from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import ReasoningDelta, TextDelta, TextSegmentFinished, ToolFinished, ToolStarted
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart, UsageChunk
@@ -162,7 +163,7 @@ async def test_calls_of_one_response_run_concurrently():
     assert kinds == ["ToolStarted", "ToolStarted", "ToolFinished", "ToolFinished"]
 
 
-async def test_calls_over_the_per_response_cap_get_error_results_without_running_and_keep_order():
+async def test_calls_over_the_per_response_cap_are_dropped_and_the_last_kept_result_says_how_many():
     ran: list[int] = []
 
     async def count(arguments: dict) -> str:
@@ -179,15 +180,45 @@ async def test_calls_over_the_per_response_cap_get_error_results_without_running
         result = await agent.run(INPUT)
 
     assert sorted(ran) == [0, 1, 2]  # the two calls over the cap never ran
-    results = tool_results(provider.requests[1].messages)
-    assert [(b.tool_call_id, b.is_error) for b in results] == [
-        ("c0", False), ("c1", False), ("c2", False), ("c3", True), ("c4", True),
-    ]
-    assert results[0].content == "ran 0"
-    assert "too many tool calls in one response (at most 3 run)" in results[3].content
-    finished = {e.call_id: e.success for e in events if isinstance(e, ToolFinished)}
-    assert finished == {"c0": True, "c1": True, "c2": True, "c3": False, "c4": False}
+    second = provider.requests[1].messages
+    # Dropped from the assistant message itself: neither sent back, nor stored, nor shown.
+    assert [b.id for b in tool_uses(second)] == ["c0", "c1", "c2"]
+    assert [b.id for b in tool_uses([m.message for m in result.messages])] == ["c0", "c1", "c2"]
+    results = tool_results(second)
+    assert [(b.tool_call_id, b.is_error) for b in results] == [("c0", False), ("c1", False), ("c2", False)]
+    assert [b.content for b in results[:2]] == ["ran 0", "ran 1"]
+    assert results[2].content == (
+        "ran 2\n\n(2 further tool calls of this response were dropped: at most 3 run per response)"
+    )
+    assert {e.call_id for e in events if isinstance(e, ToolStarted)} == {"c0", "c1", "c2"}
+    assert {e.call_id: e.success for e in events if isinstance(e, ToolFinished)} == {"c0": True, "c1": True, "c2": True}
+    # The kept history pairs every call with its result: repair has nothing to drop or invent.
+    kept = [m.message for m in result.messages]
+    assert repair_tool_pairs(kept) == kept
     assert result.final_text == "done"
+
+
+async def test_thousands_of_calls_in_one_response_leave_only_the_capped_ones_in_history():
+    async def ok(arguments: dict) -> str:
+        return "fine"
+
+    response = []
+    for index in range(5000):
+        response += [ToolCallStart(index, f"c{index}", "ok"), ToolCallArgumentsDelta(index, "{}")]
+    provider = ScriptedProvider([response + [Done("tool_calls")], script_text("done")])
+    agent, events = loop(provider, [tool("ok", ok)])
+
+    async with asyncio.timeout(30):
+        result = await agent.run(INPUT)
+
+    roles = [m.message.role for m in result.messages]
+    assert roles == ["assistant"] + ["tool"] * 64 + ["assistant"]
+    assert len(tool_uses(provider.requests[1].messages)) == 64
+    assert len(tool_results(provider.requests[1].messages)) == 64
+    assert sum(isinstance(e, ToolStarted) for e in events) == 64
+    assert tool_results([result.messages[64].message])[0].content.endswith(
+        "(4936 further tool calls of this response were dropped: at most 64 run per response)"
+    )
 
 
 async def test_results_keep_call_order_even_when_a_later_call_finishes_first():

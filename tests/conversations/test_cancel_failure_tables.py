@@ -424,6 +424,41 @@ async def test_failure_row_an_internal_error_shows_only_its_ref(connect, start_w
     assert "boom" in logged and "0123456789abcdef" not in logged and "sk-[redacted]" in logged
 
 
+class LibraryAbort(BaseException):
+    """A library's own BaseException subclass (not an Exception, not a cancellation)."""
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        pytest.param(BaseExceptionGroup("unhandled errors in a TaskGroup", [GeneratorExit()]), id="group"),
+        pytest.param(GeneratorExit("closed"), id="generator-exit"),
+        pytest.param(LibraryAbort("abort"), id="base-exception"),
+    ],
+)
+async def test_failure_row_a_base_exception_out_of_the_loop_fails_the_turn_and_the_dialog_goes_on(
+    connect, start_worker, raised
+):
+    """QA 6b, B2: such an exception killed the executor task — the turn later read "interrupted
+    by a server restart" and its rows were lost. It is an internal failure like any other."""
+    provider = ScriptedProvider([[TextDelta("Before"), raised], script_text("second answer")])
+    client, _, _ = await begin(connect, start_worker, provider)
+    turn = await terminal(client)
+    ref = REF.search(turn["error"]).group(1)
+    assert (turn["status"], turn["error"]) == ("failed", f"Internal error (ref {ref}).")
+    committed = await client.until("turn_committed")
+    assert [m["role"] for m in committed["messages"]] == ["user", "assistant"]
+
+    await client.send({"type": "message", "content": "again", "client_msg_id": "m-2"})
+    second = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running" and f["turn"]["id"] != turn["id"])
+    assert second["turn"]["status"] == "completed", second["turn"]["error"]
+    state = await stored()
+    assert state["rows"][1] == ("assistant", "Before", "interrupted", False, None)
+    assert state["rows"][-1][:3] == ("assistant", "second answer", "completed")
+    assert state["inbox"] == [("done", turn["error"]), ("done", "")]
+    assert not client.of_type("notification"), "no restart notice: the turn was never interrupted"
+
+
 async def test_failure_row_a_key_echoed_by_the_provider_is_redacted_for_the_user(connect, start_worker):
     error = AuthenticationError(
         "Incorrect API key provided: sk-live-0123456789abcdef", http_status=401, provider_code="invalid_api_key"

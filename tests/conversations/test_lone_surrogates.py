@@ -21,6 +21,7 @@ from conversations.tools import ToolContext, ToolRegistry, default_registry
 from conversations.tools.registry import Tool
 from conversations.turn_input import runtime_context
 from providers.chunks import Done, TextDelta, ToolCallArgumentsDelta, ToolCallStart
+from providers.errors import AuthenticationError
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import (
     LocalSSEServer,
@@ -31,6 +32,7 @@ from providers.testing import (
     split_events,
     sse_body,
 )
+from providers.unicode_text import fix_surrogates
 from tests.conversations.conftest import make_token
 from tests.conversations.test_builtin_tools import call, make_dialog, memory_registry, save, user_id
 
@@ -219,3 +221,100 @@ async def test_a_plan_stored_before_the_fix_is_repaired_in_the_runtime_context()
 
     assert text.endswith("[ ] step \ufffd\nRecalled memory:\nm \ufffd")
     text.encode("utf-8")
+
+
+# == QA 6b, B1: every string of every chunk, not only the text deltas ===========================
+
+
+def encodable(frames: list[dict]) -> None:
+    """Every frame can be sent as UTF-8 (Daphne closed the socket 1011 on the first that could not)."""
+    for frame in frames:
+        json.dumps(frame, ensure_ascii=False).encode("utf-8")
+
+
+def tool_call_event(call_id: str, name: str) -> str:
+    """One OpenAI chunk starting a tool call whose id and name are written as given (escapes and all)."""
+    return (
+        'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+        '"delta":{"tool_calls":[{"index":0,"id":"' + call_id + '","type":"function",'
+        '"function":{"name":"' + name + '","arguments":"{}"}}]},"finish_reason":null}]}\n\n'
+    )
+
+
+TOOL_CALLS_EVENT = (
+    'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m",'
+    '"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}\n\ndata: [DONE]\n\n'
+)
+
+
+async def test_a_lone_surrogate_in_a_tool_calls_id_and_name_is_shown_sent_and_stored_as_a_replacement(
+    connect, start_worker
+):
+    body = (tool_call_event("call_\\ud800", "plan\\udc00") + TOOL_CALLS_EVENT).encode()
+    async with LocalSSEServer([SSEResponse(pieces=split_events(body)), answer("done")]) as server:
+        client = await start(connect, start_worker, openai(server), tools=default_registry())
+        turn = await finished(client)
+
+    assert turn["status"] == "completed", turn["error"]
+    encodable(client.frames)
+    [block] = [b for b in turn["blocks"] if b["type"] == "tool"]
+    assert (block["id"], block["name"], block["status"]) == ("call_\ufffd", "plan\ufffd", "failed")
+    assert "\ufffd" in json.dumps(client.frames, ensure_ascii=False)
+    # The call and its result keep one id: in the next request and in history.
+    sent = server.requests[1]["messages"]
+    assert sent[-2]["tool_calls"][0]["id"] == sent[-1]["tool_call_id"] == "call_\ufffd"
+    assert sent[-2]["tool_calls"][0]["function"]["name"] == "plan\ufffd"
+    assistant, result = [r for r in await rows() if r.role in ("assistant", "tool")][:2]
+    assert assistant.tool_calls[0]["id"] == result.tool_call_id == "call_\ufffd"
+    assert result.content.startswith("Error: unknown tool 'plan\ufffd'")
+
+
+@pytest.mark.parametrize(
+    ("call_id", "name"),
+    [("c\ud800", "echo"), ("c1", "echo\udc00"), ("c1", "\ud83d")],
+    ids=["id", "name", "high-half-name"],
+)
+async def test_a_turn_with_a_lone_surrogate_in_a_call_completes_and_the_next_one_too(
+    connect, start_worker, call_id, name
+):
+    async def echo(arguments: dict) -> str:
+        return "fine"
+
+    provider = ScriptedProvider(
+        [
+            [ToolCallStart(0, call_id, name), ToolCallArgumentsDelta(0, "{}"), Done("tool_calls")],
+            script_text("answer"),
+            script_text("second"),
+        ]
+    )
+    tools = ToolRegistry([Tool("echo", "echo", ANY_OBJECT, echo)])
+    client = await start(connect, start_worker, provider, tools=tools)
+    first = await finished(client)
+    await client.send({"type": "message", "content": "again", "client_msg_id": "m-2"})
+    second = await finished(client, after=first["id"])
+
+    assert (first["status"], second["status"]) == ("completed", "completed"), (first["error"], second["error"])
+    encodable(client.frames)
+    [block] = [b for b in first["blocks"] if b["type"] == "tool"]
+    assert (block["id"], block["name"]) == (fix_surrogates(call_id), fix_surrogates(name))
+    assert "\ufffd" in block["id"] + block["name"]
+
+
+async def test_a_provider_error_message_with_a_lone_surrogate_is_shown_as_a_replacement(
+    connect, start_worker, caplog
+):
+    error = AuthenticationError("bad key \ud800 given", http_status=401, provider_code="invalid_api_key")
+    provider = ScriptedProvider([[TextDelta("partial \ud83d"), error], script_text("second")])
+    client = await start(connect, start_worker, provider)
+    first = await finished(client)
+    await client.send({"type": "message", "content": "again", "client_msg_id": "m-2"})
+    second = await finished(client, after=first["id"])
+
+    assert first["status"] == "failed" and "bad key \ufffd given" in first["error"]
+    assert second["status"] == "completed", second["error"]
+    encodable(client.frames)
+    # The half held back for its partner never came: neither shown nor kept (shown means kept).
+    assert [b["text"] for b in first["blocks"] if b["type"] == "assistant"] == ["partial "]
+    assert [r.content for r in await rows() if r.role == "assistant"] == ["partial ", "second"]
+    for record in caplog.records:
+        record.getMessage().encode("utf-8")  # logged on one encodable line too

@@ -1,5 +1,5 @@
 """A tool that raises a BaseException is an error result, not a dead server or a false "stopped"
-(QA 6, items 3 and 4).
+(QA 6, items 3 and 4; ``GeneratorExit``: QA 6b, B2).
 
 ``SystemExit`` (argparse in a plugin) or ``KeyboardInterrupt`` from a tool escaped the registry
 and stopped the event loop; a ``CancelledError`` the tool raised on its own (nobody cancelled the
@@ -10,6 +10,8 @@ was stopped" result. A real cancellation (``/stop``, a deadline) still goes on a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
 import re
 import sys
@@ -44,6 +46,10 @@ async def interrupts(arguments: dict) -> str:
     raise KeyboardInterrupt
 
 
+async def generator_exit(arguments: dict) -> str:
+    raise GeneratorExit  # on its own, while it runs: a tool bug, not a coroutine being closed
+
+
 async def ok(arguments: dict) -> str:
     return "fine"
 
@@ -64,7 +70,12 @@ def two_calls(first: str, second: str) -> list:
 
 @pytest.mark.parametrize(
     ("handler", "kind"),
-    [(cancels_itself, "CancelledError"), (exits, "SystemExit"), (interrupts, "KeyboardInterrupt")],
+    [
+        (cancels_itself, "CancelledError"),
+        (exits, "SystemExit"),
+        (interrupts, "KeyboardInterrupt"),
+        (generator_exit, "GeneratorExit"),
+    ],
 )
 async def test_a_tool_raising_a_base_exception_becomes_a_logged_error_result(caplog, handler, kind):
     with caplog.at_level(logging.ERROR, logger="conversations.tools.registry"):
@@ -95,7 +106,31 @@ async def test_cancelling_the_task_running_a_tool_still_cancels_it_at_once():
             await task
 
 
-@pytest.mark.parametrize("handler", [cancels_itself, exits])
+async def test_closing_a_suspended_tool_call_from_outside_still_closes_it(caplog):
+    """``coroutine.close()`` (what a task destroyed while pending does) throws GeneratorExit into
+    the tool: that one is not the tool's own — the call closes, and no tool crash is reported."""
+    caplog.set_level(logging.ERROR, logger="conversations.tools.registry")
+    started = asyncio.Event()
+
+    async def waits(arguments: dict) -> str:
+        started.set()
+        await asyncio.sleep(30)
+        return "unreachable"
+
+    coroutine = ToolRegistry([tool("waits", waits)]).run(ToolCall("c1", "waits", "{}"))
+    task = asyncio.ensure_future(coroutine)
+    await started.wait()
+
+    coroutine.close()
+
+    assert inspect.getcoroutinestate(coroutine) == inspect.CORO_CLOSED
+    assert not [r for r in caplog.records if "crashed" in r.getMessage()]
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+
+
+@pytest.mark.parametrize("handler", [cancels_itself, exits, generator_exit])
 async def test_the_agent_loop_goes_on_after_such_a_tool_and_keeps_its_sibling(handler):
     provider = ScriptedProvider([two_calls("bad", "ok"), script_text("answer")])
     loop = AgentLoop(provider, ToolRegistry([tool("bad", handler), tool("ok", ok)]), lambda event: None)
@@ -133,7 +168,10 @@ def stored() -> list[tuple]:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("handler", "kind"), [(cancels_itself, "CancelledError"), (exits, "SystemExit")])
+@pytest.mark.parametrize(
+    ("handler", "kind"),
+    [(cancels_itself, "CancelledError"), (exits, "SystemExit"), (generator_exit, "GeneratorExit")],
+)
 async def test_the_turn_completes_with_an_error_result_and_no_false_stop(connect, start_worker, settings, handler, kind):
     settings.PICOBOT = {**settings.PICOBOT, "AUTO_TITLE_AFTER": 0}
     provider = ScriptedProvider([two_calls("bad", "ok"), script_text("answer")])

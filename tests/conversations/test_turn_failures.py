@@ -10,14 +10,16 @@ import re
 import pytest
 
 from conversations.agent_loop import AgentLoop
-from conversations.tools.registry import Tool, ToolRegistry
+from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from conversations.turn_failures import (
     DEFAULT_MESSAGES,
     TurnFailedError,
     TurnFailure,
     TurnFailureKind,
     TurnFailurePresenter,
+    configured_secrets,
     log_failure,
+    looks_like_secret,
     one_line,
     provider_failure_lead,
     redact,
@@ -337,3 +339,119 @@ async def test_reasoning_alone_is_no_partial_answer():
     agent = AgentLoop(provider, ToolRegistry([]), lambda e: None)
     result = await agent.run(INPUT)
     assert result.error is error and result.partial is None
+
+
+# -- QA 6b: redaction that neither over- nor under-reaches, one-line log details (N3, N4, N5) ---
+
+
+@pytest.mark.parametrize("placeholder", ["ollama", "EMPTY", "none", "test", "dummy", "lm-studio", "not-needed"])
+def test_a_placeholder_api_key_does_not_redact_ordinary_words(settings, placeholder):
+    settings.PICOBOT = {**settings.PICOBOT, "LLM_API_KEY": placeholder}
+    text = f"model '{placeholder}/llama3' not found; none of the test models match"
+
+    assert redact(text, configured_secrets()) == text
+    assert TurnFailure.of(TurnFailureKind.PROVIDER, detail=text).detail == text
+
+
+@pytest.mark.parametrize(
+    ("value", "secret"),
+    [
+        ("ollama", False),
+        ("EMPTY", False),
+        ("short1", False),  # a digit, but fewer than 8 characters
+        ("password", False),  # 8 characters, no digit, and a placeholder
+        ("abcdefgh", False),  # 8 letters: a word, not a key
+        ("sk-no-key-required", False),  # a documented placeholder, whatever its length
+        ("abcd1234", True),  # 8 characters with a digit
+        ("my-custom-key-xyz", True),  # 12+ characters
+        ("django-insecure-0123456789", True),
+    ],
+)
+def test_only_configured_values_that_look_like_secrets_are_redacted_verbatim(value, secret):
+    assert looks_like_secret(value) is secret
+    assert (redact(f"echo {value} end", [value]) == "echo [redacted] end") is secret
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "user: please summarise this",
+        "The login page is at /login/ and username: admin",
+        "Use pass: through mode",
+        "Please use the task-key: in the form",
+        "mailto://alice@example.com",
+        "Basic authentication is required",
+        "the cookie: chocolate chip",
+        "see the pplx-api-docs page",
+        "xoxo-gossip girl",
+        "the api key header is missing",
+        "api-key header",
+    ],
+)
+def test_prose_after_a_credential_word_is_left_alone(text):
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("raw", "leaked"),
+    [
+        ("redis://:hunter2@host:6379/0", "hunter2"),
+        ("header Basic dXNlcjpwYXNzd29yZDEyMw== sent", "dXNlcjpwYXNzd29yZDEyMw"),
+        ("Basic dXNlcjpwYXNz", "dXNlcjpwYXNz"),
+        ("api-key abcd1234efgh5678", "abcd1234efgh5678"),
+        ("Cookie: session=abcdef123456; theme=dark", "abcdef123456"),
+        ("Set-Cookie: sessionid=abcdef1234567; Path=/", "abcdef1234567"),
+        ('{"Cookie": "sid=s3cr3t"}', "s3cr3t"),
+        ("sk_live_51Habcdefghijklmnop", "51Habcdefghijklmnop"),
+        ("sk_test_51Habcdefghijklmnop", "51Habcdefghijklmnop"),
+        ("rk_live_51Habcdefghijklmnop", "51Habcdefghijklmnop"),
+        ("xoxb-123456789012-abcdefghijk", "123456789012-abcdefghijk"),
+        ("xoxp-123456789012-abcdefghijk", "123456789012-abcdefghijk"),
+        ("glpat-abcdefghijklmnop1234", "abcdefghijklmnop1234"),
+        ("r8_abcdefghijklmnopqrstuvwxyz1234567890", "abcdefghijklmnopqrstuvwxyz1234567890"),
+        ("pplx-abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz"),
+        ("nvapi-abcdefghijklmnopqrstuvwxyz12345", "abcdefghijklmnopqrstuvwxyz12345"),
+        ('{"user": "admin"}', "admin"),  # a quoted value of a prose-like name still counts
+        ("pass: hunter2", "hunter2"),  # and so does a credential-shaped one
+    ],
+)
+def test_redaction_covers_these_credential_shapes(raw, leaked):
+    cleaned = redact(raw)
+    assert leaked not in cleaned and "[redacted]" in cleaned
+    assert redact(cleaned) == cleaned
+
+
+FORGED = "x\n2026-01-01 00:00:00 ERROR fake entry \x1b[31m\u202e"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(TurnFailure.from_exception(TurnFailureKind.TOOL, ToolFatalError(FORGED), traceback=False), id="tool"),
+        pytest.param(TurnFailure.of(TurnFailureKind.TURN_PERSISTENCE, detail=FORGED), id="storage"),
+        pytest.param(TurnFailure.of(TurnFailureKind.INTERNAL, detail=FORGED + "\ud800"), id="lone-surrogate"),
+    ],
+)
+def test_every_logged_failure_detail_is_one_inert_line(caplog, failure):
+    logger = logging.getLogger("test.turn_failures")
+    with caplog.at_level(logging.WARNING, logger="test.turn_failures"):
+        log_failure(logger, "turn-1", failure)
+
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "\n" not in line and "\x1b" not in line and "\u202e" not in line
+    assert "x\\n2026-01-01 00:00:00 ERROR fake entry \\u001b[31m\\u202e" in line
+    line.encode("utf-8")
+
+
+def test_a_logged_traceback_is_one_bounded_line_that_keeps_its_head_and_tail(caplog):
+    try:
+        raise ToolFatalError(FORGED + "y" * 20_000)
+    except ToolFatalError as exc:
+        failure = TurnFailure.from_exception(TurnFailureKind.INTERNAL, exc)
+    logger = logging.getLogger("test.turn_failures")
+    with caplog.at_level(logging.WARNING, logger="test.turn_failures"):
+        log_failure(logger, "turn-1", failure)
+
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "\n" not in line and len(line) < 8200
+    assert "Traceback (most recent call last):\\n" in line and line.endswith("y" * 100)

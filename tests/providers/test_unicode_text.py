@@ -11,14 +11,23 @@ from providers._http import json_body
 from providers.base import StreamAccumulator, ToolCall
 from providers.chunks import (
     Done,
+    ProviderStateChunk,
     ReasoningDelta,
     TextDelta,
     ToolCallArgumentsDelta,
     ToolCallStart,
     UsageChunk,
 )
+from providers.errors import AuthenticationError
 from providers.messages import Usage
-from providers.unicode_text import SurrogateMender, fix_surrogates, map_strings, scrub_text, scrub_value
+from providers.unicode_text import (
+    SurrogateMender,
+    fix_surrogates,
+    map_strings,
+    mend_error,
+    scrub_text,
+    scrub_value,
+)
 
 EMOJI = "\U0001f600"  # 😀 = "\ud83d\ude00" in UTF-16
 
@@ -119,6 +128,56 @@ def test_each_delta_is_mended_on_its_own_kind_and_a_half_left_at_the_end_is_repl
 def test_ascii_deltas_pass_through_as_the_same_objects():
     chunk = TextDelta("hello")
     assert SurrogateMender().mend(chunk) is chunk
+
+
+@pytest.mark.parametrize(
+    ("chunk", "mended"),
+    [
+        (ToolCallStart(0, "call_\ud800", "plan\udc00"), ToolCallStart(0, "call_\ufffd", "plan\ufffd")),
+        (ToolCallStart(1, "", "\ud83d\ude00"), ToolCallStart(1, "", EMOJI)),
+        (Done("stop\ud800"), Done("stop\ufffd")),
+        (
+            ProviderStateChunk({"provider": "x", "blocks": [{"signature": "s\udc00", "k\ud800": 1}]}),
+            ProviderStateChunk({"provider": "x", "blocks": [{"signature": "s\ufffd", "k\ufffd": 1}]}),
+        ),
+    ],
+)
+def test_every_string_of_a_whole_chunk_is_mended(chunk, mended):
+    """QA 6b, B1: a tool call's id and name (and the other whole strings) reached the live
+    snapshot raw, and the WebSocket closed 1011 (UnicodeEncodeError)."""
+    out = SurrogateMender().mend(chunk)
+    assert out == mended
+    json.dumps(repr(out), ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [ToolCallStart(0, "call_1", "plan"), Done("stop"), Done(None), UsageChunk(Usage(1, 2)), ProviderStateChunk({"a": "b"})],
+)
+def test_clean_whole_chunks_pass_through(chunk):
+    assert SurrogateMender().mend(chunk) == chunk
+
+
+def test_a_repeated_start_of_the_same_call_mends_to_the_same_id_so_the_call_stays_one():
+    mender, acc = SurrogateMender(), StreamAccumulator()
+    for chunk in [
+        ToolCallStart(0, "call_\ud800", ""),
+        ToolCallStart(0, "call_\ud800", "plan\udc00"),
+        ToolCallArgumentsDelta(0, "{}"),
+        Done("tool_calls"),
+    ]:
+        acc.feed(mender.mend(chunk))
+    assert acc.result().tool_calls == [ToolCall("call_\ufffd", "plan\ufffd", "{}")]
+
+
+def test_a_provider_errors_strings_are_mended_in_place():
+    error = AuthenticationError(
+        "bad key \ud800 here", http_status=401, provider_code={"code": "x\udc00"}, finish_reason="stop\ud83d"
+    )
+    assert mend_error(error) is error
+    assert (error.message, str(error), error.provider_code, error.finish_reason) == (
+        "bad key \ufffd here", "bad key \ufffd here", {"code": "x\ufffd"}, "stop\ufffd"
+    )
 
 
 @pytest.mark.parametrize(
