@@ -37,6 +37,7 @@ from conversations.sessions import session_manager
 from conversations.storage_runner import run_storage
 from conversations.worker import WORKERS_GROUP, request_stop, wake_dialog
 from delivery.flow import SnapshotCreditWindow
+from delivery.frame_budget import fit_frame
 from delivery.groups import chat_group
 from delivery.platforms.cli_chat import turn_updated_frame
 from providers.json_depth import text_too_deep
@@ -54,6 +55,10 @@ MAX_HISTORY_LIMIT = 200
 # Seconds a stop request waits for the owning worker's acknowledgement before telling the user
 # that no live worker runs the turn.
 STOP_ACK_SECONDS = 2.0
+MAX_OUTGOING_FRAME_BYTES = 8 * 1024 * 1024
+"""Bytes one server frame may have: under ``serve``'s WebSocket payload limit (9 MiB), which
+Daphne enforces by closing the connection; a larger frame is cut to fit (``delivery.frame_budget``)."""
+_FIT_CHECK_CHARS = MAX_OUTGOING_FRAME_BYTES // 4  # a text this short cannot be over (≤ 4 bytes a char)
 MAX_FRAME_DEPTH = 32
 """Nesting levels a client frame may have (frames nest 3 deep; ``json.loads`` recurses)."""
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -430,6 +435,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=message["json"])
 
     # --- helpers ------------------------------------------------------------------------------
+    async def send(self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False) -> None:
+        """Every frame goes out here: one over :data:`MAX_OUTGOING_FRAME_BYTES` has its longest
+        strings cut to fit (a history page of huge rows, a snapshot of an endless answer), so a
+        frame never closes the connection of every client of the chat (Daphne refuses to send it)."""
+        if text_data is not None and len(text_data) > _FIT_CHECK_CHARS:
+            try:
+                text_data = fit_frame(text_data, MAX_OUTGOING_FRAME_BYTES)
+            except ValueError:
+                log.error("a %d-character frame could not be cut to fit; not sent", len(text_data))
+                return
+        await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+
     async def send_frame(self, frame: dict[str, Any]) -> None:
         await self.send(text_data=dumps(frame))
 

@@ -169,6 +169,34 @@ async def test_lone_surrogate_escapes_and_deep_nesting_in_frames_are_answered_cl
     assert (await client.until("pong"))["nonce"] == "still-here"
 
 
+async def test_frames_over_the_websocket_budget_are_cut_to_fit_and_the_socket_stays(connect, start_worker,
+                                                                                  monkeypatch):
+    """A huge answer made every snapshot, ``turn_committed`` and later ``history`` page bigger
+    than Daphne sends (it closed every socket of the chat with 1011). Frames now fit the budget,
+    with the longest strings cut and marked; the database keeps the whole text."""
+    budget = 40_000
+    monkeypatch.setattr("conversations.consumers.MAX_OUTGOING_FRAME_BYTES", budget)
+    monkeypatch.setattr("conversations.consumers._FIT_CHECK_CHARS", budget // 4)
+    answer = "word " * 30_000  # 150 000 characters
+    await start_worker(ScriptedProvider([script_text(answer)]))
+    client = await connect(await make_token())
+    ready = await client.until("ready")
+    await client.send({"type": "message", "content": "talk a lot", "client_msg_id": "big-1"})
+    committed = await client.until("turn_committed", timeout=20)
+    shown = committed["messages"][-1]["content"]
+    assert shown.startswith("word word") and "characters cut: too large for one WebSocket frame" in shown
+    await client.send({"type": "history", "session_id": ready["active_session_id"]})
+    page = await client.until("session_history")
+    assert "characters cut" in page["messages"][-1]["content"]
+    for frame in client.frames:
+        assert len(json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode()) <= budget
+    stored = await database_sync_to_async(
+        lambda: Message.objects.filter(role="assistant").values_list("content", flat=True).get())()
+    assert stored == answer, "only the frame is cut, never the history"
+    await client.send({"type": "ping", "nonce": "alive"})
+    assert (await client.until("pong"))["nonce"] == "alive"
+
+
 async def test_unauthenticated_connections_are_refused(connect):
     from channels.testing import WebsocketCommunicator
 

@@ -1,0 +1,122 @@
+"""Fit one outgoing JSON frame into a byte budget by cutting its longest strings (pure; no Django).
+
+A WebSocket server refuses to send a message over its payload limit (Daphne: it closes the
+connection with 1011), so one oversized frame — a history page of huge rows, a snapshot of an
+answer a misbehaving server streamed without end, a ``turn_committed`` with megabytes of tool
+arguments — would cut every client of the chat off, and a reconnect would fetch the same frame
+again. :func:`fit_frame` keeps the frame's shape and every field, and cuts only the longest
+strings, each to the same length ("water-filling"), with a marker saying how much was cut; the
+full text stays in the database (REST history, ``manage.py export``).
+
+Cost: one parse, one pass over the strings and one serialisation per round; at most
+:data:`MAX_ROUNDS` rounds. Only frames over the budget pay it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+CUT_MARKER = "… [{cut} characters cut: too large for one WebSocket frame; the full text is in the history API]"
+"""Appended to every cut string (``{cut}``: how many characters were removed)."""
+MAX_ROUNDS = 4
+
+
+def frame_bytes(text: str) -> int:
+    """UTF-8 size of ``text`` in bytes (lone surrogates counted as 3, as they would be escaped)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def fit_frame(text: str, limit: int) -> str:
+    """``text`` (a JSON object's text) when it is at most ``limit`` UTF-8 bytes; otherwise the same
+    JSON with its longest strings cut (:data:`CUT_MARKER`) until it fits.
+
+    Raises:
+        ValueError: ``text`` is not JSON, or even cutting every string to the marker cannot make
+            it fit (a frame of millions of short values — no frame we send has that shape).
+    """
+    size = frame_bytes(text)
+    if size <= limit:
+        return text
+    value = json.loads(text)
+    for _ in range(MAX_ROUNDS):
+        excess = size - limit
+        strings = _string_lengths(value)
+        cap = _water_level(strings, excess + excess // 8 + 1024)
+        if cap is None:
+            break
+        value = _cut_strings(value, cap)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        size = frame_bytes(text)
+        if size <= limit:
+            return text
+    raise ValueError(f"a frame of {size} bytes cannot be cut to {limit} bytes")
+
+
+def _walk(value: Any):
+    """Every string value in ``value`` (not keys), iteratively."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _string_lengths(value: Any) -> list[int]:
+    """UTF-8 sizes (bytes) of every string value, longest first."""
+    return sorted((frame_bytes(s) for s in _walk(value)), reverse=True)
+
+
+def _water_level(lengths: list[int], remove: int) -> int | None:
+    """The largest size ``cap`` (bytes) such that cutting every string longer than ``cap`` down to
+    it removes at least ``remove`` bytes; None when even ``cap = 0`` is not enough or the cut
+    would leave nothing worth keeping."""
+    removed = 0
+    for index, length in enumerate(lengths):
+        following = lengths[index + 1] if index + 1 < len(lengths) else 0
+        # Lowering the cap from `length` to `following` removes (length - following) from each of
+        # the index + 1 longest strings.
+        step = (length - following) * (index + 1)
+        if removed + step >= remove:
+            return max(0, length - (remove - removed + index) // (index + 1))
+        removed += step
+    return None
+
+
+def _cut_strings(value: Any, cap: int) -> Any:
+    """A copy of ``value`` with every string over ``cap`` UTF-8 bytes (plus the marker's room) cut
+    to at most ``cap`` bytes, on a character boundary."""
+    marker_room = len(CUT_MARKER) + 12
+
+    def cut(text: str) -> str:
+        if 4 * len(text) <= cap + marker_room:
+            return text  # at most 4 bytes a character: cannot be over
+        data = text.encode("utf-8", "surrogatepass")
+        if len(data) <= cap + marker_room:
+            return text
+        kept = data[:cap].decode("utf-8", "ignore")  # a character cut in two is dropped whole
+        return kept + CUT_MARKER.format(cut=len(text) - len(kept))
+
+    if isinstance(value, str):
+        return cut(value)
+    top: Any = {} if isinstance(value, dict) else []
+    stack: list[tuple[Any, Any]] = [(value, top)] if isinstance(value, (dict, list)) else []
+    while stack:
+        source, target = stack.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in items:
+            if isinstance(item, (dict, list)):
+                copy: Any = {} if isinstance(item, dict) else []
+                stack.append((item, copy))
+                item = copy
+            elif isinstance(item, str):
+                item = cut(item)
+            if isinstance(target, dict):
+                target[key] = item
+            else:
+                target.append(item)
+    return top if isinstance(value, (dict, list)) else value
