@@ -46,6 +46,7 @@ from conversations.admin_fields import StorableJSONField
 from conversations.auth import create_token
 from conversations.models import ApiToken, ChatState, Dialog, InboxMessage, MemoryItem, Message, Plan, now_ms
 from conversations.notify import session_changed
+from conversations.tools.memory import normalize_tags
 from conversations.transfer import clean_plan_content
 
 log = logging.getLogger(__name__)
@@ -640,8 +641,26 @@ STORABLE_JSON = {models.JSONField: {"form_class": StorableJSONField}}
 """Editable JSON columns take only what the database can store (``admin_fields``)."""
 
 
+class MemoryItemForm(forms.ModelForm):
+    """Tags as the memory tools keep them (``memory.normalize_tags``): a list of strings — blank
+    is no tags — or ``memory_search`` could not read the item."""
+
+    class Meta:
+        model = MemoryItem
+        fields = ["owner", "channel", "chat_id", "content", "tags"]
+
+    def clean_tags(self) -> list[str]:
+        tags = self.cleaned_data.get("tags")
+        if tags in (None, ""):
+            return []
+        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+            raise forms.ValidationError('Tags are a JSON list of strings, e.g. ["work", "family"].')
+        return normalize_tags(tags)
+
+
 @admin.register(MemoryItem)
 class MemoryItemAdmin(LeanListMixin, admin.ModelAdmin):
+    form = MemoryItemForm
     formfield_overrides = STORABLE_JSON
     list_display = ["excerpt", "owner", "channel", "chat_id", "tags", "updated"]
     list_select_related = ["owner"]

@@ -185,6 +185,7 @@ class HTTPStreamProvider(LLMProvider):
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.endpoint = normalise_endpoint(self.base_url)
+        self._base_url_problem = _port_problem(self.base_url)
         self.model = model
         self.first_byte_timeout = first_byte_timeout
         self.idle_timeout = idle_timeout
@@ -427,6 +428,8 @@ class HTTPStreamProvider(LLMProvider):
     @contextlib.contextmanager
     def _map_errors(self) -> Iterator[None]:
         """Translate httpx2 exceptions before a response exists (the one mapping boundary)."""
+        if self._base_url_problem is not None:  # the socket layer would raise OverflowError
+            raise ProviderConnectionError(f"{self.name}: invalid base URL ({self._base_url_problem})", retryable=False)
         try:
             yield
         except (httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
@@ -445,3 +448,12 @@ class HTTPStreamProvider(LLMProvider):
     async def aclose(self) -> None:
         """Close the HTTP client (idempotent)."""
         await self._client.aclose()
+
+
+def _port_problem(url: str) -> str | None:
+    """Why ``url``'s port cannot be connected to (``"Port out of range 0-65535"``), or None."""
+    try:
+        _ = urlsplit(url).port  # the property validates
+    except ValueError as exc:
+        return str(exc)
+    return None

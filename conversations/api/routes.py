@@ -96,8 +96,9 @@ api.add_decorator(limit_body, mode="view")
 
 
 def _errors(*statuses: int) -> dict[int, type[ErrorOut]]:
-    """Documented error answers: those of every authenticated operation plus ``statuses``."""
-    return {status: ErrorOut for status in (401, 413, 422, 503, *statuses)}
+    """Documented error answers: those of every authenticated operation plus ``statuses``
+    (400: a body that is not JSON, or a NUL character in the URL — ``NulRefusingMiddleware``)."""
+    return {status: ErrorOut for status in (400, 401, 413, 422, 503, *statuses)}
 
 
 SessionId = Path(..., min_length=1, description="the unified id `{channel}:{chat_id}:{dialog_id}`")

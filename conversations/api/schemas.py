@@ -91,7 +91,8 @@ class DialogPage(Schema):
 
 
 class DialogCreate(_Input):
-    title: str | None = Field(None, description="≤ 200 characters after whitespace is collapsed; default: `New chat`")
+    title: str | None = Field(None, description="non-blank, ≤ 200 characters after whitespace is collapsed, no control "
+                              "characters (else 422 `invalid_title`); default: `New chat`")
 
 
 class DialogRename(_Input):

@@ -46,6 +46,21 @@ def test_memory_tags_the_database_cannot_store_are_a_form_error(staff_client, al
     assert MemoryItem.objects.count() == 0
 
 
+@pytest.mark.parametrize(("tags", "stored"), [("", []), ("[]", []), ('["  Work ", "work", "Café"]', ["work", "café"])])
+def test_blank_tags_are_no_tags_and_tags_are_kept_as_the_memory_tools_keep_them(staff_client, alice, tags, stored):
+    """Blank tags gave a 500 (NOT NULL); the memory tools normalise the tags they save."""
+    assert staff_client.post(f"{MEMORY}add/", memory_form(alice, tags)).status_code == 302
+    assert MemoryItem.objects.get().tags == stored
+
+
+@pytest.mark.parametrize("tags", ["[1, 2]", "5", "[null]", '{"a": 1}', '"tea"'])
+def test_tags_the_memory_search_could_not_read_are_a_form_error(staff_client, alice, tags):
+    response = staff_client.post(f"{MEMORY}add/", memory_form(alice, tags))
+    assert response.status_code == 200
+    assert "list of strings" in " ".join(response.context["adminform"].form.errors["tags"])
+    assert MemoryItem.objects.count() == 0
+
+
 def test_good_tags_are_saved_and_a_stored_lone_surrogate_still_shows(staff_client, alice):
     assert staff_client.post(f"{MEMORY}add/", memory_form(alice, '["work", "café"]')).status_code == 302
     item = MemoryItem.objects.get()

@@ -64,6 +64,19 @@ def test_a_wrong_provider_url_is_a_failure_naming_the_setting_and_the_connection
     assert line(text, "database").startswith("OK") and line(text, "channel layer").startswith("OK")
 
 
+@pytest.mark.parametrize(("url", "said"), [
+    ("http://127.0.0.1:99999/v1", "invalid base URL (Port out of range 0-65535)"),
+    ("not a url", "invalid base URL (Request URL is missing an 'http://' or 'https://' protocol.)"),
+])
+def test_a_malformed_provider_url_is_named_once_with_the_setting(settings, url, said):
+    use_openai(settings, url)
+    text, error = doctor("--timeout", "5")
+    provider = line(text, "LLM provider")
+    assert provider.startswith("FAIL LLM provider: ") and said in provider
+    assert provider.count(said.split("(", 1)[1]) == 1, "the cause is not repeated"
+    assert "ExceptionGroup" not in provider and "fix: check PICOBOT_LLM_BASE_URL" in provider
+
+
 def test_the_embedded_defaults_pass_with_a_warning_for_the_replay_provider(settings):
     settings.PICOBOT = {**settings.PICOBOT, "LLM_PROVIDER": ""}
     text, error = doctor()

@@ -88,6 +88,32 @@ def test_standard_input_is_read_as_strictly(exported, monkeypatch):
     assert nothing_imported()
 
 
+def test_what_does_not_start_like_an_export_is_refused_without_reading_it_all(tmp_path, monkeypatch):
+    """``import /dev/zero`` read forever; a binary or non-object file is refused at its start."""
+
+    class Endless:
+        reads = 0
+
+        def read(self, size: int = -1) -> str:
+            assert size > 0, "read in bounded pieces"
+            self.reads += 1
+            return "\x00" * size
+
+    endless = Endless()
+    monkeypatch.setattr("sys.stdin", endless)
+    with pytest.raises(CommandError, match="nothing imported: - is not JSON: an export is a JSON object"):
+        call_command("import", "-", stdout=StringIO(), stderr=StringIO())
+    assert endless.reads == 1
+    (tmp_path / "list.json").write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(CommandError, match="is not JSON: an export is a JSON object"):
+        call_command("import", str(tmp_path / "list.json"), stdout=StringIO(), stderr=StringIO())
+    (tmp_path / "latin1.json").write_bytes(b'{"a": "\xe9"}')
+    with pytest.raises(CommandError, match="is not UTF-8 text"):
+        call_command("import", str(tmp_path / "latin1.json"), stdout=StringIO(), stderr=StringIO())
+    with pytest.raises(CommandError, match="--user needs a username"):
+        call_command("import", str(tmp_path / "list.json"), "--user", "", stdout=StringIO(), stderr=StringIO())
+
+
 def test_load_json_reads_standard_json_unchanged():
     text = '{"a": [1, -0.5, 1e300, 12345678901234567890, "é\\u0000", null, true], "b": {"a": 1}}'
     assert load_json(StringIO(text)) == json.loads(text)

@@ -221,6 +221,16 @@ async def test_an_invalid_base_url_is_reported_not_retried() -> None:
     assert not info.value.retryable
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/v1", "http://127.0.0.1:-1/v1", "http://h:port/v1"])
+async def test_a_port_out_of_range_is_an_invalid_base_url_not_an_exception_group(url) -> None:
+    """The socket layer raised OverflowError inside anyio's TaskGroup: an untyped ExceptionGroup."""
+    provider = OpenAICompatProvider(url, "k", "m")
+    with pytest.raises(ProviderConnectionError) as info:
+        await provider.collect(REQUEST)
+    assert not info.value.retryable
+    assert "invalid base URL" in info.value.message and "Port" in info.value.message
+
+
 async def test_first_byte_and_idle_timeouts_with_a_mock_transport() -> None:
     body = sse_body(openai_events("a b"))
 

@@ -154,14 +154,16 @@ def _provider_config(timeout: float) -> dict[str, Any]:
 
 
 def _cause(exc: BaseException) -> str:
-    """The transport error under a provider error (e.g. ``[Errno 111] Connection refused``)."""
+    """The transport error under a provider error (e.g. ``[Errno 111] Connection refused``);
+    text the error's own message already says is not repeated."""
     parts: list[str] = []
+    said = str(exc)
     cause, seen = exc.__cause__, 0
     while cause is not None and seen < 6:
         text = str(cause).strip()
         if isinstance(cause, OSError) and not isinstance(cause, socket.gaierror) and (cause.errno or 0) > 0:
             text = f"{os.strerror(cause.errno)}: {cause.strerror or text}"
-        if text and text not in parts:
+        if text and text not in parts and text not in said:
             parts.append(text)
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     return f" ({'; '.join(parts)[:200]})" if parts else ""

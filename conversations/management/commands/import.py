@@ -6,7 +6,8 @@ them, titles as the app stores them, plans by the plan tool's rules) and importe
 nothing, and says where (``nothing imported: dialogs[0].messages[3].seq …``). Unknown fields are
 refused rather than dropped, and so is what the database would change or not store (NUL
 characters, lone surrogates, ``NaN``/``Infinity``, a key twice in an object: ``transfer.load_json``
-and ``validate_document``), so a file is either imported exactly or not at all. The module is named
+and ``validate_document``; a file that does not start like a JSON object, or is over 2 Gi
+characters, is not read to the end), so a file is either imported exactly or not at all. The module is named
 ``import`` for the command's sake; Django's loader imports it by path.
 """
 
@@ -19,7 +20,30 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DataError, IntegrityError
 
 from conversations.management.commands._common import PicoBotCommand, find_user
-from conversations.transfer import ImportedDialog, TransferError, import_document, load_json
+from conversations.transfer import ImportedDialog, TransferError, import_document, loads_strict
+
+MAX_DOCUMENT_CHARS = 2 * 1024**3
+"""Characters of an export file read at most (2 Gi: a very large chat with images fits)."""
+READ_CHARS = 16 * 1024**2
+
+
+def read_document(stream: Any) -> str:
+    """The text of an export from ``stream``, read in bounded pieces.
+
+    Raises TransferError (to follow the file's name) when the text does not start like a JSON
+    object (``/dev/zero``, a binary file: refused at once, not read to the end) or is longer than
+    :data:`MAX_DOCUMENT_CHARS`.
+    """
+    head = stream.read(READ_CHARS)
+    if not head.lstrip().startswith("{"):
+        raise TransferError("is not JSON: an export is a JSON object, starting with '{'")
+    parts, total = [head], len(head)
+    while chunk := stream.read(READ_CHARS):
+        total += len(chunk)
+        if total > MAX_DOCUMENT_CHARS:
+            raise TransferError(f"is larger than {MAX_DOCUMENT_CHARS} characters: not an export this command reads")
+        parts.append(chunk)
+    return "".join(parts)
 
 
 class Command(PicoBotCommand):
@@ -38,16 +62,20 @@ class Command(PicoBotCommand):
 
     def handle(self, *args: object, file: str, user: str | None, as_new: bool, **options: Any) -> None:
         owner = None
+        if user is not None and not user.strip():
+            raise CommandError("--user needs a username")
         if user is not None:
             owner = find_user(user)
             if owner is None:
                 raise CommandError(f"no user {user!r} (create it with: manage.py createtoken {user!r})")
         try:
             if file == "-":
-                doc = load_json(sys.stdin)
+                doc = loads_strict(read_document(sys.stdin))
             else:
                 with open(file, encoding="utf-8") as f:
-                    doc = load_json(f)
+                    doc = loads_strict(read_document(f))
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"nothing imported: {file} is not UTF-8 text ({exc.reason})") from exc
         except OSError as exc:
             raise CommandError(f"cannot read {file}: {exc.strerror or exc}") from exc
         except TransferError as exc:
