@@ -70,7 +70,7 @@ class CommandClient(Protocol):
     async def send_error(self, code: str, message: str, *, ref: str | None = None,
                          client_msg_id: str | None = None) -> None: ...
 
-    async def stop_turn(self, session_id: str) -> None: ...
+    async def stop_turn(self, session_id: str, turn_id: str | None = None, *, typed: bool = False) -> None: ...
 
 
 def welcome(dialog: Any) -> dict:
@@ -199,7 +199,7 @@ async def _info(client: CommandClient, channel: str, argument: str, session_id: 
 async def _stop(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
     _no_argument(argument)
     target = await _target(client, channel, session_id)
-    await client.stop_turn(target.id)
+    await client.stop_turn(target.id, typed=True)  # typed: the turn running now, whatever was stopped before
 
 
 async def _compact(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:

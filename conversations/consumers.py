@@ -336,18 +336,19 @@ class ChatConsumer(AsyncWebsocketConsumer):
         turn_id = _optional_str(frame, "turn_id", 64)
         await self.stop_turn(session_id, turn_id)
 
-    async def stop_turn(self, session_id: str, turn_id: str | None = None) -> None:
+    async def stop_turn(self, session_id: str, turn_id: str | None = None, *, typed: bool = False) -> None:
         """Ask the workers to cancel the dialog's running turn (its terminal snapshot answers).
 
         Only the turn running now (or ``turn_id``, when the client names the turn it sees) is
-        cancelled: a repeated stop never cancels the next queued turn. Raises
+        cancelled: a repeated ``stop`` frame never cancels the next queued turn. A ``/stop`` the
+        user ``typed`` is no double click: it stops whatever runs now. Raises
         storage.NotFoundError for a foreign dialog; a notification when nothing (or another turn)
         runs.
         """
         await run_storage(storage.dialog_for_user, self.user, session_id)
         running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
         current = next((item for item in running if item["session_id"] == session_id), None)
-        if turn_id is None and current is not None:
+        if turn_id is None and current is not None and not typed:
             # The same stop again (a double click, a retry on another server) after its turn
             # ended: never applied to the next turn (storage.claims).
             repeated = await run_storage(storage.repeated_stop, session_id, current["turn_id"])

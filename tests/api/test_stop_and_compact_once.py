@@ -259,6 +259,26 @@ async def test_a_repeated_stop_is_recognised_from_the_row_whichever_process_took
     assert await assistant_statuses(sid) == [("first", "cancelled"), ("second", "cancelled")]
 
 
+async def test_a_typed_slash_stop_stops_the_turn_running_now_even_right_after_another_stop(
+    connect, start_worker, alice
+):
+    """The repeat rule is for stop frames (a double click); a ``/stop`` the user typed after seeing
+    the next turn start means that turn (issue 6 review round 4)."""
+    await start_worker(ScriptedProvider([script_text("word " * 300), script_text("more " * 300)], delay=0.01))
+    ws, sid = await ws_and_api(connect, alice)
+    first = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "first"})).json()["message_id"]
+    await alice.post(f"/dialogs/{sid}/messages", json={"content": "second"})
+    await ws.until("turn_updated", lambda f: f["turn"]["blocks"])
+    first_turn = await turn_of(first)
+    await ws.send({"type": "stop", "session_id": sid})
+    second_turn = (await ws.until("turn_updated", lambda f: f["turn"]["id"] != first_turn and f["turn"]["blocks"]
+                                  ))["turn"]["id"]
+    await ws.send({"type": "message", "content": "/stop", "session_id": sid})
+    final = await ws.until("turn_updated", lambda f: f["turn"]["id"] == second_turn and f["turn"]["status"] != "running")
+    assert final["turn"]["status"] == "cancelled"
+    assert await assistant_statuses(sid) == [("first", "cancelled"), ("second", "cancelled")]
+
+
 async def test_the_same_stop_again_after_its_turn_ended_is_answered_not_applied_to_the_next(
     connect, start_worker, alice
 ):
