@@ -35,6 +35,19 @@ the model how many were dropped. A call whose argument text is larger than the r
 ``max_argument_bytes`` is kept in history with ``{}`` arguments and shown as
 ``{"_truncated": "<N> bytes"}``; its text is never parsed (the registry answers with an error).
 
+Output cap: the answer text and reasoning the turn streams, summed over all its iterations, are
+at most ``max_output_chars`` characters (code points). A delta that would pass the cap is cut to
+the part that fits, that part is shown and kept, the stream is closed, and the turn ends with
+:class:`~providers.errors.ResponseTooLongError` — a provider failure after partial output, so the
+shown text is kept as ``interrupted`` (seed 003 §14.2). The count is kept incrementally (O(1) per
+delta): a server that ignores ``max_tokens`` can neither stream a frame too large for the
+WebSocket nor fill memory and history.
+
+A call with an empty or blank name is kept, shown and sent back as ``unnamed_tool``, with the
+error result "a tool call needs a name" (the registry's answer to the name as called), so the
+model can correct itself. Other names providers refuse back (``functions.get_time``) are kept as
+written and sent as ``unnamed_tool`` by the vendor request mappers (``messages.sendable_tool_name``).
+
 Tool outcomes are recorded as each call finishes: a stop or a fatal tool error during a batch
 keeps the results that already came (shown ``completed``/``failed``); only the calls still
 running get the "stopped" error result (``turn_rows.complete_tool_chains``).
@@ -62,14 +75,19 @@ from providers.base import LLMProvider, ProviderRequest, StreamAccumulator, Tool
 from providers.chunks import Done, ProviderChunk
 from providers.chunks import ReasoningDelta as ReasoningChunk
 from providers.chunks import TextDelta as TextChunk
-from providers.errors import ContextOverflowError, ProviderError
-from providers.messages import Message, Usage
+from providers.errors import ContextOverflowError, ProviderError, ResponseTooLongError
+from providers.messages import UNNAMED_TOOL, Message, Usage
 from providers.unicode_text import SurrogateMender, mend_error
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CALLS_PER_RESPONSE = 64
 """Tool calls of one model response that run, at most (``PICOBOT_MAX_TOOL_CALLS_PER_RESPONSE``)."""
+DEFAULT_MAX_TURN_OUTPUT_CHARS = 1_000_000
+"""Characters of answer text + reasoning one turn may stream, over all its iterations
+(``PICOBOT_MAX_TURN_OUTPUT_CHARS``). A frame holds the turn's text once, sent as UTF-8 JSON
+(``ensure_ascii=False``): at most 6 bytes a character (a ``\\u0001`` escape), so about 6 MB, under
+the WebSocket's 9 MiB payload limit (``serve.MAX_WS_MESSAGE_BYTES``)."""
 CANCEL_GRACE_SECONDS = 0.5
 """How long a cancelled turn waits for its running tool calls to end; calls still running then
 (a tool that swallows its cancellation) are abandoned, so ``/stop`` ends the turn within a second."""
@@ -104,6 +122,9 @@ class AgentResult:
     (reasoning alone is no ``partial``, but the user saw it: such a response cannot be retried
     unnoticed). ``stale`` is set when the loop stopped because its owner no longer holds the
     dialog (seed 003 §8.3): such a result must be neither committed nor published.
+    ``refused_shortened`` is set when ``error`` is a context overflow of a request that had been
+    shortened to fit (``fit``); unset when the refused request was the turn's messages as they
+    are (nothing could be cut, or nothing was tried), so the failure's wording stays true.
     """
 
     messages: list[TurnMessage] = field(default_factory=list)
@@ -114,6 +135,7 @@ class AgentResult:
     shown_before_error: bool = False
     iterations: int = 0
     stale: bool = False
+    refused_shortened: bool = False
 
     @property
     def final_text(self) -> str:
@@ -143,6 +165,9 @@ class AgentLoop:
             sent back — and the last kept call's result gets a note saying how many were
             dropped, so a runaway response can neither start thousands of calls nor fill the
             history with their error results (the model may call them again).
+        max_output_chars: characters (code points) of answer text + reasoning the whole turn
+            may stream, ≥ 1; past it the turn ends with ``ResponseTooLongError`` after showing
+            the part that fits (module docstring).
     """
 
     def __init__(
@@ -156,8 +181,11 @@ class AgentLoop:
         is_current: Callable[[], bool] | None = None,
         fit: FitRequest | None = None,
         max_calls_per_response: int = DEFAULT_MAX_CALLS_PER_RESPONSE,
+        max_output_chars: int = DEFAULT_MAX_TURN_OUTPUT_CHARS,
     ) -> None:
         self.provider = provider
+        self.max_output_chars = max(1, max_output_chars)
+        self._output_chars = 0  # text + reasoning characters the turn has taken so far
         self.max_calls_per_response = max(1, max_calls_per_response)
         self.fit = fit
         self.tools = tools
@@ -211,6 +239,7 @@ class AgentLoop:
         """
         result = self.result = AgentResult()
         self._task = asyncio.current_task()
+        self._output_chars = 0
         conversation = list(messages)
         seen_call_ids: set[str] = set()
         hard = False  # after an overflow at a later iteration, every later request is fitted hard
@@ -225,7 +254,9 @@ class AgentLoop:
             outgoing = list(conversation)
             if iteration and self.fit is not None:
                 outgoing = self.fit(outgoing, hard=hard)
+            counted = self._output_chars
             while True:
+                self._output_chars = counted  # a request sent once more starts its count over
                 accumulator = self._streaming = StreamAccumulator()
                 self._streaming_iteration = iteration
                 self._shown = False
@@ -236,6 +267,7 @@ class AgentLoop:
                     if retry is not None:
                         outgoing, hard = retry, True
                         continue
+                    result.refused_shortened = not _same(outgoing, conversation)
                     return self._failed(exc)
                 except ProviderError as exc:
                     return self._failed(exc)
@@ -256,6 +288,7 @@ class AgentLoop:
                     len(response.tool_calls), dropped, self.max_calls_per_response,
                 )
             calls = self._unique_ids(calls, seen_call_ids)
+            calls, as_called = self._sendable_names(calls)
             response.tool_calls = calls
             assistant = response.to_message(max_argument_bytes=self._max_argument_bytes())
             result.messages.append(TurnMessage(iteration, assistant))
@@ -263,7 +296,7 @@ class AgentLoop:
             if not calls:
                 return result
             self.emit(TextSegmentFinished(iteration=iteration))
-            conversation.extend(await self._run_tools(calls, iteration, dropped=dropped))
+            conversation.extend(await self._run_tools(calls, iteration, dropped=dropped, as_called=as_called))
             if not self._current():  # stale-state check after each tool batch (seed 003 §8.3)
                 result.stale = True
                 return result
@@ -293,7 +326,7 @@ class AgentLoop:
         if iteration == 0 or hard or self.fit is None or self._shown:
             return None
         fitted = self.fit(list(conversation), hard=True)
-        if len(fitted) == len(sent) and all(a is b for a, b in zip(fitted, sent, strict=True)):
+        if _same(fitted, sent):
             return None  # nothing more to cut: the same request would overflow again
         log.warning("context overflow at iteration %d; retrying once with the request fitted harder", iteration)
         return fitted
@@ -322,14 +355,33 @@ class AgentLoop:
             await stream.aclose()
 
     def _take(self, chunk: ProviderChunk, iteration: int, accumulator: StreamAccumulator) -> None:
-        """Keep one chunk of the response being streamed, and show its text."""
-        accumulator.feed(chunk)
-        if isinstance(chunk, TextChunk):
-            self._shown = self._shown or bool(chunk.text.strip())
-            self.emit(TextDelta(iteration=iteration, delta=chunk.text))
-        elif isinstance(chunk, ReasoningChunk):
-            self._shown = self._shown or bool(chunk.text.strip())
-            self.emit(ReasoningDelta(iteration=iteration, delta=chunk.text))
+        """Keep one chunk of the response being streamed, and show its text.
+
+        Raises:
+            ResponseTooLongError: the chunk's text or reasoning passed the turn's output cap;
+                the part that fits was kept and shown first (module docstring).
+        """
+        over = False
+        if isinstance(chunk, TextChunk | ReasoningChunk):
+            room = self.max_output_chars - self._output_chars
+            if len(chunk.text) > room:
+                over = True
+                chunk = type(chunk)(chunk.text[: max(0, room)])
+            self._output_chars += len(chunk.text)
+        if not over or chunk.text:
+            accumulator.feed(chunk)
+            if isinstance(chunk, TextChunk):
+                self._shown = self._shown or bool(chunk.text.strip())
+                self.emit(TextDelta(iteration=iteration, delta=chunk.text))
+            elif isinstance(chunk, ReasoningChunk):
+                self._shown = self._shown or bool(chunk.text.strip())
+                self.emit(ReasoningDelta(iteration=iteration, delta=chunk.text))
+        if over:
+            log.warning("a turn streamed more than %d characters of text and reasoning; cut off", self.max_output_chars)
+            raise ResponseTooLongError(
+                f"the answer passed {self.max_output_chars} characters of text and reasoning",
+                max_chars=self.max_output_chars,
+            )
 
     @staticmethod
     def _unique_ids(calls: list[ToolCall], seen: set[str]) -> list[ToolCall]:
@@ -347,13 +399,35 @@ class AgentLoop:
             out.append(call)
         return out
 
-    async def _run_tools(self, calls: list[ToolCall], iteration: int, *, dropped: int = 0) -> list[Message]:
+    def _sendable_names(self, calls: list[ToolCall]) -> tuple[list[ToolCall], dict[str, ToolCall]]:
+        """The calls with a name each, and the renamed ones as the model made them.
+
+        Returns:
+            ``(calls, as_called)``: ``calls`` with every empty or blank name replaced by
+            ``unnamed_tool`` (the assistant message, the tool block and the result carry it);
+            ``as_called`` maps such a call's id to the call as made, which is what the registry
+            runs, so its error result says "a tool call needs a name" (module docstring).
+        """
+        out: list[ToolCall] = []
+        as_called: dict[str, ToolCall] = {}
+        for call in calls:
+            if not call.name.strip():
+                log.warning("a tool call without a name (%s) is kept as %s", log_safe(call.id, 200), UNNAMED_TOOL)
+                as_called[call.id] = call
+                call = ToolCall(id=call.id, name=UNNAMED_TOOL, arguments_json=call.arguments_json)
+            out.append(call)
+        return out, as_called
+
+    async def _run_tools(
+        self, calls: list[ToolCall], iteration: int, *, dropped: int = 0, as_called: dict[str, ToolCall] | None = None
+    ) -> list[Message]:
         """Run one response's calls concurrently; returns their results in call order.
 
         Each result is recorded in ``result.messages`` (in call order) even when the batch ends
         early: a stop or a ``ToolFatalError`` keeps the results that already came, so the commit
         stores what the user saw (``complete_tool_chains`` fills only the calls still running).
         ``dropped`` calls of this response were over the cap: the last call's result says so.
+        ``as_called`` maps a renamed call's id to the call as the model made it (what runs).
 
         Raises:
             ToolFatalError: a call said the turn cannot go on (the others are cancelled).
@@ -370,8 +444,10 @@ class AgentLoop:
         note_on = calls[-1].id if dropped else None
         note = f"\n\n({dropped} further tool calls of this response were dropped: at most {self.max_calls_per_response} run per response)"
 
+        as_called = as_called or {}
+
         async def one(call: ToolCall) -> None:
-            outcome = await self.tools.run(call, self.tool_timeout)
+            outcome = await self.tools.run(as_called.get(call.id, call), self.tool_timeout)
             if self._closed() or not batch_open:
                 return  # a late result after /stop or an abandoned call: neither shown nor kept (§14.1)
             content = outcome.content + note if call.id == note_on else outcome.content
@@ -394,6 +470,11 @@ class AgentLoop:
                 TurnMessage(iteration, finished[call.id]) for call in calls if call.id in finished
             )
         return [finished[call.id] for call in calls]
+
+
+def _same(one: list[Message], other: list[Message]) -> bool:
+    """Whether two requests hold the very same message objects (a fit that cut nothing)."""
+    return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))
 
 
 async def _all_done(tasks: list[asyncio.Task]) -> None:

@@ -5,6 +5,9 @@ the system prompt + that summary + the rows after it (``history.build_turn_input
 moves ``summary_seq`` forward: the rows stay in the database (``/compact``, seed 004 §7; history
 paging is unchanged), only the model stops seeing them verbatim.
 
+* :func:`rows_to_keep` — how many of the newest rows stay verbatim: at most
+  ``COMPACT_KEEP_MESSAGES``, fewer when they would not fit the window (one rule for ``/compact``
+  and automatic compaction).
 * :func:`choose_boundary` — the new ``summary_seq``: keeps the newest rows verbatim and never
   splits an assistant tool call from its results (the rows after it start with a user row).
 * :func:`build_summary_request` — the summarisation request over the previous summary and the
@@ -12,7 +15,7 @@ paging is unchanged), only the model stops seeing them verbatim.
 * :func:`clean_summary` — the usable summary in the model's answer, or None.
 
 Used by the manual ``/compact`` (``conversations.compaction_service``); automatic compaction
-(``conversations.turn_input``) reuses the same three functions, plus:
+(``conversations.turn_input``) reuses the same four functions, plus:
 
 * :func:`should_compact` — whether a request estimate passes the share of the context window
   that triggers compaction, unless :data:`MAX_CONSECUTIVE_FAILURES` failures stopped it (seed
@@ -39,8 +42,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from conversations.history import row_to_message
 from conversations.titles import strip_reasoning
 from conversations.tokens import (
+    REQUEST_OVERHEAD,
     estimate_block,
     estimate_message,
     estimate_messages,
@@ -74,6 +79,39 @@ MAX_SUMMARY_CHARS = 24000
 TRUNCATED_RESULT = "\n[tool result cut to fit the context window: {kept} of {chars} chars kept]"
 #: :func:`truncate_tool_results` keeps at least this many characters of a result it cuts.
 MIN_TRUNCATED_CHARS = 200
+
+
+def rows_to_keep(rows: list[dict], keep_messages: int, target: int, *, fixed: int = REQUEST_OVERHEAD) -> int:
+    """How many of the newest ``rows`` a summary keeps verbatim: at most ``keep_messages``, fewer
+    when they do not fit (README ``PICOBOT_COMPACT_KEEP_MESSAGES``: "kept verbatim *at most*").
+
+    The kept rows may take half of what the request budget leaves after its fixed parts, so the
+    summary and the next turn's own messages have room too. The result is the ``keep`` of
+    :func:`choose_boundary`, which may keep more (it cuts only before a user row, never between a
+    tool call and its results, and always keeps the newest user row).
+
+    Args:
+        rows: the history rows after the current summary, oldest first (history form).
+        keep_messages: the configured most (``PICOBOT["COMPACT_KEEP_MESSAGES"]``), rows.
+        target: estimated tokens a turn's request may take (the compaction share of the window).
+        fixed: estimated tokens of the request's fixed parts (overhead, tool definitions); the
+            manual ``/compact`` does not know the worker's tools and passes the overhead only.
+
+    Returns:
+        A row count, 0 … ``min(keep_messages, len(rows))`` (0 when even the newest row alone
+        does not fit). Pure; estimates only (``conversations.tokens``).
+    """
+    budget = (target - fixed) // 2
+    kept = used = 0
+    for row in reversed(rows):
+        if kept >= keep_messages:
+            break
+        message = row_to_message(row)
+        used += estimate_message(message) if message is not None else 0
+        if used > budget:
+            break
+        kept += 1
+    return kept
 
 
 def choose_boundary(rows: list[dict], keep: int) -> int | None:

@@ -37,6 +37,7 @@ from conversations.compaction import (
     choose_boundary,
     clean_summary,
     fit_summary_request,
+    rows_to_keep,
     summary_token_cap,
     summary_too_large,
 )
@@ -105,8 +106,10 @@ async def compact_dialog(
         dialog_id: the unified dialog id (``storage`` checks it is live; ownership is the
             caller's check).
         provider: the model that writes the summary.
-        keep: rows to keep verbatim (default ``PICOBOT["COMPACT_KEEP_MESSAGES"]``); the newest
-            user row is always kept (``compaction.choose_boundary``).
+        keep: rows to keep verbatim at most (default ``PICOBOT["COMPACT_KEEP_MESSAGES"]``); fewer
+            when they do not fit the context window — the rule automatic compaction follows
+            (``compaction.rows_to_keep``) — and the newest user row is always kept
+            (``compaction.choose_boundary``).
         timeout: seconds the model may take (default ``PICOBOT["COMPACT_TIMEOUT"]``).
 
     Returns:
@@ -126,15 +129,18 @@ async def compact_dialog(
         raise CompactionError("Compaction needs a configured model; the offline replay provider cannot summarise.")
     source = await run_storage(storage.compaction_source, dialog_id)
     rows = source["rows"]
-    boundary = choose_boundary(rows, keep)
+    budget = summary_budget()
+    # The newest rows that fit stay verbatim, at most ``keep`` (README: "at most"): a dialog whose
+    # kept rows would not fit the window is compacted, like the automatic path does.
+    kept = rows_to_keep(rows, keep, budget)
+    boundary = choose_boundary(rows, kept)
     if boundary is None:
         return CompactionOutcome(
             compacted=False,
-            reason=f"only {len(rows)} message(s) since the last summary, and the newest {keep} "
+            reason=f"only {len(rows)} message(s) since the last summary, and the newest {kept} "
             "(always from a question of yours on) stay as they are.",
         )
     folded = [r for r in rows if r["seq"] <= boundary]
-    budget = summary_budget()
     request, _ = summary_request(provider, source["summary"], folded, budget)
     summary = await summarise(dialog_id, provider, request, timeout)
     reject_oversized(dialog_id, summary, budget)

@@ -23,7 +23,12 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from conversations import notify, storage
-from conversations.agent_loop import DEFAULT_MAX_CALLS_PER_RESPONSE, AgentLoop, AgentResult
+from conversations.agent_loop import (
+    DEFAULT_MAX_CALLS_PER_RESPONSE,
+    DEFAULT_MAX_TURN_OUTPUT_CHARS,
+    AgentLoop,
+    AgentResult,
+)
 from conversations.models import Message
 from conversations.session_turns import remember_commit, start_turn
 from conversations.storage_runner import run_storage
@@ -336,6 +341,7 @@ class DialogExecutor:
             is_current=self.holds_lease,  # before each provider call and after each tool batch (seed 003 §8.3)
             fit=builder.fit,  # every later request is fitted to the window (seed 000 §7.2)
             max_calls_per_response=config.get("MAX_TOOL_CALLS_PER_RESPONSE", DEFAULT_MAX_CALLS_PER_RESPONSE),
+            max_output_chars=config.get("MAX_TURN_OUTPUT_CHARS", DEFAULT_MAX_TURN_OUTPUT_CHARS),
         )
         task = asyncio.ensure_future(
             _contained(
@@ -428,7 +434,10 @@ class DialogExecutor:
         messages = complete_tool_chains(result.messages)
         status = Message.CompletionStatus.COMPLETED
         if isinstance(result.error, ContextOverflowError):  # not recovered: too long even fitted (§7.2)
-            failure = replace(TurnFailure.provider(result.error), user_message=overflow_mid_turn_message())
+            failure = replace(
+                TurnFailure.provider(result.error),
+                user_message=overflow_mid_turn_message(shortened=result.refused_shortened),
+            )
         elif result.error is not None:
             failure = TurnFailure.provider(result.error)
         if failure is not None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from providers.errors import ProviderError, RequestBlockedError
+from providers.errors import ProviderError, RequestBlockedError, ResponseTooLongError
 from providers.unicode_text import fix_surrogates
 
 __all__ = [
@@ -422,13 +422,16 @@ class TurnFailure:
         """A provider failure: its kind and HTTP status for the user (issue 3), plus the provider's
         own message only when :func:`shown_provider_message` allows it (a short, structured 4xx).
 
-        A blocked request shows its hook's reason (our own words, nothing from upstream). The
-        provider's message, the vendor code, retry hints and the cause chain (e.g. an ``httpx``
+        A blocked request shows its hook's reason (our own words, nothing from upstream); an
+        answer over the turn's output cap says so with the cap ("The answer was longer than
+        1000000 characters and was cut off"). The provider's message, the vendor code, retry hints and the cause chain (e.g. an ``httpx``
         error with its URL) stay in ``detail``, on one line.
         """
         if isinstance(error, RequestBlockedError):
             message = " ".join(str(error.message or "").split())
             user = f"The request was blocked before reaching the model: {message}"
+        elif isinstance(error, ResponseTooLongError):
+            user = f"The answer was longer than {error.max_chars} characters and was cut off"
         else:
             message = shown_provider_message(error)
             user = f"{provider_failure_lead(error)}: {message}" if message else provider_failure_lead(error)

@@ -58,6 +58,7 @@ from conversations.compaction import (
     drop_oldest_turns,
     fit_request,
     microcompact,
+    rows_to_keep,
     should_compact,
 )
 from conversations.compaction_service import (
@@ -66,11 +67,11 @@ from conversations.compaction_service import (
     record_auto_compact_failure,
     summarise_rows,
 )
-from conversations.history import build_turn_input, row_to_message
+from conversations.history import build_turn_input
 from conversations.models import Dialog
 from conversations.storage import TurnStart
 from conversations.storage_runner import run_storage
-from conversations.tokens import REQUEST_OVERHEAD, estimate_message, estimate_messages, estimate_tools
+from conversations.tokens import REQUEST_OVERHEAD, estimate_messages, estimate_tools
 from conversations.tools.plan import load_plan, render_plan
 from conversations.turn_failures import TurnFailedError, TurnFailure, TurnFailureKind
 from providers.base import LLMProvider
@@ -87,7 +88,8 @@ MAX_PLAN_CHARS = 4000
 #: Recalled memory is cut after this many characters.
 MAX_MEMORY_CHARS = 4000
 #: The start of the message of a turn whose input cannot be made to fit (also after an overflow).
-TOO_LONG = "The conversation is too long for the model even after compacting"
+#: It claims no compaction: whether anything was cut is said by the reason after it.
+TOO_LONG = "The conversation is too long for the model"
 START_OVER = "Send a shorter message, or start a new dialog with /new."
 
 MemoryRecall = Callable[[TurnStart], Awaitable[str | None]]
@@ -203,11 +205,20 @@ def runtime_context(start: TurnStart, *, now: datetime, plan: str = "", memory: 
     return fix_surrogates(text)
 
 
-def overflow_mid_turn_message() -> str:
+def overflow_mid_turn_message(*, shortened: bool) -> str:
     """What a turn fails with when the provider reported a context overflow that could not be
     recovered: a later request (after tool calls) that overflowed also after it was fitted harder
-    (``AgentLoop``; seed 000 §7.2: a second overflow fails clearly), or one after output was shown."""
-    return f"{TOO_LONG}: the model refused this turn's input as over its context window. {START_OVER}"
+    (``AgentLoop``; seed 000 §7.2: a second overflow fails clearly), one that could not be cut at
+    all, or one after output was shown.
+
+    Args:
+        shortened: the refused request had been shortened to fit (``AgentResult.refused_shortened``);
+            only then does the message say so — a request sent as it was claims no compaction.
+    """
+    reason = "the model refused this turn's input as over its context window"
+    if shortened:
+        reason += ", even after it was shortened to fit"
+    return f"{TOO_LONG}: {reason}. {START_OVER}"
 
 
 def overflow_again_message(prepared: PreparedInput) -> str:
@@ -481,7 +492,7 @@ class TurnInputBuilder:
         self, start: TurnStart, summary: str, rows: list[dict], target: int
     ) -> CompressionUpdate | None:
         """One automatic summary, under the ``compacting`` phase; None when nothing can fold."""
-        keep = self._keep_for(rows, (target - self._fixed) // 2)
+        keep = rows_to_keep(rows, self.keep_messages, target, fixed=self._fixed)
         if choose_boundary(rows, keep) is None:
             return None  # nothing can be folded without splitting the current turn
         if self.phase is not None:
@@ -517,19 +528,6 @@ class TurnInputBuilder:
         except DatabaseError:
             log.exception("dialog %s: could not count a failed automatic compaction", start.dialog_id)
             return failures + 1
-
-    def _keep_for(self, rows: list[dict], budget: int) -> int:
-        """How many of the newest rows stay verbatim: at most ``keep_messages``, within ``budget``."""
-        kept = used = 0
-        for row in reversed(rows):
-            if kept >= self.keep_messages:
-                break
-            message = row_to_message(row)
-            used += estimate_message(message) if message is not None else 0
-            if used > budget:
-                break
-            kept += 1
-        return kept
 
     @staticmethod
     def _failure_notice(exc: CompactionError, failures: int) -> str:

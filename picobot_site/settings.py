@@ -258,6 +258,9 @@ PICOBOT = {
     ),
     # Agent loop bounds.
     "MAX_ITERATIONS": env_int("PICOBOT_MAX_ITERATIONS", 8),
+    # Characters of answer text + reasoning one turn may stream (all iterations); past it the
+    # answer is cut off and kept as interrupted, so no frame outgrows the WebSocket's limit.
+    "MAX_TURN_OUTPUT_CHARS": env_int("PICOBOT_MAX_TURN_OUTPUT_CHARS", 1_000_000),
     "TOOL_TIMEOUT": env_float("PICOBOT_TOOL_TIMEOUT", 30.0),
     "TURN_TIMEOUT": env_float("PICOBOT_TURN_TIMEOUT", 600.0),
     # Inbox (seed 000 §6: per-session queue capacity 32).

@@ -53,6 +53,7 @@ from providers.messages import (
     Usage,
     replay_identity,
     replays_to,
+    sendable_tool_name,
 )
 from providers.sse import ServerSentEvent, event_json
 from providers.think import ThinkTagSplitter
@@ -119,7 +120,9 @@ def _blocks(message: Message, provider_name: str, endpoint: str | None) -> list[
             if replay:
                 out.append({"type": "redacted_thinking", "data": block.data})
         elif isinstance(block, ToolUseBlock):
-            out.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.arguments})
+            # A malformed name kept in history would get the request refused (messages.sendable_tool_name).
+            name = sendable_tool_name(block.name)
+            out.append({"type": "tool_use", "id": block.id, "name": name, "input": block.arguments})
         elif isinstance(block, ToolResultBlock):
             result: dict[str, Any] = {
                 "type": "tool_result",
@@ -175,9 +178,10 @@ class AnthropicStreamParser(StreamParserBase):
           connection reset or stall that follows does not fail the stream. At ``message_stop``
           an open text or thinking block counts as closed (its text is whole as far as we can
           tell), but an open ``tool_use`` block fails the stream (:class:`StreamTruncatedError`:
-          its input may be cut short, and a call never runs on a guess). A tool_use without a
-          name, a block started twice, or a stream with no block and no stop reason →
-          :class:`BadResponseError`. ``error`` events → :class:`InBandError`. ``ping`` is
+          its input may be cut short, and a call never runs on a guess). A block started twice,
+          or a stream with no block and no stop reason → :class:`BadResponseError`. A tool_use
+          without a name is passed on with ``name ""`` (the agent loop answers it with an error
+          result and sends it back under a placeholder name: ``messages.sendable_tool_name``). ``error`` events → :class:`InBandError`. ``ping`` is
           ignored.
     """
 
@@ -270,7 +274,6 @@ class AnthropicStreamParser(StreamParserBase):
         if isinstance(failure, (StreamTruncatedError, ProviderTimeoutError)) and complete and self.error is None:
             failure = None  # the terminal event arrived: only the connection's tail was lost
         open_call = next((b for b in self._blocks.values() if b.open and b.kind == "tool_use"), None)
-        nameless = next((b for b in self._blocks.values() if b.kind == "tool_use" and not b.name), None)
         if failure is not None:
             failure.finish_reason = failure.finish_reason or self.finish_reason
             self.error = failure
@@ -281,13 +284,6 @@ class AnthropicStreamParser(StreamParserBase):
             self.error = StreamTruncatedError(
                 f"stream ended with tool_use block {open_call.id or '?'} still open",
                 http_status=200,
-                finish_reason=self.finish_reason,
-            )
-        elif self.error is None and nameless is not None:
-            self.error = BadResponseError(
-                f"tool_use block {nameless.id or '?'} has no name",
-                http_status=200,
-                retryable=True,
                 finish_reason=self.finish_reason,
             )
         elif self.error is None and not self._blocks and self.finish_reason is None:

@@ -50,6 +50,7 @@ from providers.messages import (
     Usage,
     replay_identity,
     replays_to,
+    sendable_tool_name,
 )
 from providers.sse import ServerSentEvent, event_json
 from providers.think import ThinkTagSplitter
@@ -137,7 +138,9 @@ def _assistant(message: Message, provider_name: str, endpoint: str | None) -> di
     out: dict[str, Any] = {"role": "assistant", "content": message.text or (None if calls else "")}
     if calls:
         out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c)}}
+            # A name outside OpenAI's pattern (kept as the model wrote it in history) would get the
+            # whole request refused with HTTP 400: it is sent as ``unnamed_tool``.
+            {"id": c.id, "type": "function", "function": {"name": sendable_tool_name(c.name), "arguments": _arguments(c)}}
             for c in calls
         ]
         state = message.provider_state
@@ -292,15 +295,6 @@ class OpenAIStreamParser(StreamParserBase):
                 http_status=200,
                 retryable=True,
                 finish_reason="error",
-            )
-        elif self.error is None and not all(self._names):
-            # A call without a name cannot run: fail (the partial text is kept, no call counts).
-            missing = self._names.index("")
-            self.error = BadResponseError(
-                f"tool call {missing} ({self._ids[missing] or 'no id'}) has no function name",
-                http_status=200,
-                retryable=True,
-                finish_reason=self.finish_reason,
             )
         if self._splitter is not None:
             self._split_out(self._splitter.flush(failed=self.error is not None), out)

@@ -15,8 +15,11 @@
     ├── InBandError                  kind "provider_error"    an error object inside a 200 stream
     ├── StreamTruncatedError         kind "truncated"         EOF without finish/[DONE]/message_stop,
     │                                                         or the connection dropped mid-body
-    └── RequestBlockedError          kind "blocked"           a pre-request hook refused the call
-                                                              (nothing was sent; never retried)
+    ├── RequestBlockedError          kind "blocked"           a pre-request hook refused the call
+    │                                                         (nothing was sent; never retried)
+    └── ResponseTooLongError         kind "response_too_long" the turn's streamed text + reasoning
+                                                              passed its cap (raised by the agent
+                                                              loop, not a vendor; never retried)
 
 Vendor modules translate httpx2 and HTTP-level failures into these at one boundary
 (``raise … from exc``). A stream raises one of them *after* yielding the chunks that arrived, so
@@ -168,6 +171,25 @@ class RequestBlockedError(ProviderError):
     def __init__(self, message: str, *, hook: str, **kwargs: Any) -> None:
         super().__init__(message, retryable=False, **kwargs)
         self.hook = hook
+
+
+class ResponseTooLongError(ProviderError):
+    """The turn's streamed answer text and reasoning together passed their cap.
+
+    Raised by the consumer of a stream (the agent loop, ``PICOBOT_MAX_TURN_OUTPUT_CHARS``), not
+    by a vendor module: a server that ignores ``max_tokens`` could otherwise stream an answer no
+    WebSocket frame can carry. The part that fitted was shown and is kept as a partial; the
+    stream is closed. Never retryable (the same request would run past the cap again).
+
+    Attributes:
+        max_chars: the cap, in characters (code points) of text + reasoning per turn.
+    """
+
+    kind = "response_too_long"
+
+    def __init__(self, message: str, *, max_chars: int, **kwargs: Any) -> None:
+        super().__init__(message, retryable=False, **kwargs)
+        self.max_chars = max_chars
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

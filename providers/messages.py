@@ -26,6 +26,7 @@ Pure module: no Django, no I/O.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,6 +39,24 @@ ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 # Marks the per-request runtime context (time, channel, title) that the gateway appends to the
 # last user message (seed 000 §7.1). It is never stored; the offline replay provider ignores it.
 RUNTIME_CONTEXT_MARKER = "\n\n[Runtime context: "
+
+#: The name a tool call is sent back with when the model's own name is one no provider accepts.
+UNNAMED_TOOL = "unnamed_tool"
+# OpenAI's function name rule (``^[a-zA-Z0-9_-]{1,64}$``: a request whose history holds another
+# name is refused with HTTP 400); Anthropic's tool names follow the same rule.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def sendable_tool_name(name: str) -> str:
+    """``name`` when providers accept it back in a request's history, else :data:`UNNAMED_TOOL`.
+
+    A model may call a tool with an empty, blank or malformed name (``""``, ``" "``,
+    ``functions.get_time``, 300 characters); such a call cannot run, and sent back as it is, every
+    later request of the dialog would be refused. History keeps the model's name (the tool block
+    shows it); the vendor request mappers send this instead. Pure; ``""`` and any name outside
+    ``[A-Za-z0-9_-]{1,64}`` give the placeholder.
+    """
+    return name if _TOOL_NAME.fullmatch(name) else UNNAMED_TOOL
 
 
 @dataclass(frozen=True, slots=True)

@@ -346,6 +346,8 @@ class ToolRegistry:
             asyncio.CancelledError: the task running the call is being cancelled (``/stop``).
         """
         tool = self._tools.get(call.name)
+        if tool is None and not call.name.strip():
+            return self._error(f"a tool call needs a name; available: {', '.join(self._tools) or 'none'}")
         if tool is None:
             return self._error(f"unknown tool {call.name!r}; available: {', '.join(self._tools) or 'none'}")
         size = call.argument_bytes

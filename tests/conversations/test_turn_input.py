@@ -375,7 +375,7 @@ async def test_a_second_overflow_fails_the_turn_clearly_and_stores_no_answer(con
         turn = await run_one(client, "Once more?")
 
     assert turn["status"] == "failed"
-    assert turn["error"].startswith("The conversation is too long for the model even after compacting")
+    assert turn["error"].startswith("The conversation is too long for the model: the model refused its input again after it was cut down")
     assert "maximum context length" not in turn["error"]  # the provider's text stays in the log
     assert not [b for b in turn["blocks"] if b["type"] == "assistant"]
     assert len(turn_requests(server)) == 2  # one retry, never a loop
