@@ -56,6 +56,17 @@ EXCERPT = 120  # characters of content shown in lists
 DAY_MS = 86_400_000
 
 
+def ms_column(field: str, description: str, *, sortable: bool = True) -> Any:
+    """An admin column showing the ms-since-epoch ``field`` as UTC text ("—" when null),
+    sortable by it unless ``sortable`` is False."""
+
+    def show(self: Any, row: Any) -> str:
+        return _ms_to_text(getattr(row, field))
+
+    show.__name__ = field
+    return admin.display(description=description, ordering=field if sortable else None)(show)
+
+
 def _ms_to_text(ms: int | None) -> str:
     if ms is None:
         return "—"
@@ -244,9 +255,7 @@ class HistoryInline(admin.TabularInline):
     def tool_calls_shown(self, row: Message) -> str:
         return _tool_calls_html(row.tool_calls)
 
-    @admin.display(description="created")
-    def created(self, row: Message) -> str:
-        return _ms_to_text(row.created_at)
+    created = ms_column("created_at", "created", sortable=False)
 
 
 def _who(row: Message) -> str:
@@ -371,13 +380,9 @@ class DialogAdmin(LeanListMixin, admin.ModelAdmin):
         except Exception:
             log.warning("could not tell the chat of %s about its new title", dialog.pk, exc_info=True)
 
-    @admin.display(description="last active", ordering="last_active_at")
-    def last_active(self, row: Dialog) -> str:
-        return _ms_to_text(row.last_active_at)
+    last_active = ms_column("last_active_at", "last active")
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, row: Dialog) -> str:
-        return _ms_to_text(row.created_at)
+    created = ms_column("created_at", "created")
 
     @admin.display(description="deleted", boolean=True, ordering="deleted_at")
     def deleted(self, row: Dialog) -> bool:
@@ -470,9 +475,7 @@ class MessageAdmin(ReadOnlyMixin, LeanListMixin, admin.ModelAdmin):
         head = getattr(row, "content_head", None)
         return _cut(head if head is not None else row.content)
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, row: Message) -> str:
-        return _ms_to_text(row.created_at)
+    created = ms_column("created_at", "created")
 
     @admin.display(description="tool calls")
     def tool_calls_shown(self, row: Message) -> str:
@@ -507,17 +510,11 @@ class InboxMessageAdmin(ReadOnlyMixin, LeanListMixin, admin.ModelAdmin):
     ]
     readonly_fields = fields
 
-    @admin.display(description="received", ordering="received_at")
-    def received(self, row: InboxMessage) -> str:
-        return _ms_to_text(row.received_at)
+    received = ms_column("received_at", "received")
 
-    @admin.display(description="started")
-    def started(self, row: InboxMessage) -> str:
-        return _ms_to_text(row.started_at)
+    started = ms_column("started_at", "started", sortable=False)
 
-    @admin.display(description="finished")
-    def finished(self, row: InboxMessage) -> str:
-        return _ms_to_text(row.finished_at)
+    finished = ms_column("finished_at", "finished", sortable=False)
 
     @admin.display(description="content")
     def excerpt(self, row: InboxMessage) -> str:
@@ -613,21 +610,15 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def prefix_shown(self, row: ApiToken) -> str:
         return f"{row.prefix}…"
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, row: ApiToken) -> str:
-        return _ms_to_text(row.created_at)
+    created = ms_column("created_at", "created")
 
-    @admin.display(description="last used", ordering="last_used_at")
-    def last_used(self, row: ApiToken) -> str:
-        return _ms_to_text(row.last_used_at)
+    last_used = ms_column("last_used_at", "last used")
 
     @admin.display(description="revoked", boolean=True, ordering="revoked_at")
     def revoked(self, row: ApiToken) -> bool:
         return row.revoked_at is not None
 
-    @admin.display(description="revoked at")
-    def revoked_at_shown(self, row: ApiToken) -> str:
-        return _ms_to_text(row.revoked_at)
+    revoked_at_shown = ms_column("revoked_at", "revoked at", sortable=False)
 
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -682,13 +673,9 @@ class MemoryItemAdmin(LeanListMixin, admin.ModelAdmin):
         head = getattr(row, "content_head", None)
         return _cut(head if head is not None else row.content)
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, row: MemoryItem) -> str:
-        return _ms_to_text(row.created_at)
+    created = ms_column("created_at", "created")
 
-    @admin.display(description="updated", ordering="updated_at")
-    def updated(self, row: MemoryItem) -> str:
-        return _ms_to_text(row.updated_at)
+    updated = ms_column("updated_at", "updated")
 
 
 class PlanForm(forms.ModelForm):
@@ -734,6 +721,4 @@ class PlanAdmin(admin.ModelAdmin):
     def excerpt(self, row: Plan) -> str:
         return _cut(json.dumps(row.content, ensure_ascii=False), 160)
 
-    @admin.display(description="updated", ordering="updated_at")
-    def updated(self, row: Plan) -> str:
-        return _ms_to_text(row.updated_at)
+    updated = ms_column("updated_at", "updated")
