@@ -30,7 +30,6 @@ import weakref
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -42,6 +41,7 @@ from django.dispatch import receiver
 from django.http.request import split_domain_port, validate_host
 from django.utils.crypto import constant_time_compare
 
+from conversations.middleware_base import SyncAndAsyncMiddleware
 from conversations.models import ApiToken, now_ms
 from conversations.storage_runner import run_storage
 
@@ -370,19 +370,10 @@ def remember_login_token(sender: Any, request: Any, user: Any, **_: Any) -> None
         session.pop(SESSION_TOKEN_KEY, None)
 
 
-class RevokedTokenSessionMiddleware:
+class RevokedTokenSessionMiddleware(SyncAndAsyncMiddleware):
     """Log out a session whose login token was revoked (or whose user was deactivated), on its
     next request: one indexed query, and only for sessions logged in with a token. Goes after
     ``AuthenticationMiddleware``. Sync and async capable (no thread hop for async views)."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Any) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
 
     def __call__(self, request: Any) -> Any:
         if self.is_async:

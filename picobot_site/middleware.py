@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBadRequest
+
+from conversations.middleware_base import SyncAndAsyncMiddleware
 
 ADMIN_PREFIX = "/admin/"
 
@@ -36,18 +37,9 @@ def _refusal() -> HttpResponseBadRequest:
     )
 
 
-class NulRefusingMiddleware:
+class NulRefusingMiddleware(SyncAndAsyncMiddleware):
     """400 "bad request: a NUL character …" for ``%00`` in the path or query, or in an admin form
     post (module docstring)."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Any) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:

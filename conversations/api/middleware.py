@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from conversations.api.errors import HTTP_ERROR_CODES, error_response
+from conversations.middleware_base import SyncAndAsyncMiddleware
 
 API_PREFIX = "/api/"
 
@@ -54,17 +54,8 @@ def _allowed_for(request: HttpRequest, response: HttpResponseBase) -> str | None
     return ", ".join(sorted(served))
 
 
-class ApiHttpMiddleware:
+class ApiHttpMiddleware(SyncAndAsyncMiddleware):
     """HEAD as GET without a body, and JSON 404/405 answers, for ``/api/`` (module docstring)."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Any) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
