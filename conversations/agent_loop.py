@@ -37,9 +37,9 @@ the model how many were dropped. A call whose argument text is larger than the r
 
 Output cap: the answer text and reasoning the turn streams, summed over all its iterations, are
 at most ``max_output_chars`` characters (code points). A delta that would pass the cap is cut to
-the part that fits, that part is shown and kept, the stream is closed, and the turn ends with
+the part that fits, that part is shown, the stream is closed, and the turn ends with
 :class:`~providers.errors.ResponseTooLongError` — a provider failure after partial output, so the
-shown text is kept as ``interrupted`` (seed 003 §14.2). The count is kept incrementally (O(1) per
+shown answer text is kept as ``interrupted`` (seed 003 §14.2; reasoning alone keeps no row). The count is kept incrementally (O(1) per
 delta): a server that ignores ``max_tokens`` can neither stream a frame too large for the
 WebSocket nor fill memory and history.
 

@@ -443,9 +443,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if text_data is not None and len(text_data) > _FIT_CHECK_CHARS:
             try:
                 text_data = fit_frame(text_data, MAX_OUTGOING_FRAME_BYTES)
-            except ValueError:
-                log.error("a %d-character frame could not be cut to fit; not sent", len(text_data))
-                return
+            except ValueError:  # not expected for any frame we build: say so rather than go silent
+                ref = secrets.token_hex(4)
+                log.error("a %d-character frame could not be cut to fit; not sent (ref %s)", len(text_data), ref)
+                text_data = dumps({"type": "error", "code": "frame_too_large", "ref": ref,
+                                   "message": "an answer was too large to send over the WebSocket; "
+                                              "read it through the REST history"})
         await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
 
     async def send_frame(self, frame: dict[str, Any]) -> None:

@@ -423,15 +423,15 @@ class TurnFailure:
         own message only when :func:`shown_provider_message` allows it (a short, structured 4xx).
 
         A blocked request shows its hook's reason (our own words, nothing from upstream); an
-        answer over the turn's output cap says so with the cap ("The answer was longer than
-        1000000 characters and was cut off"). The provider's message, the vendor code, retry hints and the cause chain (e.g. an ``httpx``
+        answer over the turn's output cap says so with the cap ("The answer and its reasoning
+        were longer than 1000000 characters and were cut off"). The provider's message, the vendor code, retry hints and the cause chain (e.g. an ``httpx``
         error with its URL) stay in ``detail``, on one line.
         """
         if isinstance(error, RequestBlockedError):
             message = " ".join(str(error.message or "").split())
             user = f"The request was blocked before reaching the model: {message}"
         elif isinstance(error, ResponseTooLongError):
-            user = f"The answer was longer than {error.max_chars} characters and was cut off"
+            user = f"The answer and its reasoning were longer than {error.max_chars} characters and were cut off"
         else:
             message = shown_provider_message(error)
             user = f"{provider_failure_lead(error)}: {message}" if message else provider_failure_lead(error)

@@ -42,7 +42,10 @@ def fit_frame(text: str, limit: int) -> str:
     for _ in range(MAX_ROUNDS):
         excess = size - limit
         strings = _string_lengths(value)
-        cap = _water_level(strings, excess + excess // 8 + 1024)
+        # Room for the markers the cut strings gain, and for rounding, as far as the strings give it.
+        marker_room = len(CUT_MARKER) + 12
+        margin = 1024 + marker_room * sum(1 for length in strings if length > marker_room)
+        cap = _water_level(strings, min(excess + margin, max(excess, sum(strings))))
         if cap is None:
             break
         value = _cut_strings(value, cap)
@@ -66,9 +69,17 @@ def _walk(value: Any):
             stack.extend(item)
 
 
+def json_size(text: str) -> int:
+    """Bytes ``text`` takes written as a JSON string, quotes left out: escapes count (``\\n`` 2,
+    a control character ``\\u0001`` 6), other characters their UTF-8 size."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return len(text)  # the common case: nothing to escape
+    return frame_bytes(json.dumps(text, ensure_ascii=False)) - 2
+
+
 def _string_lengths(value: Any) -> list[int]:
-    """UTF-8 sizes (bytes) of every string value, longest first."""
-    return sorted((frame_bytes(s) for s in _walk(value)), reverse=True)
+    """JSON sizes (bytes, :func:`json_size`) of every string value, longest first."""
+    return sorted((json_size(s) for s in _walk(value)), reverse=True)
 
 
 def _water_level(lengths: list[int], remove: int) -> int | None:
@@ -88,17 +99,20 @@ def _water_level(lengths: list[int], remove: int) -> int | None:
 
 
 def _cut_strings(value: Any, cap: int) -> Any:
-    """A copy of ``value`` with every string over ``cap`` UTF-8 bytes (plus the marker's room) cut
-    to at most ``cap`` bytes, on a character boundary."""
+    """A copy of ``value`` with every string whose JSON size is over ``cap`` bytes (plus the
+    marker's room) cut to a prefix of at most ``cap`` bytes written as JSON."""
     marker_room = len(CUT_MARKER) + 12
 
     def cut(text: str) -> str:
-        if 4 * len(text) <= cap + marker_room:
-            return text  # at most 4 bytes a character: cannot be over
-        data = text.encode("utf-8", "surrogatepass")
-        if len(data) <= cap + marker_room:
+        if 6 * len(text) <= cap + marker_room:
+            return text  # at most 6 bytes a character written as JSON: cannot be over
+        size = json_size(text)
+        if size <= cap + marker_room:
             return text
-        kept = data[:cap].decode("utf-8", "ignore")  # a character cut in two is dropped whole
+        keep = cap * len(text) // size  # the average size per character, then checked
+        while keep and json_size(text[:keep]) > cap:
+            keep = keep * 7 // 8
+        kept = text[:keep]
         return kept + CUT_MARKER.format(cut=len(text) - len(kept))
 
     if isinstance(value, str):

@@ -125,7 +125,7 @@ async def test_the_presenter_says_the_answer_was_cut_off_at_the_cap():
 
     text = TurnFailurePresenter().present(failure)
 
-    assert text == f"The answer was longer than 1000000 characters and was cut off (ref {failure.ref})."
+    assert text == f"The answer and its reasoning were longer than 1000000 characters and were cut off (ref {failure.ref})."
 
 
 @database_sync_to_async
@@ -148,7 +148,7 @@ async def test_a_long_answer_is_cut_at_the_cap_kept_interrupted_and_the_next_tur
     committed = await client.until("turn_committed")
 
     assert final["status"] == "failed"
-    assert final["error"].startswith("The answer was longer than 25 characters and was cut off (ref ")
+    assert final["error"].startswith("The answer and its reasoning were longer than 25 characters and were cut off (ref ")
     assert "".join(b["text"] for b in final["blocks"] if b["type"] == "assistant") == "0123456789" * 2 + "01234"
     assert [(m["role"], m["content"], m["completion_status"]) for m in committed["messages"]][1:] == [
         ("assistant", "0123456789" * 2 + "01234", "interrupted")

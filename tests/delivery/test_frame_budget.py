@@ -52,6 +52,21 @@ def test_any_frame_of_strings_is_cut_to_fit_and_stays_json(texts, limit):
     assert len(value["turn"]["blocks"]) == len(texts)
 
 
+@pytest.mark.parametrize("fill", ["\n", '"', "\\", "\x01", "é\n"])
+def test_strings_that_grow_when_escaped_are_measured_as_written(fill):
+    """A model repeating newlines (2 bytes each in JSON) or control characters (6 bytes) made a
+    frame whose decoded strings were smaller than its excess: it could not be cut and was
+    dropped (issue 6 review round 5)."""
+    frame = {"type": "session_history", "messages": [{"id": f"m{i}", "content": fill * 300_000} for i in range(9)]}
+    text = dumps(frame)
+    assert frame_bytes(text) > 1_000_000
+    fitted = fit_frame(text, 1_000_000)
+    assert frame_bytes(fitted) <= 1_000_000
+    value = json.loads(fitted)
+    assert [m["id"] for m in value["messages"]] == [f"m{i}" for i in range(9)]
+    assert all(m["content"].startswith(fill * 10) and "characters cut" in m["content"] for m in value["messages"])
+
+
 def test_a_frame_that_is_not_json_is_an_error():
     with pytest.raises(ValueError):
         fit_frame("x" * 100, 10)
