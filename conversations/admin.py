@@ -548,9 +548,18 @@ RevokedFilter = _set_filter("revoked_at", "revoked", "Usable", "Revoked", "Token
 
 
 class ApiTokenAddForm(forms.ModelForm):
+    """A token's name as ``createtoken --name`` takes it: printable text (no line breaks, control
+    or bidi characters that could disguise it in lists and logs)."""
+
     class Meta:
         model = ApiToken
         fields = ["user", "name"]
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data.get("name") or ""
+        if not name.isprintable():
+            raise forms.ValidationError("A token name is printable text: no line breaks or control characters.")
+        return name
 
 
 @admin.register(ApiToken)
@@ -687,8 +696,9 @@ class PlanForm(forms.ModelForm):
         fields = ["dialog", "content"]
 
     def clean_content(self) -> Any:
+        content = self.cleaned_data.get("content")
         try:
-            return clean_plan_content(self.cleaned_data.get("content"))
+            return clean_plan_content({} if content is None else content)  # blank is no plan, as {}
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from exc
 

@@ -25,6 +25,8 @@ class StorableJSONField(forms.JSONField):
     """A ``forms.JSONField`` that accepts only standard JSON the database can store as it is."""
 
     def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            value = ""  # only spaces or line breaks: blank, as an empty field
         if self.disabled or value in self.empty_values:
             return super().to_python(value)
         if not isinstance(value, str):

@@ -340,7 +340,7 @@ def load_json(stream: IO[str]) -> Any:
     encoding error), ``is not standard JSON: …`` (``NaN``, ``Infinity``, ``-Infinity``, a number
     beyond a float or with more digits than Python converts, a key twice in one object: ``json``
     would read the first three as floats no database column takes and keep only the last of the
-    duplicates) or ``nests JSON too deeply to be an export``. Pure (reads only ``stream``).
+    duplicates) or ``nests JSON too deeply``. Pure (reads only ``stream``).
     """
     try:
         return json.load(
@@ -348,10 +348,13 @@ def load_json(stream: IO[str]) -> Any:
         )
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TransferError(f"is not JSON: {exc}") from None
-    except ValueError as exc:  # ours, or int()'s digit limit
-        raise TransferError(f"is not standard JSON: {exc}") from None
+    except ValueError as exc:  # ours, or int()'s digit limit (its text suggests a Python setting)
+        said = str(exc)
+        if "int_max_str_digits" in said or "Exceeds the limit" in said:
+            said = "an integer has more digits than any column holds"
+        raise TransferError(f"is not standard JSON: {said}") from None
     except RecursionError:
-        raise TransferError("nests JSON too deeply to be an export") from None
+        raise TransferError("nests JSON too deeply") from None
 
 
 def loads_strict(text: str) -> Any:

@@ -46,7 +46,7 @@ def test_memory_tags_the_database_cannot_store_are_a_form_error(staff_client, al
     assert MemoryItem.objects.count() == 0
 
 
-@pytest.mark.parametrize(("tags", "stored"), [("", []), ("[]", []), ('["  Work ", "work", "Café"]', ["work", "café"])])
+@pytest.mark.parametrize(("tags", "stored"), [("", []), ("  \n ", []), ("[]", []), ('["  Work ", "work", "Café"]', ["work", "café"])])
 def test_blank_tags_are_no_tags_and_tags_are_kept_as_the_memory_tools_keep_them(staff_client, alice, tags, stored):
     """Blank tags gave a 500 (NOT NULL); the memory tools normalise the tags they save."""
     assert staff_client.post(f"{MEMORY}add/", memory_form(alice, tags)).status_code == 302
@@ -81,6 +81,23 @@ def test_a_plan_form_shown_again_with_a_lone_surrogate_step_renders(staff_client
     assert response.status_code == 200
     assert "lone surrogate" in " ".join(response.context["adminform"].form.errors["content"])
     assert Plan.objects.get(pk=dialog.plan.pk).content["steps"][0]["text"] == "check time"
+
+
+def test_a_blank_plan_is_no_plan(staff_client, alice):
+    dialog = make_dialog(alice)
+    response = staff_client.post(f"{PLANS}{dialog.plan.pk}/change/", {"dialog": dialog.pk, "content": "  ", "_save": "Save"})
+    assert response.status_code == 302
+    assert Plan.objects.get(pk=dialog.plan.pk).content == {}
+
+
+@pytest.mark.parametrize("name", ["a\x01b", "two\nlines", "\u202eevil"])
+def test_an_admin_token_name_is_printable_text_as_createtoken_takes_it(staff_client, alice, name):
+    from conversations.models import ApiToken
+
+    response = staff_client.post("/admin/conversations/apitoken/add/", {"user": alice.pk, "name": name, "_save": "Save"})
+    assert response.status_code == 200
+    assert "printable text" in " ".join(response.context["adminform"].form.errors["name"])
+    assert not ApiToken.objects.exists()
 
 
 def test_a_form_post_with_a_nul_is_one_400(staff_client, alice):

@@ -77,6 +77,19 @@ def test_a_malformed_provider_url_is_named_once_with_the_setting(settings, url, 
     assert "ExceptionGroup" not in provider and "fix: check PICOBOT_LLM_BASE_URL" in provider
 
 
+@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-5"])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_refused(timeout):
+    text, error = doctor("--timeout", timeout)
+    assert str(error) == "--timeout must be a positive number of seconds" and text == ""
+
+
+def test_a_malformed_ipv6_base_url_names_the_setting(settings):
+    use_openai(settings, "http://[::1/v1")
+    text, _ = doctor("--timeout", "5")
+    provider = line(text, "LLM provider")
+    assert provider.startswith("FAIL LLM provider: configuration: PICOBOT_LLM_BASE_URL: Invalid IPv6 URL")
+
+
 def test_the_embedded_defaults_pass_with_a_warning_for_the_replay_provider(settings):
     settings.PICOBOT = {**settings.PICOBOT, "LLM_PROVIDER": ""}
     text, error = doctor()

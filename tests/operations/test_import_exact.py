@@ -64,7 +64,7 @@ def nothing_imported() -> bool:
     ("-Infinity", "-Infinity is not a JSON number (JSON has no NaN or Infinity)"),
     ("1e400", "the number 1e400 is too large for a float"),
     ("-1e999", "the number -1e999 is too large for a float"),
-    ("9" * 5000, "Exceeds the limit (4300 digits) for integer string conversion"),
+    ("9" * 5000, "an integer has more digits than any column holds"),
 ])
 def test_numbers_json_has_not_or_no_column_holds_are_refused_at_reading(exported, tmp_path, raw, error):
     text = json.dumps(exported).replace('"provider": "openai"', f'"provider": {raw}', 1)
@@ -112,6 +112,14 @@ def test_what_does_not_start_like_an_export_is_refused_without_reading_it_all(tm
         call_command("import", str(tmp_path / "latin1.json"), stdout=StringIO(), stderr=StringIO())
     with pytest.raises(CommandError, match="--user needs a username"):
         call_command("import", str(tmp_path / "list.json"), "--user", "", stdout=StringIO(), stderr=StringIO())
+
+
+def test_a_utf8_byte_order_mark_before_the_export_is_accepted(exported, tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(exported).encode())
+    out = StringIO()
+    call_command("import", str(path), stdout=out, stderr=StringIO())
+    assert out.getvalue().split() == [exported["dialogs"][0]["id"]]
 
 
 def test_load_json_reads_standard_json_unchanged():

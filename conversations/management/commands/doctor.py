@@ -18,6 +18,7 @@ userinfo, provider errors are redacted by the provider.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import socket
 import tempfile
@@ -189,7 +190,10 @@ def check_provider(timeout: float, request: bool) -> list[Check]:
     try:
         provider = build_provider(config)
     except ValueError as exc:
-        return [Check(FAIL, "LLM provider", f"configuration: {exc}",
+        said = str(exc)
+        if "PICOBOT_" not in said:  # e.g. urlsplit's "Invalid IPv6 URL": it is the base URL's
+            said = f"PICOBOT_LLM_BASE_URL: {said}"
+        return [Check(FAIL, "LLM provider", f"configuration: {said}",
                       "set the PICOBOT_LLM_* variable named above (README, Configuration)")]
     if getattr(provider, "offline", False) or kind == "replay":
         return [Check(WARN, "LLM provider", "offline replay provider (no LLM configured): answers are recorded samples",
@@ -296,8 +300,8 @@ class Command(PicoBotCommand):
         )
 
     def handle(self, *args: object, timeout: float, no_llm_request: bool, **options: object) -> None:
-        if timeout <= 0:
-            raise CommandError("--timeout must be positive")
+        if not math.isfinite(timeout) or timeout <= 0:  # nan and inf pass a `<= 0` test
+            raise CommandError("--timeout must be a positive number of seconds")
         steps: list[tuple[str, Callable[[], list[Check]]]] = [
             ("database", check_database),
             ("channel layer", lambda: check_channel_layer(timeout)),

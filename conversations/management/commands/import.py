@@ -34,7 +34,7 @@ def read_document(stream: Any) -> str:
     object (``/dev/zero``, a binary file: refused at once, not read to the end) or is longer than
     :data:`MAX_DOCUMENT_CHARS`.
     """
-    head = stream.read(READ_CHARS)
+    head = stream.read(READ_CHARS).removeprefix("\ufeff")  # a UTF-8 byte-order mark is no content
     if not head.lstrip().startswith("{"):
         raise TransferError("is not JSON: an export is a JSON object, starting with '{'")
     parts, total = [head], len(head)
