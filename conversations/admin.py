@@ -48,6 +48,7 @@ from conversations.models import ApiToken, ChatState, Dialog, InboxMessage, Memo
 from conversations.notify import session_changed
 from conversations.tools.memory import normalize_tags
 from conversations.transfer import clean_plan_content
+from picobot_site.admin_safety import SafeLookupsMixin
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ class DialogForm(forms.ModelForm):
 
 
 @admin.register(Dialog)
-class DialogAdmin(LeanListMixin, admin.ModelAdmin):
+class DialogAdmin(SafeLookupsMixin, LeanListMixin, admin.ModelAdmin):
     form = DialogForm
     list_display = [
         "title", "id", "channel", "owner", "message_count", "total_message_count", "last_active", "deleted",
@@ -441,7 +442,7 @@ class ReadOnlyMixin:
 
 
 @admin.register(Message)
-class MessageAdmin(ReadOnlyMixin, LeanListMixin, admin.ModelAdmin):
+class MessageAdmin(SafeLookupsMixin, ReadOnlyMixin, LeanListMixin, admin.ModelAdmin):
     list_display = ["dialog_link", "seq", "who", "excerpt", "completion_status", "created"]
     list_select_related = ["dialog"]
     list_filter = ["role", "completion_status", "is_error"]
@@ -495,7 +496,7 @@ class MessageAdmin(ReadOnlyMixin, LeanListMixin, admin.ModelAdmin):
 
 
 @admin.register(InboxMessage)
-class InboxMessageAdmin(ReadOnlyMixin, LeanListMixin, admin.ModelAdmin):
+class InboxMessageAdmin(SafeLookupsMixin, ReadOnlyMixin, LeanListMixin, admin.ModelAdmin):
     list_display = ["received", "dialog_id", "position", "status", "excerpt", "user"]
     list_select_related = ["user"]
     list_filter = ["status"]
@@ -563,7 +564,7 @@ class ApiTokenAddForm(forms.ModelForm):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(SafeLookupsMixin, admin.ModelAdmin):
     """Tokens by prefix; the hash is never shown. Adding one shows the raw token once, in the
     response to the add form (not in a message stored in the session or a cookie)."""
 
@@ -659,7 +660,7 @@ class MemoryItemForm(forms.ModelForm):
 
 
 @admin.register(MemoryItem)
-class MemoryItemAdmin(LeanListMixin, admin.ModelAdmin):
+class MemoryItemAdmin(SafeLookupsMixin, LeanListMixin, admin.ModelAdmin):
     form = MemoryItemForm
     formfield_overrides = STORABLE_JSON
     list_display = ["excerpt", "owner", "channel", "chat_id", "tags", "updated"]
@@ -704,7 +705,7 @@ class PlanForm(forms.ModelForm):
 
 
 @admin.register(Plan)
-class PlanAdmin(admin.ModelAdmin):
+class PlanAdmin(SafeLookupsMixin, admin.ModelAdmin):
     form = PlanForm
     formfield_overrides = STORABLE_JSON
     list_display = ["dialog_link", "excerpt", "updated"]

@@ -10,6 +10,7 @@ from django.http import HttpRequest
 
 from delivery.failures import resolve_delivery_failures
 from delivery.models import DeliveryFailure
+from picobot_site.admin_safety import SafeLookupsMixin
 
 
 class ResolvedFilter(admin.SimpleListFilter):
@@ -36,7 +37,7 @@ def _ms_to_text(ms: int | None) -> str:
 
 
 @admin.register(DeliveryFailure)
-class DeliveryFailureAdmin(admin.ModelAdmin):
+class DeliveryFailureAdmin(SafeLookupsMixin, admin.ModelAdmin):
     list_display = ["id", "created", "channel", "chat_id", "dialog_id", "stage", "attempts", "short_error", "resolved"]
     list_filter = ["channel", "stage", ResolvedFilter]
     search_fields = ["chat_id", "dialog_id", "error"]

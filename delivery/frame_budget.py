@@ -39,6 +39,11 @@ def fit_frame(text: str, limit: int) -> str:
     if size <= limit:
         return text
     value = json.loads(text)
+    # Measured as we write it (UTF-8 kept, compact): a text written with \\u escapes shrinks here.
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    size = frame_bytes(text)
+    if size <= limit:
+        return text
     for _ in range(MAX_ROUNDS):
         excess = size - limit
         strings = _string_lengths(value)

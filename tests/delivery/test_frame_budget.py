@@ -67,6 +67,12 @@ def test_strings_that_grow_when_escaped_are_measured_as_written(fill):
     assert all(m["content"].startswith(fill * 10) and "characters cut" in m["content"] for m in value["messages"])
 
 
+def test_a_frame_written_with_ascii_escapes_is_measured_as_we_write_frames():
+    frame = {"type": "session_history", "messages": [{"content": "\x01" * 300_000} for _ in range(9)]}
+    fitted = fit_frame(json.dumps(frame), 1_000_000)  # ensure_ascii=True: every character 6 bytes
+    assert frame_bytes(fitted) <= 1_000_000 and len(json.loads(fitted)["messages"]) == 9
+
+
 def test_a_frame_that_is_not_json_is_an_error():
     with pytest.raises(ValueError):
         fit_frame("x" * 100, 10)

@@ -40,6 +40,7 @@ STORAGE_TESTS = [
     "tests/api/test_stop_and_compact_once.py",  # stop marks and compaction claims live in rows
     "tests/operations/test_nul_urls.py",  # PostgreSQL cannot hold NUL: the admin answered 500
     "tests/operations/test_admin_json_input.py",
+    "tests/operations/test_admin_lookups.py",
     "tests/operations/test_import_exact.py",
 ]
 
