@@ -365,13 +365,6 @@ def loads_strict(text: str) -> Any:
     return load_json(io.StringIO(text))
 
 
-def check_storable_json(value: Any) -> None:
-    """Raise TransferError when ``value`` nests too deep or holds a string the database cannot
-    store as it is (NUL, a lone surrogate) or a non-finite number, naming the place; the import's
-    rule, also used by the admin's JSON fields."""
-    _check_json(value)
-
-
 # --- validation (pure) --------------------------------------------------------------------------
 
 _ROLES = {c.value for c in Message.Role}
@@ -527,11 +520,11 @@ def _value_problem(value: Any) -> str | None:
     return None
 
 
-def _check_json(doc: Any) -> None:
+def check_storable_json(doc: Any) -> None:
     """Every value: nested at most ``MAX_JSON_DEPTH`` deep, every string (keys too) storable as
     it is (no NUL, no lone surrogate), every number finite. Raises TransferError naming the place
     (``dialogs[0].messages[3].content: holds a NUL character …``). Iterative, so a hostile
-    document cannot overflow the stack here."""
+    document cannot overflow the stack here. The import's rule, also the admin's JSON fields'."""
     stack: list[tuple[Any, int, tuple | None]] = [(doc, 0, None)]
     while stack:
         value, depth, where = stack.pop()
@@ -653,7 +646,7 @@ def validate_document(doc: Any) -> list[dict[str, Any]]:
         hint = " (written by a newer PicoBot: upgrade this one)" if isinstance(version, int) and version > 1 else ""
         raise TransferError(f"unsupported export version {_shown(version)}; this PicoBot reads version {EXPORT_VERSION}{hint}")
     _check_keys(doc, DOCUMENT_KEYS, "the document")
-    _check_json(doc)
+    check_storable_json(doc)
     if "exported_at" in doc and not _int_check(Dialog, "created_at")[0](doc["exported_at"]):
         raise TransferError("\"exported_at\" must be an integer (ms since the epoch)")
     dialogs = doc.get("dialogs")

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from providers.unicode_text import map_strings
+
 CUT_MARKER = "… [{cut} characters cut: too large for one WebSocket frame; the full text is in the history API]"
 """Appended to every cut string (``{cut}``: how many characters were removed)."""
 MAX_ROUNDS = 4
@@ -120,22 +122,4 @@ def _cut_strings(value: Any, cap: int) -> Any:
         kept = text[:keep]
         return kept + CUT_MARKER.format(cut=len(text) - len(kept))
 
-    if isinstance(value, str):
-        return cut(value)
-    top: Any = {} if isinstance(value, dict) else []
-    stack: list[tuple[Any, Any]] = [(value, top)] if isinstance(value, (dict, list)) else []
-    while stack:
-        source, target = stack.pop()
-        items = source.items() if isinstance(source, dict) else enumerate(source)
-        for key, item in items:
-            if isinstance(item, (dict, list)):
-                copy: Any = {} if isinstance(item, dict) else []
-                stack.append((item, copy))
-                item = copy
-            elif isinstance(item, str):
-                item = cut(item)
-            if isinstance(target, dict):
-                target[key] = item
-            else:
-                target.append(item)
-    return top if isinstance(value, (dict, list)) else value
+    return map_strings(value, cut, keys=False)  # keys are the frame's shape: never cut

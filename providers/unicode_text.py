@@ -53,8 +53,9 @@ def scrub_text(text: str) -> str:
     return fix_surrogates(text)
 
 
-def map_strings(value: Any, fix: Callable[[str], str]) -> Any:
-    """``value`` with ``fix`` applied to every string in it, dict keys included.
+def map_strings(value: Any, fix: Callable[[str], str], *, keys: bool = True) -> Any:
+    """``value`` with ``fix`` applied to every string in it, dict keys included unless ``keys``
+    is False.
 
     Walks dicts and lists (a JSON value) iteratively, so a deeply nested value cannot overflow the
     stack; returns new containers, never mutates ``value``. Other values (numbers, None, tuples,
@@ -77,7 +78,7 @@ def map_strings(value: Any, fix: Callable[[str], str]) -> Any:
             elif isinstance(item, str):
                 item = fix(item)
             if isinstance(target, dict):
-                target[fix(key) if isinstance(key, str) else key] = item
+                target[fix(key) if keys and isinstance(key, str) else key] = item
             else:
                 target.append(item)
     return top

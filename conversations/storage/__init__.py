@@ -26,7 +26,6 @@ from conversations.storage.background import (
 from conversations.storage.claims import (
     STOP_REPEAT_MS,
     claim_compaction,
-    compaction_claimed,
     note_stop_requested,
     release_compaction,
     repeated_stop,
@@ -79,7 +78,6 @@ from conversations.storage.turns import (
 __all__ = [
     "STOP_REPEAT_MS",
     "claim_compaction",
-    "compaction_claimed",
     "note_stop_requested",
     "release_compaction",
     "repeated_stop",

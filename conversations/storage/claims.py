@@ -63,9 +63,3 @@ def release_compaction(dialog_id: str, stamp: int) -> None:
     """Release the claim ``stamp`` (a claim taken over meanwhile stays)."""
     Dialog.objects.filter(pk=dialog_id, compaction_claimed_at=stamp).update(compaction_claimed_at=None)
 
-
-def compaction_claimed(dialog_id: str, stale_after_ms: int) -> bool:
-    """Whether a live (not stale) manual-compaction claim holds the dialog."""
-    return Dialog.objects.filter(
-        pk=dialog_id, compaction_claimed_at__gte=now_ms() - stale_after_ms
-    ).exists()

@@ -43,6 +43,22 @@ def assistant_statuses(session_id: str) -> list[tuple[str, str]]:
     return turns
 
 
+async def two_turns_first_running(connect, start_worker, alice):
+    """Two long turns queued in one dialog, the first streaming: ``(ws, session_id, first turn id)``."""
+    await start_worker(ScriptedProvider([script_text("word " * 300), script_text("more " * 300)], delay=0.01))
+    ws, sid = await ws_and_api(connect, alice)
+    first = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "first"})).json()["message_id"]
+    await alice.post(f"/dialogs/{sid}/messages", json={"content": "second"})
+    await ws.until("turn_updated", lambda f: f["turn"]["blocks"])
+    return ws, sid, await turn_of(first)
+
+
+@database_sync_to_async
+def claimed_at(session_id: str) -> int | None:
+    """The dialog's manual-compaction claim stamp (ms), or None when free."""
+    return Dialog.objects.values_list("compaction_claimed_at", flat=True).get(pk=session_id)
+
+
 @database_sync_to_async
 def turn_of(message_id: str) -> str:
     return str(InboxMessage.objects.get(pk=message_id).turn_id)
@@ -185,7 +201,7 @@ async def test_fifteen_compact_requests_make_one_summary_call(alice, blocked_com
 
     blocked_compaction["release"].set()
     assert await control_supervisor().drain(timeout=5)
-    assert not await database_sync_to_async(storage.compaction_claimed)(sid, commands.compaction_claim_ms())
+    assert await claimed_at(sid) is None, "released when done"
     assert (await alice.post(f"/dialogs/{sid}/compact")).status_code == 202, "done: may run again"
     assert await control_supervisor().drain(timeout=5)
     assert blocked_compaction["calls"] == 3
@@ -227,9 +243,7 @@ async def test_a_compaction_claimed_by_another_process_is_respected_until_it_goe
     blocked_compaction["release"].set()
     assert await control_supervisor().drain(timeout=5)
     assert blocked_compaction["calls"] == 1
-    assert await database_sync_to_async(Dialog.objects.values_list("compaction_claimed_at", flat=True).get)(
-        pk=sid
-    ) is None, "released when done"
+    assert await claimed_at(sid) is None, "released when done"
 
 
 async def test_a_repeated_stop_is_recognised_from_the_row_whichever_process_took_the_first(
@@ -237,12 +251,7 @@ async def test_a_repeated_stop_is_recognised_from_the_row_whichever_process_took
 ):
     """The first stop was taken by another server process (only its row mark is shared): a repeat
     here, after that turn ended and the next began, stops nothing."""
-    await start_worker(ScriptedProvider([script_text("word " * 300), script_text("more " * 300)], delay=0.01))
-    ws, sid = await ws_and_api(connect, alice)
-    first = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "first"})).json()["message_id"]
-    await alice.post(f"/dialogs/{sid}/messages", json={"content": "second"})
-    await ws.until("turn_updated", lambda f: f["turn"]["blocks"])
-    first_turn = await turn_of(first)
+    ws, sid, first_turn = await two_turns_first_running(connect, start_worker, alice)
     # "The other process": it marks the row and asks the owning worker, nothing in this process.
     await database_sync_to_async(storage.note_stop_requested)(sid, first_turn)
     await request_stop(sid, turn_id=first_turn)
@@ -264,12 +273,7 @@ async def test_a_typed_slash_stop_stops_the_turn_running_now_even_right_after_an
 ):
     """The repeat rule is for stop frames (a double click); a ``/stop`` the user typed after seeing
     the next turn start means that turn (issue 6 review round 4)."""
-    await start_worker(ScriptedProvider([script_text("word " * 300), script_text("more " * 300)], delay=0.01))
-    ws, sid = await ws_and_api(connect, alice)
-    first = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "first"})).json()["message_id"]
-    await alice.post(f"/dialogs/{sid}/messages", json={"content": "second"})
-    await ws.until("turn_updated", lambda f: f["turn"]["blocks"])
-    first_turn = await turn_of(first)
+    ws, sid, first_turn = await two_turns_first_running(connect, start_worker, alice)
     await ws.send({"type": "stop", "session_id": sid})
     second_turn = (await ws.until("turn_updated", lambda f: f["turn"]["id"] != first_turn and f["turn"]["blocks"]
                                   ))["turn"]["id"]
@@ -282,12 +286,7 @@ async def test_a_typed_slash_stop_stops_the_turn_running_now_even_right_after_an
 async def test_the_same_stop_again_after_its_turn_ended_is_answered_not_applied_to_the_next(
     connect, start_worker, alice
 ):
-    await start_worker(ScriptedProvider([script_text("word " * 300), script_text("more " * 300)], delay=0.01))
-    ws, sid = await ws_and_api(connect, alice)
-    first = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "first"})).json()["message_id"]
-    await alice.post(f"/dialogs/{sid}/messages", json={"content": "second"})
-    await ws.until("turn_updated", lambda f: f["turn"]["blocks"])
-    first_turn = await turn_of(first)
+    ws, sid, first_turn = await two_turns_first_running(connect, start_worker, alice)
     stopped = (await alice.post(f"/dialogs/{sid}/stop")).json()
     assert (stopped["turn_id"], stopped["acknowledged"]) == (first_turn, True)
     second_turn = (await ws.until("turn_updated", lambda f: f["turn"]["id"] != first_turn and f["turn"]["blocks"]

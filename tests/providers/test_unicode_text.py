@@ -219,3 +219,9 @@ def test_the_accumulator_joins_split_pairs_for_every_consumer_of_a_whole_respons
         acc.feed(chunk)
 
     assert (acc.result().reasoning, acc.result().text) == ("r " + EMOJI, "t " + EMOJI + " \ufffd")
+
+
+def test_map_strings_can_leave_keys_alone():
+    value = {"k\ud800": ["a\ud800", {"n\ud800": "b"}]}
+    assert map_strings(value, fix_surrogates) == {"k\ufffd": ["a\ufffd", {"n\ufffd": "b"}]}
+    assert map_strings(value, fix_surrogates, keys=False) == {"k\ud800": ["a\ufffd", {"n\ud800": "b"}]}
