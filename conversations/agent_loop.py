@@ -56,9 +56,10 @@ running get the "stopped" error result (``turn_rows.complete_tool_chains``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -155,9 +156,9 @@ class AgentLoop:
         emit: receives display facts (``TurnEvent``); must be cheap and non-blocking.
         max_iterations: model requests per turn, ≥ 1.
         tool_timeout: seconds per tool call (a tool's own timeout wins).
-        is_current: the owner's cheap, synchronous stale-state check (generation / lease epoch,
-            seed 003 §8.3), asked before each provider request and after each tool batch; None
-            means always current.
+        is_current: the owner's stale-state check (generation / lease epoch, seed 003 §8.3),
+            asked before each provider request and after each tool batch: a bool, or an
+            awaitable one (an owner that waits until storage can tell); None means always current.
         fit: fits each request after the first to the context window (module docstring); None
             sends the turn's messages as they are.
         max_calls_per_response: tool calls of one model response that run; the calls after them
@@ -178,7 +179,7 @@ class AgentLoop:
         *,
         max_iterations: int = 8,
         tool_timeout: float = 30.0,
-        is_current: Callable[[], bool] | None = None,
+        is_current: Callable[[], bool | Awaitable[bool]] | None = None,
         fit: FitRequest | None = None,
         max_calls_per_response: int = DEFAULT_MAX_CALLS_PER_RESPONSE,
         max_output_chars: int = DEFAULT_MAX_TURN_OUTPUT_CHARS,
@@ -211,8 +212,13 @@ class AgentLoop:
         task = self._task
         return task is not None and task.cancelling() > 0
 
-    def _current(self) -> bool:
-        return self.is_current is None or bool(self.is_current())
+    async def _current(self) -> bool:
+        if self.is_current is None:
+            return True
+        current = self.is_current()
+        if inspect.isawaitable(current):
+            current = await current
+        return bool(current)
 
     def partial_message(self) -> TurnMessage | None:
         """The shown answer text (with its reasoning) of the response being streamed now, or None.
@@ -244,7 +250,7 @@ class AgentLoop:
         seen_call_ids: set[str] = set()
         hard = False  # after an overflow at a later iteration, every later request is fitted hard
         for iteration in range(self.max_iterations):
-            if not self._current():  # stale-state check before the provider call (seed 003 §8.3)
+            if not await self._current():  # stale-state check before the provider call (seed 003 §8.3)
                 result.stale = True
                 return result
             result.iterations = iteration + 1
@@ -297,7 +303,7 @@ class AgentLoop:
                 return result
             self.emit(TextSegmentFinished(iteration=iteration))
             conversation.extend(await self._run_tools(calls, iteration, dropped=dropped, as_called=as_called))
-            if not self._current():  # stale-state check after each tool batch (seed 003 §8.3)
+            if not await self._current():  # stale-state check after each tool batch (seed 003 §8.3)
                 result.stale = True
                 return result
         return result

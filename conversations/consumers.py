@@ -20,6 +20,7 @@ import os
 import re
 import secrets
 import socket
+import time
 from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -32,10 +33,12 @@ from conversations.inbound import InboundMessage, is_blank
 from conversations.media import MediaError, validate_media
 from conversations.models import now_ms
 from conversations.notify import dumps, interrupted_notice, session_changed
+from conversations.reconcile import TurnReconciler
 from conversations.runtime import provider_info
 from conversations.sessions import session_manager
 from conversations.storage_runner import run_storage
 from conversations.worker import WORKERS_GROUP, request_stop, wake_dialog
+from delivery.convergence import ConvergenceLedger
 from delivery.flow import SnapshotCreditWindow
 from delivery.frame_budget import fit_frame
 from delivery.groups import chat_group
@@ -124,6 +127,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.chat_id = str(user.pk)
         self.group = chat_group(CHANNEL, self.chat_id)
         self.window = SnapshotCreditWindow()
+        # Turns this connection expects to see end, looked up when the layer dropped their end.
+        self.ledger = ConvergenceLedger(float(settings.PICOBOT["RECONCILE_QUIET_SECONDS"]))
+        self.reconciler = TurnReconciler(CHANNEL, self.chat_id, self.ledger, self._offer_terminal, self._send_text)
         self.stop_acks: dict[str, tuple[asyncio.Event, int]] = {}  # turn id → (acked, watchdogs waiting)
         self.watchdogs: set[asyncio.Task] = set()
         self.groups_joined = [self.group, process_connections_group()]
@@ -158,7 +164,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
             }
         )
         await self._send_interrupted_notices()
+        now = time.monotonic()
+        for item in running:
+            self.ledger.saw_running(item["turn_id"], now)
         if running:
+            self.reconciler.kick()
             # The placeholders carry revision 0; the owning worker sends the real latest snapshot.
             await self.channel_layer.group_send(
                 WORKERS_GROUP,
@@ -181,8 +191,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             pending = await run_storage(storage.pending_interrupted_notices, CHANNEL, self.chat_id)
             for item in pending:
                 notice = interrupted_notice(item)
-                for payload in self.window.offer(notice.turn_id, notice.revision, True, notice.payload):
-                    await self.send(text_data=turn_updated_frame(payload))
+                await self._offer_terminal(notice.turn_id, notice.revision, notice.payload)
                 await self.send(text_data=notice.notification_text)
             if pending:
                 await run_storage(storage.mark_notices_sent, [item["inbox_id"] for item in pending])
@@ -192,6 +201,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         for watchdog in list(getattr(self, "watchdogs", ())):
             watchdog.cancel()
+        reconciler = getattr(self, "reconciler", None)
+        if reconciler is not None:
+            await reconciler.close()
         refresher = getattr(self, "refresher", None)
         if refresher is not None:
             refresher.cancel()
@@ -300,6 +312,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "queued": accepted.queued,
             }
         )
+        if self.ledger.expect_message(accepted.inbox_id, time.monotonic()):
+            self.reconciler.kick()
         try:
             await wake_dialog(accepted.session_id)
         except Exception:  # acked and durable: the workers' inbox scan finds it anyway
@@ -421,18 +435,49 @@ class ChatConsumer(AsyncWebsocketConsumer):
     # --- server → client (channel layer handlers) ---------------------------------------------
     async def turn_snapshot(self, message: dict) -> None:
         """A turn snapshot from a sink or a replay: through the credit window, then out."""
-        for payload in self.window.offer(
-            message["turn_id"], message["revision"], bool(message.get("terminal")), message["json"]
-        ):
+        turn_id = message["turn_id"]
+        if message.get("terminal"):
+            await self._offer_terminal(turn_id, message["revision"], message["json"])
+            return
+        for payload in self.window.offer(turn_id, message["revision"], False, message["json"]):
             await self.send(text_data=turn_updated_frame(payload))
+        if self.ledger.saw_running(turn_id, time.monotonic()):
+            self.reconciler.kick()
+
+    async def _offer_terminal(self, turn_id: str, revision: int, payload: str) -> None:
+        """A terminal snapshot, live or rebuilt: out once per turn (the window drops copies)."""
+        for text in self.window.offer(turn_id, revision, True, payload):
+            await self.send(text_data=turn_updated_frame(text))
+        self.ledger.sent_terminal(turn_id)
+
+    async def _send_text(self, text: str) -> None:
+        await self.send(text_data=text)
 
     async def server_shutdown(self, message: dict) -> None:
         """The server is stopping: close the socket cleanly so clients reconnect elsewhere/later."""
         await self.close(code=CLOSE_SERVER_SHUTDOWN, reason="server shutting down")
 
     async def chat_frame(self, message: dict) -> None:
-        """A pre-serialised frame for every connection of the chat (except the one it skips)."""
-        if message.get("skip") != self.channel_name:
+        """A pre-serialised frame for every connection of the chat (except the one it skips).
+
+        A turn's ``turn_committed`` goes out once per connection (a rebuilt copy may have gone
+        first); a turn's plain fallback never after its final (``TurnReconciler.resolve_fallback``).
+        """
+        if message.get("skip") == self.channel_name:
+            return
+        committed_turn = message.get("committed_turn_id")
+        fallback_for = message.get("fallback_for")
+        if committed_turn:
+            if self.ledger.committed_sent(committed_turn):
+                return
+            await self.send(text_data=message["json"])
+            self.ledger.sent_committed(committed_turn, message.get("committed_inbox_id"))
+        elif fallback_for:
+            if not self.ledger.terminal_sent(fallback_for):
+                resolving = asyncio.ensure_future(self.reconciler.resolve_fallback(fallback_for, message["json"]))
+                self.watchdogs.add(resolving)
+                resolving.add_done_callback(self.watchdogs.discard)
+        else:
             await self.send(text_data=message["json"])
 
     # --- helpers ------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from conversations.agent_loop import (
     AgentLoop,
     AgentResult,
 )
-from conversations.models import Message
+from conversations.models import InboxMessage, Message
 from conversations.session_turns import remember_commit, start_turn
 from conversations.storage_runner import run_storage
 from conversations.tools.memory import recall_memories
@@ -153,25 +153,33 @@ class DialogExecutor:
         self.running: RunningTurn | None = None
         self.lease_lost = False
         self.cancel_reason = "stopped"
-        self.lease_valid_until = 0.0
+        self.confirmed_until = 0.0
         self.storage_failed = False
         self.pending_cancel: str | None = None
 
-    def extend_lease(self, lease_seconds: float, since: float | None = None) -> None:
-        """The lease was claimed, renewed or proven by a commit: ours for ``lease_seconds``.
+    def lease_confirmed(self) -> bool:
+        """Whether snapshots may go out: not lost, and proven within the last lease period
+        (by the keeper's last renewal, the claim or the commit). While storage cannot confirm it,
+        the turn goes on unseen instead of showing what a stale owner may be doing (seed 003
+        §8.3); a commit proves it again, so the terminal snapshot always follows a commit."""
+        if self.lease_lost:
+            return False
+        return time.monotonic() < max(self.confirmed_until, self.worker.lease_keeper.confirmed_until)
 
-        ``since`` is the monotonic time taken *before* the DB call that set the expiry, so the
-        local deadline never outlives the one in the database.
-        """
-        self.lease_valid_until = (time.monotonic() if since is None else since) + lease_seconds
+    async def verify_lease(self) -> bool:
+        """The agent loop's stale-state check (before a provider call, after a tool batch):
+        True while the lease is confirmed; when storage could not confirm it lately, waits for
+        the keeper's next word instead of guessing — lost (False) or renewed (True). A busy
+        process is never taken for a stale one, nor a stale one calls the provider again."""
+        while not self.lease_lost:
+            if self.lease_confirmed():
+                return True
+            await self.worker.lease_keeper.next_round()
+        return False
 
-    def holds_lease(self) -> bool:
-        """Whether this executor may still publish: the lease was neither lost nor left to expire.
-
-        A local check, no I/O: another worker can take the dialog only after the lease expired
-        without renewal, so an owner whose renewals stopped succeeding stops publishing by then.
-        """
-        return not self.lease_lost and time.monotonic() < self.lease_valid_until
+    def confirm_lease(self) -> None:
+        """The database just proved this epoch (a claim or a commit renewed it)."""
+        self.confirmed_until = time.monotonic() + float(settings.PICOBOT["LEASE_SECONDS"])
 
     def cancel_turn(self, reason: str) -> bool:
         """Cancel the running turn with ``reason`` as its error; False when it already ended.
@@ -277,7 +285,8 @@ class DialogExecutor:
             self.worker.outbound,
             channel=start.channel,
             chat_id=start.chat_id,
-            is_current=self.holds_lease,  # the stale-state check before every publish (seed 003 §8.3)
+            is_current=self.lease_confirmed,  # the stale-state check before every publish (seed 003 §8.3)
+            pace=self.worker.load.pace,  # a busy process sends fewer snapshots, not a queue of them
         )
         self.running = running = RunningTurn(start.turn_id, start.channel, start.chat_id, controller)
         try:
@@ -338,7 +347,7 @@ class DialogExecutor:
             running.controller.apply,
             max_iterations=config["MAX_ITERATIONS"],
             tool_timeout=config["TOOL_TIMEOUT"],
-            is_current=self.holds_lease,  # before each provider call and after each tool batch (seed 003 §8.3)
+            is_current=self.verify_lease,  # before each provider call and after each tool batch (seed 003 §8.3)
             fit=builder.fit,  # every later request is fitted to the window (seed 000 §7.2)
             max_calls_per_response=config.get("MAX_TOOL_CALLS_PER_RESPONSE", DEFAULT_MAX_CALLS_PER_RESPONSE),
             max_output_chars=config.get("MAX_TURN_OUTPUT_CHARS", DEFAULT_MAX_TURN_OUTPUT_CHARS),
@@ -426,8 +435,8 @@ class DialogExecutor:
         (§14.2): the partial is kept as ``interrupted``; a failed commit is never ``completed``
         and the user is told the preview was not saved. Every failure is typed and worded by
         the presenter (seed 000 §13). Stale state (§8.3): a turn whose owner lost the dialog —
-        seen by the loop, by the lease renewal, by the commit's epoch check or right before
-        ``completed`` is published — is cancelled silently: nothing committed, nothing shown.
+        seen by the loop, by the lease keeper or by the commit's epoch check — is cancelled
+        silently: nothing committed, nothing shown. A commit that succeeded is always announced.
         """
         if result.stale or self.lease_lost:  # the generation check before the commit (seed 003 §8.3)
             return self._drop_stale(start, controller, "before its commit")
@@ -447,10 +456,16 @@ class DialogExecutor:
             messages.append(result.partial)
             status = Message.CompletionStatus.CANCELLED if cancelled else Message.CompletionStatus.INTERRUPTED
         error = self.presenter.present(failure) if failure is not None else ""
+        # What the terminal snapshot will show, kept with the commit (``conversations.reconcile``).
+        if cancelled:
+            outcome, shown_error = InboxMessage.Outcome.CANCELLED, self.cancel_reason
+        elif failure is not None:
+            outcome, shown_error = InboxMessage.Outcome.FAILED, error
+        else:
+            outcome, shown_error = InboxMessage.Outcome.COMPLETED, ""
         controller.begin_finalizing()
         rows = turn_rows(messages, start.turn_id, start.reply_message_id, status)
         usage = result.usage.to_dict()
-        asked_at = time.monotonic()
         try:
             commit = await run_storage(
                 storage.commit_turn,
@@ -460,7 +475,8 @@ class DialogExecutor:
                 start.inbox_id,
                 rows,
                 usage=usage,
-                error=error,
+                error=shown_error,
+                outcome=outcome,
                 model=self.worker.provider.model or self.worker.provider.name,
                 lease_ms=int(float(settings.PICOBOT["LEASE_SECONDS"]) * 1000),
             )
@@ -469,11 +485,9 @@ class DialogExecutor:
         except Exception as exc:
             await self._commit_failed(start, controller, TurnFailure.from_exception(TurnFailureKind.TURN_PERSISTENCE, exc))
             return None
-        # The commit checked our epoch and renewed the lease in the DB (from a time after
-        # ``asked_at``), so the local deadline never outlives the database's.
-        self.extend_lease(float(settings.PICOBOT["LEASE_SECONDS"]), since=asked_at)
-        if not self.holds_lease():  # lost meanwhile: the stale-state check before publishing (§8.3)
-            return self._drop_stale(start, controller, "after its commit")
+        # The commit proved our epoch and renewed the lease in the same transaction: what it
+        # committed is announced, however long it took (a slow commit is not a stale owner).
+        self.confirm_lease()
         self._remember_commit(commit)
         if cancelled:
             controller.cancel(self.cancel_reason)
@@ -486,7 +500,7 @@ class DialogExecutor:
     def _drop_stale(self, start: storage.TurnStart, controller: TurnController, when: str) -> None:
         """Cancel a stale turn silently (seed 003 §8.3): its owner lost the dialog.
 
-        ``lease_lost`` makes ``holds_lease()`` false first, so the coordinator publishes no terminal
+        ``lease_lost`` makes ``lease_confirmed()`` false first, so the coordinator publishes no terminal
         snapshot; the executor stops and the new owner reports the turn (``interrupt_started``:
         its inbox row still reads ``started``). A deleted dialog is a new generation too
         (``storage.delete_dialog`` bumps the lease epoch and ends the row itself): nobody reports

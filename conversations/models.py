@@ -47,7 +47,7 @@ class Dialog(models.Model):
     usage_output_tokens = models.PositiveBigIntegerField(default=0)
     model = models.CharField(max_length=200, blank=True, default="")
     # Lease (DESIGN §2).
-    lease_owner = models.CharField(max_length=200, null=True, blank=True)
+    lease_owner = models.CharField(max_length=200, null=True, blank=True, db_index=True)
     lease_epoch = models.PositiveBigIntegerField(default=0)
     lease_expires_at = models.BigIntegerField(null=True, blank=True)
     # Compaction (seed 002 Task 6): the summary replaces history rows with seq <= summary_seq.
@@ -107,6 +107,11 @@ class InboxMessage(models.Model):
         DONE = "done"
         INTERRUPTED = "interrupted"
 
+    class Outcome(models.TextChoices):
+        COMPLETED = "completed"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
     dialog = models.ForeignKey(Dialog, on_delete=models.CASCADE, related_name="inbox")
@@ -120,9 +125,13 @@ class InboxMessage(models.Model):
     # The platform's opaque context (seed 000 §10.1): passed to the turn's sink, never interpreted.
     channel_context = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
-    turn_id = models.UUIDField(null=True, blank=True)
+    turn_id = models.UUIDField(null=True, blank=True, db_index=True)
     reply_message_id = models.UUIDField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    # How the turn ended, as its terminal snapshot showed it: completed / cancelled / failed ("" while
+    # it runs, and for rows older than this column). With the turn's rows it rebuilds the terminal
+    # snapshot for a connection whose copy the channel layer dropped (``conversations.reconcile``).
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True, default="")
     started_at = models.BigIntegerField(null=True, blank=True)
     finished_at = models.BigIntegerField(null=True, blank=True)
     # An ``interrupted`` row's notice reached a connecting client (sent again on ``ready`` until then).

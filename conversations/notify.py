@@ -50,13 +50,17 @@ def dumps(frame: dict) -> str:
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
 
 
-async def publish_frame(channel: str, chat_id: str, frame: dict, *, skip_channel: str | None = None) -> None:
+async def publish_frame(
+    channel: str, chat_id: str, frame: dict, *, skip_channel: str | None = None, meta: dict | None = None
+) -> None:
     """Send one server frame to every connection of the chat (best effort).
 
     ``skip_channel``: a connection that already sent the frame to its client itself (so that it
     arrives in order with that connection's direct answers) and must not get it twice.
+    ``meta``: extra keys of the layer message for the consumers (never sent to clients), e.g.
+    ``committed_turn_id`` (``publish_turn_committed``).
     """
-    message = {"type": "chat.frame", "json": dumps(frame)}
+    message = {"type": "chat.frame", "json": dumps(frame), **(meta or {})}
     if skip_channel:
         message["skip"] = skip_channel
     await get_channel_layer().group_send(group_for(channel, chat_id), message)
@@ -73,7 +77,14 @@ async def publish_notification(
 
 
 async def publish_turn_committed(channel: str, chat_id: str, session_id: str, commit: CommitResult) -> None:
-    """The ``turn_committed`` delta of a turn (seed 000 §11)."""
+    """The ``turn_committed`` delta of a turn (seed 000 §11).
+
+    The layer message names the turn and its user row (``committed_turn_id``,
+    ``committed_inbox_id``): each connection sends one ``turn_committed`` per turn, this one or
+    the one it rebuilt after the layer dropped this (``conversations.reconcile``).
+    """
+    first = commit.messages[0] if commit.messages else {}
+    meta = {"committed_turn_id": first.get("turn_id"), "committed_inbox_id": first.get("id")} if first else None
     await publish_frame(
         channel,
         chat_id,
@@ -83,6 +94,7 @@ async def publish_turn_committed(channel: str, chat_id: str, session_id: str, co
             "history_revision": commit.history_revision,
             "messages": commit.messages,
         },
+        meta=meta,
     )
 
 

@@ -2,7 +2,7 @@
 
 ``AgentWorkerConsumer`` receives layer messages and only routes them (a handler that awaited a
 turn would block every dialog, DESIGN §2). ``AgentWorker`` owns the per-dialog executor tasks, the
-lease renewal loop and the inbox scan that finds work whose wake-up message was lost or that a
+lease keeper (a thread: ``conversations.lease_keeper``) and the inbox scan that finds work whose wake-up message was lost or that a
 dead worker left behind. Layer messages only *wake*; duplicates and losses are harmless.
 
 Layer message types:
@@ -30,12 +30,14 @@ from django.conf import settings
 
 from conversations import storage
 from conversations.executor import DialogExecutor, open_cli_chat_sink, split_session_id
+from conversations.lease_keeper import LeaseKeeper
 from conversations.runtime import get_provider
 from conversations.sessions import SessionManager, session_manager
 from conversations.storage_runner import run_storage
 from conversations.supervisor import TaskSupervisor
 from conversations.title_service import TitleService
 from conversations.tools import ToolRegistry, default_registry
+from delivery.load import LoopLagGauge
 from delivery.outbound import OutboundDispatcher
 from delivery.platforms.cli_chat import CliChatSender
 from delivery.presentation import PresentationPolicy, serialize_snapshot
@@ -190,6 +192,18 @@ class AgentWorker:
         self._loops: list[asyncio.Task] = []
         self.stopped = asyncio.Event()
         """Set when ``stop()`` begins (executors cut their waits short)."""
+        self.load = LoopLagGauge()
+        """This process's event-loop lag: live snapshots stretch with it (``delivery.load``)."""
+        self.lapsed_leases: dict[str, tuple[storage.Takeover, float]] = {}
+        """Other workers' lapsed leases the scan saw: dialog id → (observed, first seen, monotonic)."""
+        self.takeover_confirm_seconds = 2 * float(settings.PICOBOT["LEASE_RENEW_SECONDS"])
+        self.lease_keeper = LeaseKeeper(
+            worker_id,
+            lease_seconds=float(settings.PICOBOT["LEASE_SECONDS"]),
+            renew_seconds=float(settings.PICOBOT["LEASE_RENEW_SECONDS"]),
+            held=self.held_leases,
+            on_lost=self.lease_lost,
+        )
 
     # --- lifecycle ----------------------------------------------------------------------------
     @property
@@ -198,9 +212,10 @@ class AgentWorker:
         return self.stopped.is_set()
 
     async def start(self) -> None:
-        """Start the layer consumer, the lease renewal and the inbox scan; scan once now."""
+        """Start the layer consumer, the lease keeper thread and the inbox scan; scan once now."""
         self._loops.append(asyncio.ensure_future(self._consumer_loop()))
-        self._loops.append(asyncio.ensure_future(self._renew_loop()))
+        self.lease_keeper.start()
+        self.load.start()
         self._loops.append(asyncio.ensure_future(self._scan_loop()))
         self._loops.append(asyncio.ensure_future(self._group_refresh_loop()))
         cleanup_seconds = float(settings.PICOBOT["SESSION_CLEANUP_MINUTES"]) * 60
@@ -268,6 +283,8 @@ class AgentWorker:
                 task.cancel()
             if pending:  # cancelled means cancelled *and awaited*: nothing runs on after stop()
                 await asyncio.wait(pending, timeout=2)
+        await self.lease_keeper.stop()  # after the executors: their last commits kept the leases
+        await self.load.stop()
         # Titles after the executors (a last commit may have scheduled one): cancelled, not awaited long.
         await self.supervisor.close(timeout=min(timeout, 2.0))
         # After the executors: their last fallbacks are already queued and get a short grace.
@@ -286,8 +303,12 @@ class AgentWorker:
             log.error("agent worker task failed", exc_info=task.exception())
 
     # --- dialogs ------------------------------------------------------------------------------
-    def wake(self, dialog_id: str) -> None:
-        """Make sure the dialog's queued input gets run (idempotent)."""
+    def wake(self, dialog_id: str, *, takeover: storage.Takeover | None = None) -> None:
+        """Make sure the dialog's queued input gets run (idempotent).
+
+        ``takeover``: another worker's lapsed lease as the scan observed it unchanged for a
+        while (``scan_once``); without it only a free lease or our own is claimed.
+        """
         if not dialog_id or self.stopping:
             return
         executor = self.executors.get(dialog_id)
@@ -295,17 +316,18 @@ class AgentWorker:
             executor.poke()
             return
         self.executors[dialog_id] = placeholder = DialogExecutor(self, dialog_id, epoch=0)
-        self.spawn(self._run_dialog(dialog_id, placeholder))
+        self.spawn(self._run_dialog(dialog_id, placeholder, takeover))
 
-    async def _run_dialog(self, dialog_id: str, executor: DialogExecutor) -> None:
+    async def _run_dialog(
+        self, dialog_id: str, executor: DialogExecutor, takeover: storage.Takeover | None = None
+    ) -> None:
         lease_ms = int(settings.PICOBOT["LEASE_SECONDS"] * 1000)
         try:
-            asked_at = time.monotonic()
-            epoch = await run_storage(storage.claim_lease, dialog_id, self.worker_id, lease_ms)
+            epoch = await run_storage(storage.claim_lease, dialog_id, self.worker_id, lease_ms, takeover=takeover)
             if epoch is None:
                 return  # another live worker owns it
             executor.epoch = epoch
-            executor.extend_lease(lease_ms / 1000, since=asked_at)
+            executor.confirm_lease()
             await executor.run()
         except storage.LeaseLostError:
             log.warning("lease of %s lost; leaving it to its new owner", dialog_id)
@@ -365,9 +387,24 @@ class AgentWorker:
 
     # --- background loops ---------------------------------------------------------------------
     async def scan_once(self) -> None:
-        """Wake every dialog with queued or orphaned input this worker may take."""
-        for dialog_id in await run_storage(storage.dialogs_needing_work, self.worker_id):
-            self.wake(dialog_id)
+        """Wake every dialog with queued or orphaned input this worker may take.
+
+        Free leases and our own are claimed at once. Another worker's lapsed lease only when
+        this scan saw the very same ``(owner, expires_at)`` at least ``takeover_confirm_seconds``
+        ago: its owner has stopped renewing, it is not merely late (DESIGN §2, slow is not dead).
+        """
+        now = time.monotonic()
+        lapsed: dict[str, tuple[storage.Takeover, float]] = {}
+        for dialog_id, owner, expires_at in await run_storage(storage.dialogs_needing_work, self.worker_id):
+            if owner is None or owner == self.worker_id:
+                self.wake(dialog_id)
+                continue
+            observed = (owner, expires_at)
+            seen = self.lapsed_leases.get(dialog_id)
+            lapsed[dialog_id] = seen if seen is not None and seen[0] == observed else (observed, now)
+            if now - lapsed[dialog_id][1] >= self.takeover_confirm_seconds:
+                self.wake(dialog_id, takeover=observed)
+        self.lapsed_leases = lapsed
 
     async def _scan_loop(self) -> None:
         interval = float(settings.PICOBOT["INBOX_SCAN_SECONDS"])
@@ -378,25 +415,19 @@ class AgentWorker:
                 log.exception("inbox scan failed")
             await asyncio.sleep(interval)
 
-    async def _renew_loop(self) -> None:
-        interval = float(settings.PICOBOT["LEASE_RENEW_SECONDS"])
-        lease_ms = int(settings.PICOBOT["LEASE_SECONDS"] * 1000)
-        while True:
-            await asyncio.sleep(interval)
-            for dialog_id, executor in list(self.executors.items()):
-                if not executor.epoch:
-                    continue
-                asked_at = time.monotonic()
-                try:
-                    held = await run_storage(storage.renew_lease, dialog_id, self.worker_id, executor.epoch, lease_ms)
-                except Exception:
-                    log.exception("lease renewal of %s failed", dialog_id)
-                    continue
-                if held:
-                    executor.extend_lease(lease_ms / 1000, since=asked_at)
-                if not held and self.executors.get(dialog_id) is executor and executor.epoch:
-                    # Checked again after the await: the executor may have finished and a new one
-                    # (with a new epoch) taken its place, which must not be stopped.
-                    log.warning("lease of %s lost to another worker; stopping its turn", dialog_id)
-                    executor.lease_lost = True
-                    executor.cancel_turn(LEASE_LOST_REASON)
+    # --- leases (renewed by ``self.lease_keeper`` on its own thread) ------------------------------
+    def held_leases(self) -> list[tuple[str, int]]:
+        """``(dialog_id, epoch)`` of every dialog this worker runs (called from the keeper thread:
+        the ``list()`` copy is atomic under the GIL)."""
+        return [(dialog_id, executor.epoch) for dialog_id, executor in list(self.executors.items()) if executor.epoch]
+
+    def lease_lost(self, dialog_id: str, epoch: int) -> None:
+        """The database says another worker claimed the dialog (or a delete bumped its epoch):
+        the executor holding ``epoch`` stops its turn silently (seed 003 §8.3). A lease that only
+        lapsed is renewed by the keeper and never ends up here."""
+        executor = self.executors.get(dialog_id)
+        if executor is None or executor.epoch != epoch or executor.lease_lost:
+            return
+        log.warning("lease of %s lost to another worker; stopping its turn", dialog_id)
+        executor.lease_lost = True
+        executor.cancel_turn(LEASE_LOST_REASON)

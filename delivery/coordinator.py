@@ -146,6 +146,8 @@ class TurnDeliveryHandle:
 # second. This keeps the publishing cost per streamed token flat however long the turn gets
 # (bench/bench_turn_reduce.py, "paced").
 DEFAULT_MAX_BYTES_PER_SECOND = 500_000
+# A turn spends at most about 1/this of its time publishing running updates (a slow layer).
+PUBLISH_SHARE_INVERSE = 4
 
 
 class DeliveryCoordinator:
@@ -169,6 +171,11 @@ class DeliveryCoordinator:
             turn: after a snapshot of N bytes the next waits at least N / this seconds (on top of
             the sink's ``min_interval``), so long turns publish less often instead of costing
             more per token. Terminal snapshots are never delayed by it.
+        pace: Maps the sink's base interval to the one to use now (``delivery.load.LoopLagGauge.pace``):
+            a busy process publishes each turn less often instead of queueing frames. Until the
+            turn has shown content its base interval holds (the first token shows promptly).
+            Independently, a running update that took T seconds to publish (a slow layer) is
+            followed by the next no sooner than ``PUBLISH_SHARE_INVERSE × T`` later.
 
     Raises:
         ValueError: ``finish_attempts`` < 1.
@@ -187,6 +194,7 @@ class DeliveryCoordinator:
         close_timeout: float = 5.0,
         is_current: Callable[[], bool] | None = None,
         max_bytes_per_second: float = DEFAULT_MAX_BYTES_PER_SECOND,
+        pace: Callable[[float], float] | None = None,
     ) -> None:
         if finish_attempts < 1:
             raise ValueError("finish_attempts must be >= 1")
@@ -200,6 +208,7 @@ class DeliveryCoordinator:
         self._close_timeout = close_timeout
         self._is_current = is_current
         self._max_bytes_per_second = max_bytes_per_second
+        self._pace = pace
         self._handle: TurnDeliveryHandle | None = None
         self._attempts = 0
         self._last_revision: int | None = None
@@ -273,6 +282,7 @@ class DeliveryCoordinator:
             return
         loop = asyncio.get_running_loop()
         seen = -1
+        shown_content = False  # until the turn shows something, snapshots are never stretched
         next_update_at = loop.time()  # the first snapshot goes out at once
         while not cell.is_terminal:
             if cell.revision <= seen:
@@ -287,16 +297,25 @@ class DeliveryCoordinator:
             seen = snapshot.revision
             if snapshot.is_terminal:
                 return
-            next_update_at = loop.time() + interval
+            paced = self._pace(interval) if self._pace is not None and shown_content else interval
+            next_update_at = loop.time() + paced
             if self._is_current is not None and not self._is_current():
                 # Possibly stale (seed 003 §8.3): publish no running update now. Only the terminal
                 # check is final — an owner whose lease only lapsed locally and whose commit then
                 # proved the lease must still deliver its final state.
                 continue
+            began = loop.time()
             sent_bytes = await self._deliver_update(snapshot)
+            shown_content = shown_content or bool(snapshot.blocks)
             # Bytes per second stay bounded: a long turn's big snapshots go out less often, so
-            # the publishing cost per streamed token does not grow with the turn (DESIGN §7).
-            next_update_at = max(next_update_at, loop.time() + sent_bytes / self._max_bytes_per_second)
+            # the publishing cost per streamed token does not grow with the turn (DESIGN §7);
+            # and a slow layer is given a breather rather than a queue.
+            finished = loop.time()
+            next_update_at = max(
+                next_update_at,
+                finished + sent_bytes / self._max_bytes_per_second,
+                finished + PUBLISH_SHARE_INVERSE * (finished - began),
+            )
 
     def _present(self, snapshot: TurnSnapshot) -> tuple[PresentedSnapshot, str]:
         """The filtered view a sink gets and its JSON: one filtering, one serialisation."""

@@ -243,6 +243,8 @@ PICOBOT = {
     "LLM_FIRST_BYTE_TIMEOUT": env_float("PICOBOT_LLM_FIRST_BYTE_TIMEOUT", 60.0),
     "LLM_IDLE_TIMEOUT": env_float("PICOBOT_LLM_IDLE_TIMEOUT", 60.0),
     "LLM_MAX_RETRIES": env_int("PICOBOT_LLM_MAX_RETRIES", 2),
+    # Upstream connections per process (one per streaming turn); a turn waits for a free one.
+    "LLM_MAX_CONNECTIONS": env_int("PICOBOT_LLM_MAX_CONNECTIONS", 1000),
     "REPLAY_DIR": env_str("PICOBOT_REPLAY_DIR", str(BASE_DIR / "providers" / "transcripts")),
     # Seconds between replayed SSE events, so the offline provider streams visibly.
     "REPLAY_EVENT_DELAY": env_float("PICOBOT_REPLAY_EVENT_DELAY", 0.03),
@@ -270,6 +272,9 @@ PICOBOT = {
     "LEASE_RENEW_SECONDS": env_float("PICOBOT_LEASE_RENEW_SECONDS", 5.0),
     "INBOX_SCAN_SECONDS": env_float("PICOBOT_INBOX_SCAN_SECONDS", 5.0),
     "GROUP_REFRESH_SECONDS": env_float("PICOBOT_GROUP_REFRESH_SECONDS", 3600.0),
+    # Seconds a turn a connection watches may stay silent before the connection looks it up in
+    # storage, to send an end frame the channel layer dropped (PROTOCOL §1 "Convergence").
+    "RECONCILE_QUIET_SECONDS": env_float("PICOBOT_RECONCILE_QUIET_SECONDS", 5.0),
     # Live snapshot throttle for WebSocket sinks, ms (seed 003 §9.1: ≈30 FPS).
     "WS_SNAPSHOT_INTERVAL_MS": env_int("PICOBOT_WS_SNAPSHOT_INTERVAL_MS", 33),
     # Storage write retry delays, ms (seed 004 §4.4).

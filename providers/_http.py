@@ -154,6 +154,10 @@ class _ReadDeadline:
         self._task.cancel()
 
 
+DEFAULT_MAX_CONNECTIONS = 1000
+"""Upstream connections per provider (process): above the streaming turns one process carries."""
+
+
 class HTTPStreamProvider(LLMProvider):
     """Base of the HTTP/SSE providers (see the module docstring).
 
@@ -167,6 +171,9 @@ class HTTPStreamProvider(LLMProvider):
         retry_backoff: first backoff in seconds when the server gives no ``retry-after``;
             doubles per attempt.
         max_retry_delay: cap in seconds on any single wait between attempts.
+        max_connections: concurrent upstream connections (one per streaming turn), all kept
+            alive for reuse. A turn that finds them all busy waits for one — bounded by its own
+            deadline, never failed because other turns hold the slots.
         transport: an httpx2 transport (tests: ``httpx2.MockTransport``), or None for the network.
     """
 
@@ -181,6 +188,7 @@ class HTTPStreamProvider(LLMProvider):
         max_retries: int = 2,
         retry_backoff: float = 0.5,
         max_retry_delay: float = 60.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -192,10 +200,13 @@ class HTTPStreamProvider(LLMProvider):
         self.max_retries = max(0, max_retries)
         self.retry_backoff = retry_backoff
         self.max_retry_delay = max_retry_delay
+        # pool=None: waiting for a free connection is not a provider failure (the library default
+        # of 100 connections with a 10 s pool wait failed turns at 500 concurrent streams).
         timeout = httpx2.Timeout(
-            connect=connect_timeout, read=None, write=max(connect_timeout, idle_timeout), pool=connect_timeout
+            connect=connect_timeout, read=None, write=max(connect_timeout, idle_timeout), pool=None
         )
-        self._client = httpx2.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False)
+        limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = httpx2.AsyncClient(transport=transport, timeout=timeout, limits=limits, follow_redirects=False)
 
     # --- vendor hooks -------------------------------------------------------------------------
 

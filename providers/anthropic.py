@@ -12,7 +12,7 @@ from typing import Any
 import httpx2
 
 from providers._anthropic_wire import DEFAULT_MAX_TOKENS, AnthropicStreamParser, build_messages_request
-from providers._http import HTTPStreamProvider, StreamParser
+from providers._http import DEFAULT_MAX_CONNECTIONS, HTTPStreamProvider, StreamParser
 from providers.base import ProviderRequest
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -32,7 +32,7 @@ class AnthropicProvider(HTTPStreamProvider):
             answer is text; turn on for Anthropic-compatible endpoints that leak tags).
         implicit_think_start: text starts inside a think span.
         connect_timeout, first_byte_timeout, idle_timeout, max_retries, transport,
-        retry_backoff, max_retry_delay: see :class:`providers._http.HTTPStreamProvider`.
+        retry_backoff, max_retry_delay, max_connections: see :class:`providers._http.HTTPStreamProvider`.
         max_tokens: default output cap (the API requires one; 4096 when None).
         thinking_budget: enable extended thinking with this many budget tokens (None or 0 =
             off); must be at least 1024 and below ``max_tokens`` (4096 when None).
@@ -62,6 +62,7 @@ class AnthropicProvider(HTTPStreamProvider):
         transport: httpx2.AsyncBaseTransport | None = None,
         retry_backoff: float = 0.5,
         max_retry_delay: float = 60.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         api_version: str = ANTHROPIC_VERSION,
         name: str = "anthropic",
     ) -> None:
@@ -84,6 +85,7 @@ class AnthropicProvider(HTTPStreamProvider):
             max_retries=max_retries,
             retry_backoff=retry_backoff,
             max_retry_delay=max_retry_delay,
+            max_connections=max_connections,
             transport=transport,
         )
         self.name = name

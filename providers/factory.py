@@ -81,6 +81,7 @@ def _build(config: dict[str, Any]) -> LLMProvider:
         "first_byte_timeout": float(config.get("LLM_FIRST_BYTE_TIMEOUT", 60.0)),
         "idle_timeout": float(config.get("LLM_IDLE_TIMEOUT", 60.0)),
         "max_retries": int(config.get("LLM_MAX_RETRIES", 2)),
+        "max_connections": int(config.get("LLM_MAX_CONNECTIONS", 1000)),
         "max_tokens": int(max_tokens) if max_tokens else None,
     }
     if kind == "openai":

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx2
 
-from providers._http import HTTPStreamProvider, StreamParser
+from providers._http import DEFAULT_MAX_CONNECTIONS, HTTPStreamProvider, StreamParser
 from providers._openai_wire import OpenAIStreamParser, build_chat_request
 from providers.base import ProviderRequest
 
@@ -33,6 +33,7 @@ class OpenAICompatProvider(HTTPStreamProvider):
         max_tokens: default output cap when the request sets none (None = provider default).
         transport: httpx2 transport (tests), or None for the network.
         retry_backoff: first backoff (s) without ``retry-after``; doubles per attempt.
+        max_connections: concurrent upstream connections; a turn waits for a free one.
         max_retry_delay: cap (s) on one wait between attempts.
         name: provider name, also the ``provider`` key of replay state (``"openai"``); with
             the normalised ``base_url`` (:attr:`endpoint`) it is the replay identity.
@@ -60,6 +61,7 @@ class OpenAICompatProvider(HTTPStreamProvider):
         transport: httpx2.AsyncBaseTransport | None = None,
         retry_backoff: float = 0.5,
         max_retry_delay: float = 60.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         name: str = "openai",
         extra_headers: dict[str, str] | None = None,
         replay_reasoning: bool = True,
@@ -73,6 +75,7 @@ class OpenAICompatProvider(HTTPStreamProvider):
             max_retries=max_retries,
             retry_backoff=retry_backoff,
             max_retry_delay=max_retry_delay,
+            max_connections=max_connections,
             transport=transport,
         )
         self.name = name

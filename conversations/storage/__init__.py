@@ -51,8 +51,17 @@ from conversations.storage.dialogs import (
     switch_dialog,
 )
 from conversations.storage.inbox import accept_inbound, accept_message, dialogs_needing_work, running_inbox
-from conversations.storage.lease import check_lease, claim_lease, release_lease, renew_lease
+from conversations.storage.lease import (
+    Takeover,
+    check_lease,
+    claim_lease,
+    lease_epochs,
+    release_lease,
+    renew_lease,
+    renew_worker_leases,
+)
 from conversations.storage.notices import mark_notices_sent, pending_interrupted_notices
+from conversations.storage.outcomes import turn_states
 from conversations.storage.shapes import (
     DEFAULT_TITLE,
     AcceptedMessage,
@@ -98,6 +107,7 @@ __all__ = [
     "CommitResult",
     "InboxFullError",
     "LeaseLostError",
+    "Takeover",
     "NotFoundError",
     "StorageError",
     "TurnStart",
@@ -126,7 +136,10 @@ __all__ = [
     "pending_interrupted_notices",
     "release_lease",
     "renew_lease",
+    "renew_worker_leases",
+    "lease_epochs",
     "running_inbox",
+    "turn_states",
     "scrub_text",
     "start_next_turn",
     "switch_dialog",

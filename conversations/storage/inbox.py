@@ -130,11 +130,16 @@ def running_inbox(channel: str, chat_id: str) -> list[dict]:
     ]
 
 
-def dialogs_needing_work(worker_id: str, limit: int = 100) -> list[str]:
-    """Live dialogs with queued or orphaned started inbox rows whose lease is free, expired or ours
-    (a deleted dialog never runs again: ``delete_dialog``)."""
+def dialogs_needing_work(worker_id: str, limit: int = 100) -> list[tuple[str, str | None, int | None]]:
+    """Live dialogs with queued or orphaned started inbox rows whose lease is free, ours, or
+    another worker's and lapsed: ``[(dialog_id, lease_owner, lease_expires_at)]``.
+
+    A lapsed foreign lease is only a candidate: the caller claims it after seeing the same
+    ``(owner, expires_at)`` again a renewal interval later (``claim_lease(takeover=…)``). A
+    deleted dialog never runs again (``delete_dialog``).
+    """
     now = now_ms()
-    ids = (
+    rows = (
         InboxMessage.objects.filter(
             status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED], dialog__deleted_at__isnull=True
         )
@@ -143,7 +148,7 @@ def dialogs_needing_work(worker_id: str, limit: int = 100) -> list[str]:
             | Q(dialog__lease_expires_at__lt=now)
             | Q(dialog__lease_owner=worker_id)
         )
-        .values_list("dialog_id", flat=True)
+        .values_list("dialog_id", "dialog__lease_owner", "dialog__lease_expires_at")
         .distinct()[:limit]
     )
-    return list(ids)
+    return list(rows)

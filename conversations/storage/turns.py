@@ -32,7 +32,10 @@ def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
         dialog = check_lease(dialog_id, worker_id, epoch)
         rows = list(InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED))
         InboxMessage.objects.filter(pk__in=[r.pk for r in rows]).update(
-            status=InboxMessage.Status.INTERRUPTED, finished_at=now_ms(), error="interrupted by a restart"
+            status=InboxMessage.Status.INTERRUPTED,
+            finished_at=now_ms(),
+            error="interrupted by a restart",
+            outcome=InboxMessage.Outcome.FAILED,
         )
     return [
         {
@@ -175,13 +178,15 @@ def commit_turn(
     usage: dict | None = None,
     inbox_status: str = InboxMessage.Status.DONE,
     error: str = "",
+    outcome: str = "",
     model: str = "",
     lease_ms: int | None = None,
 ) -> CommitResult:
     """Commit a turn's assistant and tool rows in ONE transaction with the dialog counters.
 
     ``rows`` are dicts with Message field names (``id`` optional; ``seq`` assigned here, gap-free).
-    The inbox row ends ``done`` (or ``inbox_status``). Returns the committed rows, including the
+    The inbox row ends ``done`` (or ``inbox_status``) with ``outcome`` (the status its terminal
+    snapshot shows: ``InboxMessage.Outcome``) and ``error``. Returns the committed rows, including the
     user message that started the turn, in protocol form (for ``turn_committed``), and the rows
     created here in history form (``history_rows``, for the runtime session; seed 004 §5.2).
     ``model`` (when given) becomes the dialog's ``model``: the one that answered last (``/info``).
@@ -211,7 +216,7 @@ def commit_turn(
             usage_output_tokens=F("usage_output_tokens") + int(usage.get("output_tokens") or 0),
         )
         InboxMessage.objects.filter(pk=inbox_id).update(
-            status=inbox_status, finished_at=now_ms(), error=scrub_text(error)
+            status=inbox_status, finished_at=now_ms(), error=scrub_text(error), outcome=outcome
         )
         user_row = Message.objects.filter(pk=inbox_id).first()
     committed = ([message_to_protocol(user_row)] if user_row else []) + [message_to_protocol(m) for m in created]
@@ -230,6 +235,9 @@ def abandon_turn(dialog_id: str, worker_id: str, epoch: int, inbox_id: str, erro
         except LeaseLostError:
             return False
         InboxMessage.objects.filter(pk=inbox_id, status=InboxMessage.Status.STARTED).update(
-            status=InboxMessage.Status.DONE, finished_at=now_ms(), error=scrub_text(error)[:2000]
+            status=InboxMessage.Status.DONE,
+            finished_at=now_ms(),
+            error=scrub_text(error)[:2000],
+            outcome=InboxMessage.Outcome.FAILED,
         )
     return True

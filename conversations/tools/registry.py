@@ -233,7 +233,8 @@ def truncate_result(content: str, max_chars: int) -> str:
     )
 
 
-def _preview(text: str) -> str:
+def result_preview(text: str) -> str:
+    """The short summary of a tool result that its turn block shows (``ToolOutcome.preview``)."""
     return _bounded(text, PREVIEW_CHARS)
 
 
@@ -403,7 +404,7 @@ class ToolRegistry:
                 return self._not_json(call, exc)
         # A lone surrogate could not be shown, sent to the model or stored (unicode_text).
         content = truncate_result(fix_surrogates(content), self.max_result_chars)
-        return ToolOutcome(content=content, is_error=False, preview=_preview(content))
+        return ToolOutcome(content=content, is_error=False, preview=result_preview(content))
 
     def _not_json(self, call: ToolCall, exc: Exception) -> ToolOutcome:
         """The error outcome of a tool whose return value cannot be sent as JSON (a tool bug)."""
@@ -426,7 +427,7 @@ class ToolRegistry:
     def _error(self, message: str) -> ToolOutcome:
         message = fix_surrogates(message)
         content = truncate_result(f"Error: {message}", self.max_result_chars)
-        return ToolOutcome(content=content, is_error=True, preview=_preview(message))
+        return ToolOutcome(content=content, is_error=True, preview=result_preview(message))
 
 
 def being_cancelled() -> bool:

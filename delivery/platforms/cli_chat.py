@@ -129,6 +129,9 @@ class CliChatSender:
         if message.turn_id:
             frame["turn_id"] = message.turn_id
         text = json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
-        await self.channel_layer.group_send(
-            chat_group(message.channel, message.chat_id), {"type": FRAME_MESSAGE_TYPE, "json": text}
-        )
+        layer_message = {"type": FRAME_MESSAGE_TYPE, "json": text}
+        if message.turn_id:
+            # It stands in for the turn's final: a connection that has the final drops it, one
+            # that lacks it looks the turn up first (``conversations.reconcile``).
+            layer_message["fallback_for"] = message.turn_id
+        await self.channel_layer.group_send(chat_group(message.channel, message.chat_id), layer_message)

@@ -14,6 +14,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from conversations.executor import open_cli_chat_sink
+from conversations.notify import RECOVERY_REVISION
 from delivery.models import DeliveryFailure
 from delivery.outbound import OutboundDispatcher, OutboundMessage
 from delivery.platforms.cli_chat import CliChatSender, CliChatSink
@@ -117,14 +118,17 @@ async def test_a_final_that_cannot_be_delivered_gets_exactly_one_fallback_and_on
     [row] = await rows_eventually(1)
     await settle(client)
 
-    [notice] = client.of_type("notification")
-    assert notice["content"] == ANSWER and notice["level"] == "info"
-    assert notice["session_id"] == ready["active_session_id"]
     turn_id = committed["messages"][-1]["turn_id"]
-    assert (notice["id"], notice["turn_id"]) == (f"{turn_id}:fallback", turn_id), "a key clients can dedupe on"
-    assert len(outbox.messages) == 1
+    [fallback] = outbox.messages
+    assert (fallback.text, fallback.level, fallback.session_id) == (ANSWER, "info", ready["active_session_id"])
+    assert (fallback.id, fallback.turn_id) == (f"{turn_id}:fallback", turn_id), "a key clients can dedupe on"
     assert sinks.sinks[0].finish_statuses == ["completed"] * 3, "bounded retries, then the fallback"
-    assert not [f for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"]
+    # A cli_chat connection shows one final: the turn's own, rebuilt from storage, instead of the
+    # plain fallback (PROTOCOL §1 "Convergence"); other platforms get the fallback message.
+    assert not client.of_type("notification")
+    [final] = [f["turn"] for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"]
+    assert final["status"] == "completed" and final["id"] == turn_id and final["revision"] >= RECOVERY_REVISION
+    assert "".join(b["text"] for b in final["blocks"] if b["type"] == "assistant") == ANSWER
     assert committed["messages"][-1]["content"] == ANSWER
     assert (row.channel, row.chat_id, row.dialog_id) == ("cli_chat", ready["chat_id"], ready["active_session_id"])
     assert (row.stage, row.attempts, row.resolved_at) == ("finish", 3, None)
@@ -161,10 +165,10 @@ async def test_when_the_sink_cannot_open_the_turn_is_delivered_final_only(connec
     await client.until("turn_committed")
     [row] = await rows_eventually(1)
     await settle(client)
-    [notice] = client.of_type("notification")
-    assert notice["content"] == ANSWER
-    assert client.of_type("turn_updated") == [], "no live updates at all: final-only from the start"
-    assert len(outbox.messages) == 1
+    assert not client.of_type("notification"), "the final from storage stands in for the fallback"
+    [final] = client.of_type("turn_updated")  # no live updates at all: final-only from the start
+    assert final["turn"]["status"] == "completed"
+    assert [m.text for m in outbox.messages] == [ANSWER]
     assert (row.stage, row.attempts) == ("open", 0) and "platform unreachable" in row.error
 
 
@@ -238,19 +242,24 @@ async def test_shutdown_while_the_final_delivery_hangs_still_sends_exactly_one_f
     client, _ = await one_turn(connect)
     await asyncio.wait_for(sinks.finish_called.wait(), 10)  # the executor now waits for delivery
     await worker.stop(timeout=10)  # well below the normal 35 s delivery wait
-    notice = await client.until("notification", lambda f: f.get("turn_id") is not None)
-    assert notice["content"] == ANSWER
+    final = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running")
+    assert final["turn"]["status"] == "completed"
+    assert "".join(b["text"] for b in final["turn"]["blocks"] if b["type"] == "assistant") == ANSWER
     assert [m.text for m in outbox.messages] == [ANSWER]
     rows = await rows_eventually(1)
     assert [r.stage for r in rows] == ["finish"]
 
 
-async def test_a_lease_that_only_lapsed_locally_still_delivers_the_committed_final(connect, start_worker):
+async def test_a_lease_storage_could_not_confirm_for_a_while_still_delivers_the_committed_final(
+    connect, start_worker, monkeypatch
+):
     worker, client, _, sinks, outbox = await answer_streaming(connect, start_worker, 200)
     [executor] = list(worker.executors.values())
-    executor.lease_valid_until = 0.0  # renewals stalled past the local deadline (a slow DB)...
+    renew = worker.lease_keeper.renew_once
+    monkeypatch.setattr(worker.lease_keeper, "renew_once", lambda: None)  # renewals stall (a slow DB)...
+    executor.confirmed_until = worker.lease_keeper.confirmed_until = 0.0
     await asyncio.sleep(0.2)
-    executor.extend_lease(15)  # ...then one succeeded: nobody else ever claimed the dialog
+    monkeypatch.setattr(worker.lease_keeper, "renew_once", renew)  # ...then go on: nobody claimed it
     await client.until("turn_committed")
     await settle(client)
     terminals = [f["turn"]["status"] for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"]

@@ -187,7 +187,7 @@ def test_pending_notices_are_the_chats_unsent_interrupted_turns_of_live_dialogs(
     chat_id = str(user.pk)
     assert storage.pending_interrupted_notices("cli_chat", chat_id) == [], "started is not interrupted"
 
-    epoch = storage.claim_lease(turn["session_id"], "new-host:serve", 60_000)
+    epoch = storage.claim_lease(turn["session_id"], "new-host:serve", 60_000, takeover=(DEAD_WORKER, 0))
     interrupted = storage.interrupt_started(turn["session_id"], "new-host:serve", epoch)
     pending = storage.pending_interrupted_notices("cli_chat", chat_id)
     assert pending == interrupted

@@ -39,6 +39,12 @@ def expire_lease(dialog_id: str) -> None:
     Dialog.objects.filter(pk=dialog_id).update(lease_expires_at=now_ms() - 1)
 
 
+def take_over(dialog_id: str, worker: str) -> int | None:
+    """Another worker claims a lapsed lease as a scan observed it (``claim_lease(takeover=…)``)."""
+    observed = Dialog.objects.values_list("lease_owner", "lease_expires_at").get(pk=dialog_id)
+    return storage.claim_lease(dialog_id, worker, LEASE_MS, takeover=observed)
+
+
 def fresh(dialog: Dialog) -> Dialog:
     return Dialog.objects.get(pk=dialog.pk)
 
@@ -211,15 +217,47 @@ def test_a_second_worker_takes_an_expired_lease_with_a_higher_epoch(dialog):
     storage.claim_lease(dialog.id, "w1", LEASE_MS)
     expire_lease(dialog.id)
 
-    assert storage.claim_lease(dialog.id, "w2", LEASE_MS) == 2
+    assert storage.claim_lease(dialog.id, "w2", LEASE_MS) is None, "lapsed is not yet taken over"
+    assert take_over(dialog.id, "w2") == 2
     assert fresh(dialog).lease_owner == "w2"
+
+
+def test_a_takeover_fails_when_the_owner_renewed_after_it_was_observed(dialog):
+    storage.claim_lease(dialog.id, "w1", LEASE_MS)
+    expire_lease(dialog.id)
+    observed = Dialog.objects.values_list("lease_owner", "lease_expires_at").get(pk=dialog.id)
+    assert storage.renew_worker_leases("w1", LEASE_MS) == 1  # only late: the owner is alive
+
+    assert storage.claim_lease(dialog.id, "w2", LEASE_MS, takeover=observed) is None
+    assert (fresh(dialog).lease_owner, fresh(dialog).lease_epoch) == ("w1", 1)
+
+
+def test_a_takeover_of_a_live_lease_fails_whatever_was_observed(dialog):
+    storage.claim_lease(dialog.id, "w1", LEASE_MS)
+    observed = Dialog.objects.values_list("lease_owner", "lease_expires_at").get(pk=dialog.id)
+
+    assert storage.claim_lease(dialog.id, "w2", LEASE_MS, takeover=observed) is None
+
+
+def test_renewing_a_workers_leases_renews_every_lease_it_owns_lapsed_ones_too(alice):
+    ids = [storage.active_dialog(alice, CHANNEL, f"chat{i}").id for i in range(3)]
+    for dialog_id in ids[:2]:
+        storage.claim_lease(dialog_id, "w1", 1_000)
+        expire_lease(dialog_id)
+    storage.claim_lease(ids[2], "w2", 1_000)
+
+    assert storage.renew_worker_leases("w1", LEASE_MS) == 2
+    rows = dict(Dialog.objects.values_list("pk", "lease_expires_at"))
+    assert all(rows[i] > now_ms() + LEASE_MS - 5_000 for i in ids[:2])
+    assert rows[ids[2]] <= now_ms() + 1_000
+    assert storage.lease_epochs(ids) == {ids[0]: ("w1", 1), ids[1]: ("w1", 1), ids[2]: ("w2", 1)}
 
 
 def test_the_old_owner_cannot_start_a_turn_after_losing_the_lease(alice, dialog):
     accept(alice, "hello", session_id=dialog.id)
     old_epoch = storage.claim_lease(dialog.id, "w1", LEASE_MS)
     expire_lease(dialog.id)
-    storage.claim_lease(dialog.id, "w2", LEASE_MS)
+    take_over(dialog.id, "w2")
 
     with pytest.raises(storage.LeaseLostError):
         storage.start_next_turn(dialog.id, "w1", old_epoch)
@@ -233,7 +271,7 @@ def test_the_old_owner_cannot_start_a_turn_after_losing_the_lease(alice, dialog)
 def test_the_old_owner_cannot_commit_a_turn_after_losing_the_lease(alice, dialog):
     old_epoch, turn = started_turn(alice, dialog)
     expire_lease(dialog.id)
-    storage.claim_lease(dialog.id, "w2", LEASE_MS)
+    take_over(dialog.id, "w2")
 
     with pytest.raises(storage.LeaseLostError):
         storage.commit_turn(
@@ -271,7 +309,7 @@ def test_renewing_a_held_lease_extends_it(dialog):
 def test_renewing_a_lost_lease_fails_and_changes_nothing(dialog):
     epoch = storage.claim_lease(dialog.id, "w1", LEASE_MS)
     expire_lease(dialog.id)
-    storage.claim_lease(dialog.id, "w2", LEASE_MS)
+    take_over(dialog.id, "w2")
     expires = fresh(dialog).lease_expires_at
 
     assert storage.renew_lease(dialog.id, "w1", epoch, 60_000) is False
@@ -285,13 +323,13 @@ def test_releasing_a_lease_frees_it_and_the_next_claim_bumps_the_epoch(dialog):
     assert storage.release_lease(dialog.id, "w1", epoch) is True
     row = fresh(dialog)
     assert (row.lease_owner, row.lease_expires_at, row.lease_epoch) == (None, None, 1)
-    assert storage.claim_lease(dialog.id, "w2", LEASE_MS) == 2
+    assert storage.claim_lease(dialog.id, "w2", LEASE_MS) == 2  # released: free for anyone
 
 
 def test_releasing_a_lease_that_is_no_longer_ours_leaves_the_new_owner_in_place(dialog):
     epoch = storage.claim_lease(dialog.id, "w1", LEASE_MS)
     expire_lease(dialog.id)
-    storage.claim_lease(dialog.id, "w2", LEASE_MS)
+    take_over(dialog.id, "w2")
 
     assert storage.release_lease(dialog.id, "w1", epoch) is False
     assert (fresh(dialog).lease_owner, fresh(dialog).lease_epoch) == ("w2", 2)
@@ -444,7 +482,7 @@ def test_a_new_owner_marks_the_started_rows_of_a_dead_owner_interrupted(alice, d
     _, turn = started_turn(alice, dialog, "running")
     queued = accept(alice, "waiting", session_id=dialog.id)
     expire_lease(dialog.id)
-    epoch = storage.claim_lease(dialog.id, "w2", LEASE_MS)
+    epoch = take_over(dialog.id, "w2")
 
     interrupted = storage.interrupt_started(dialog.id, "w2", epoch)
 
@@ -467,7 +505,7 @@ def test_a_new_owner_marks_the_started_rows_of_a_dead_owner_interrupted(alice, d
 def test_interrupting_with_a_stale_lease_is_refused(alice, dialog):
     old_epoch, turn = started_turn(alice, dialog)
     expire_lease(dialog.id)
-    storage.claim_lease(dialog.id, "w2", LEASE_MS)
+    take_over(dialog.id, "w2")
 
     with pytest.raises(storage.LeaseLostError):
         storage.interrupt_started(dialog.id, "w1", old_epoch)
@@ -563,11 +601,13 @@ def test_dialogs_needing_work_lists_queued_dialogs_whose_lease_is_free_expired_o
     InboxMessage.objects.filter(dialog=finished).update(status="done")
     storage.active_dialog(alice, CHANNEL, "empty")
 
-    assert sorted(storage.dialogs_needing_work("me")) == sorted([free.id, ours.id, expired.id])
+    work = storage.dialogs_needing_work("me")
+    assert sorted(d for d, _, _ in work) == sorted([free.id, ours.id, expired.id])
+    assert {d: owner for d, owner, _ in work} == {free.id: None, ours.id: "me", expired.id: "other"}
 
 
 def test_dialogs_needing_work_lists_a_dialog_once_however_many_rows_it_has(alice, dialog):
     for i in range(3):
         accept(alice, f"m{i}", session_id=dialog.id)
 
-    assert storage.dialogs_needing_work("me") == [dialog.id]
+    assert [d for d, _, _ in storage.dialogs_needing_work("me")] == [dialog.id]

@@ -11,6 +11,8 @@ PURE = [
     "delivery.turn",
     "delivery.presentation",
     "delivery.flow",
+    "delivery.convergence",
+    "delivery.load",
     "delivery.sinks",
     "delivery.coordinator",
     "delivery.outbound",

@@ -1,0 +1,77 @@
+"""How turns ended, read back for connections that missed the news (PROTOCOL §1 "Convergence").
+
+The channel layer may drop any message (DESIGN §2), a turn's terminal snapshot and its
+``turn_committed`` included. What they said is durable: the inbox row's ``status``, ``outcome``
+and ``error``, and the turn's history rows. ``turn_states`` reads exactly that for the turns a
+connection watches, so the connection can send what it missed (``conversations.reconcile``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db.models import Q
+
+from conversations.models import InboxMessage, Message
+from conversations.storage.shapes import message_to_protocol
+
+ENDED = (InboxMessage.Status.DONE, InboxMessage.Status.INTERRUPTED)
+
+
+def _uuids(values: list[str]) -> list[uuid.UUID]:
+    ids = []
+    for value in values:
+        try:
+            ids.append(uuid.UUID(str(value)))
+        except ValueError:
+            continue
+    return ids
+
+
+def turn_states(channel: str, chat_id: str, inbox_ids: list[str], turn_ids: list[str]) -> list[dict]:
+    """The state of the chat's inbox rows named by inbox id or turn id.
+
+    Returns one dict per row found (rows of other chats and unknown ids are left out)::
+
+        {"inbox_id", "turn_id" (None while queued), "session_id", "message_id", "status",
+         "outcome", "error", "messages" (ended turns only: their history rows in protocol form,
+         the user row first, ``seq`` order), "history_revision" (ended: the highest seq of those
+         rows)}
+
+    Two queries when nothing ended, one more per dialog with an ended turn. Read-only.
+    """
+    inbox, turns = _uuids(inbox_ids), _uuids(turn_ids)
+    if not inbox and not turns:
+        return []
+    rows = InboxMessage.objects.filter(
+        Q(pk__in=inbox) | Q(turn_id__in=turns), dialog__channel=channel, dialog__chat_id=chat_id
+    ).values("pk", "turn_id", "dialog_id", "reply_message_id", "status", "outcome", "error")
+    states = []
+    for row in rows:
+        state = {
+            "inbox_id": str(row["pk"]),
+            "turn_id": str(row["turn_id"]) if row["turn_id"] else None,
+            "session_id": row["dialog_id"],
+            "message_id": str(row["reply_message_id"]) if row["reply_message_id"] else None,
+            "status": row["status"],
+            "outcome": row["outcome"],
+            "error": row["error"],
+        }
+        if row["status"] in ENDED and row["turn_id"]:
+            state["messages"] = _turn_messages(row["dialog_id"], row["pk"], row["turn_id"])
+            state["history_revision"] = max((m["seq"] for m in state["messages"]), default=0)
+        states.append(state)
+    return states
+
+
+def _turn_messages(dialog_id: str, inbox_id: uuid.UUID, turn_id: uuid.UUID) -> list[dict]:
+    """The turn's rows: its user row (id = the inbox id) and what its commit added after it.
+
+    A dialog runs one turn at a time, so they are contiguous from the user row's ``seq``: the
+    read is a short range scan on the ``(dialog, seq)`` index.
+    """
+    user_seq = Message.objects.filter(pk=inbox_id, dialog_id=dialog_id).values_list("seq", flat=True).first()
+    if user_seq is None:
+        return []
+    rows = Message.objects.filter(dialog_id=dialog_id, seq__gte=user_seq, turn_id=turn_id).order_by("seq")
+    return [message_to_protocol(m) for m in rows]
