@@ -32,7 +32,7 @@ def _f(value: Any, digits: int = 0) -> str:
 
 
 def _trio(d: dict[str, float]) -> str:
-    return f"{_f(d.get('p50'))} / {_f(d.get('p99'))} / {_f(d.get('max'))}"
+    return f"{_f(d.get('p50'), 1)} / {_f(d.get('p99'), 1)} / {_f(d.get('max'), 1)}"
 
 
 def load_table(rows: list[dict[str, Any]]) -> str:
