@@ -200,6 +200,7 @@ def brief(target: str, r: dict[str, Any]) -> str:
     if target == "layer-floor":
         return f"latency p50 {lat['p50']:.1f} p99 {lat['p99']:.1f} ms, lost {r['lost']}, cpu {r['cpu_s']:.2f} s"
     return (f"ok {r['ok']}/{r['turns']}, latency p50 {lat['p50']:.1f} p99 {lat['p99']:.1f} max {lat['max']:.1f} ms, "
+            f"TTFT p50 {r['ttft_ms']['p50']:.0f} ms (send→LLM p50 {r['send_to_llm_ms']['p50']:.0f} ms), "
             f"server cpu {r['server_cpu_s']:.1f} s, harness cpu {r['harness_cpu_s']:.1f} s, wall {r['wall_s']:.1f} s")
 
 

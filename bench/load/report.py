@@ -37,20 +37,21 @@ def _trio(d: dict[str, float]) -> str:
 
 def load_table(rows: list[dict[str, Any]]) -> str:
     head = ("| target | N | ok / turns | lost (kinds) | added latency p50 / p99 / max ms | TTFT p50 / p99 / max ms "
-            "| CPU s / 1000 chunks | peak RSS MiB | frames / turn |")
-    lines = [head, "|" + "---|" * 9]
+            "| send → LLM p50 ms | CPU s / 1000 chunks | peak RSS MiB | frames / turn |")
+    lines = [head, "|" + "---|" * 10]
     for row in rows:
         m = row["median"]
         if row["target"] == "layer-floor":
             lines.append(
                 f"| layer-floor | {row['dialogs']} | {_f(m['received'])} / {_f(m['sent'])} msgs | lost {_f(m['lost'])} "
-                f"| {_trio(m['latency_ms'])} | — | {_f(m['cpu_per_1000_chunks'], 3)} | {_f(m['peak_rss_mib'])} | — |"
+                f"| {_trio(m['latency_ms'])} | — | — | {_f(m['cpu_per_1000_chunks'], 3)} | {_f(m['peak_rss_mib'])} | — |"
             )
             continue
         kinds = ", ".join(f"{k} {_f(v)}" for k, v in m["lost"].items() if v) or "none"
         lines.append(
             f"| {row['target']} | {row['dialogs']} | {_f(m['ok'])} / {_f(m['turns'])} | {kinds} "
-            f"| {_trio(m['latency_ms'])} | {_trio(m['ttft_ms'])} | {_f(m['cpu_per_1000_chunks'], 3)} "
+            f"| {_trio(m['latency_ms'])} | {_trio(m['ttft_ms'])} | {_f((m.get('send_to_llm_ms') or {}).get('p50'))} "
+            f"| {_f(m['cpu_per_1000_chunks'], 3)} "
             f"| {_f(m['peak_rss_mib'])} | {_f(m['frames_per_turn'], 1)} |"
         )
     return "\n".join(lines)

@@ -56,6 +56,7 @@ def analyse(results: list, times: dict[str, list[float]], chunks: int) -> dict[s
     expected = full_text(chunks)
     latencies: list[float] = []
     ttft: list[float] = []
+    llm_start: list[float] = []
     frames: list[int] = []
     lost = {"not_connected": 0, "no_terminal": 0, "no_committed": 0, "text_mismatch": 0, "failed": 0,
             "interrupted": 0, "cancelled": 0, "short_stream": 0, "no_llm_request": 0}
@@ -72,6 +73,8 @@ def analyse(results: list, times: dict[str, list[float]], chunks: int) -> dict[s
         if stamps is None:
             lost["no_llm_request"] += 1
         else:
+            if stamps and r.sent_at:
+                llm_start.append(stamps[0] - r.sent_at)
             for k, seen in enumerate(r.chunk_seen_at[: len(stamps)]):
                 latencies.append(seen - stamps[k])
         if r.first_text_at:
@@ -109,6 +112,8 @@ def analyse(results: list, times: dict[str, list[float]], chunks: int) -> dict[s
         "lost_total": len(results) - ok,
         "latency_ms": summary_ms(latencies),
         "ttft_ms": summary_ms(ttft),
+        # message sent -> the LLM server wrote chunk 0: PicoBot's turn start (inbox, lease, history, input)
+        "send_to_llm_ms": summary_ms(llm_start),
         "frames_per_turn": statistics.mean(frames) if frames else float("nan"),
         "frames_per_turn_min": min(frames) if frames else 0,
         "client_errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])[:8]),
