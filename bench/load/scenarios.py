@@ -145,10 +145,12 @@ async def run_load(target: Any, tokens: list[str], times_source: TimesSource, *,
     cpu = {pid: cpu_seconds(pid) - cpu0[pid] for pid in cpu0}
     times = (await times_source()).get("times", {})
     server_cpu = sum(cpu[pid] for pid in pids)
-    total_chunks = dialogs * chunks
+    # chunks the LLM server (or the floor) really wrote for these dialogs: lost turns stream none
+    total_chunks = sum(len(times.get(c.result.key) or ()) for c in clients)
     out = analyse(list(results), times, chunks)
     out.update({
         "connected": connected,
+        "chunks_streamed": total_chunks,
         "wall_s": wall,
         "server_cpu_s": server_cpu,
         "cpu_per_1000_chunks": server_cpu / total_chunks * 1000 if total_chunks else float("nan"),
