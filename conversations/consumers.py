@@ -312,7 +312,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "queued": accepted.queued,
             }
         )
-        if self.ledger.expect_message(accepted.inbox_id, time.monotonic()):
+        # A repeated client_msg_id names an old message: its turn may have ended long ago, and a
+        # reconnecting client reloads the history anyway.
+        if not accepted.duplicate and self.ledger.expect_message(accepted.inbox_id, time.monotonic()):
             self.reconciler.kick()
         try:
             await wake_dialog(accepted.session_id)

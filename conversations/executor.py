@@ -487,6 +487,9 @@ class DialogExecutor:
             return None
         # The commit proved our epoch and renewed the lease in the same transaction: what it
         # committed is announced, however long it took (a slow commit is not a stale owner).
+        # Confirmed from now: the commit set the expiry inside its transaction, after any wait for
+        # the storage queue or a lock (from the time before the call, a commit slower than the
+        # lease would never count as confirmed and its final would be dropped as stale).
         self.confirm_lease()
         self._remember_commit(commit)
         if cancelled:

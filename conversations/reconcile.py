@@ -145,8 +145,10 @@ class TurnReconciler:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait)
                 continue
+            due = self.ledger.due(time.monotonic())
             try:
-                await self.check(self.ledger.due(time.monotonic()))
+                await self.check(due)
+                self.ledger.postpone(due, time.monotonic())  # never a busy loop on any key
             except Exception:
                 log.warning("turn reconciliation of chat %s failed; retrying", self.chat_id, exc_info=True)
                 await asyncio.sleep(self.ledger.quiet_seconds)
@@ -162,7 +164,9 @@ class TurnReconciler:
         found_inbox = {s["inbox_id"] for s in states}
         found_turns = {s["turn_id"] for s in states if s["turn_id"]}
         for state in states:
-            if "messages" in state:
+            if state["gone"]:
+                self.ledger.forget(inbox_id=state["inbox_id"], turn_id=state["turn_id"])
+            elif "messages" in state:
                 await self._send_end(state)
             else:
                 self.ledger.still_running(state["inbox_id"], state["turn_id"], now)
@@ -198,5 +202,5 @@ class TurnReconciler:
             states = []
         if self.ledger.terminal_sent(turn_id):
             return
-        if not any("messages" in s for s in states):
+        if not any("messages" in s or s["gone"] for s in states):
             await self.send_text(fallback_text)

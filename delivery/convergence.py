@@ -159,13 +159,24 @@ class ConvergenceLedger:
 
     def still_running(self, inbox_id: str, turn_id: str | None, now: float) -> None:
         """A lookup found the turn queued or running: look again after a longer silence."""
-        entry = (self._by_turn.get(turn_id) if turn_id else None) or self._by_inbox.get(inbox_id)
+        # The ack's entry first: binding it to the turn merges the snapshots' entry into it, so
+        # one push-back covers both (pushing only the other would leave the ack's entry due).
+        entry = (self._by_inbox.get(inbox_id) if inbox_id else None) or (
+            self._by_turn.get(turn_id) if turn_id else None
+        )
         if entry is None:
             return
         if turn_id and entry.turn_id is None:
             entry = self._bind(entry, turn_id)
         entry.quiet = min(entry.quiet * 2, self.max_quiet_seconds)
         entry.quiet_until = now + entry.quiet
+
+    def postpone(self, due: Due, now: float) -> None:
+        """After a lookup of ``due``: any of its turns still due waits a quiet period again."""
+        entries = [self._by_inbox.get(key) for key in due.inbox_ids] + [self._by_turn.get(key) for key in due.turn_ids]
+        for entry in entries:
+            if entry is not None and entry.quiet_until <= now:
+                entry.quiet_until = now + entry.quiet
 
     def forget(self, inbox_id: str | None = None, turn_id: str | None = None) -> None:
         """Stop expecting a turn (it ended and was reconciled, or it is unknown to storage)."""

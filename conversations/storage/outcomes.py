@@ -34,18 +34,19 @@ def turn_states(channel: str, chat_id: str, inbox_ids: list[str], turn_ids: list
     Returns one dict per row found (rows of other chats and unknown ids are left out)::
 
         {"inbox_id", "turn_id" (None while queued), "session_id", "message_id", "status",
-         "outcome", "error", "messages" (ended turns only: their history rows in protocol form,
+         "outcome", "error", "gone" (its dialog was deleted, or it ended without a turn: nothing
+         to send), "messages" (ended turns only: their history rows in protocol form,
          the user row first, ``seq`` order), "history_revision" (ended: the highest seq of those
          rows)}
 
-    Two queries when nothing ended, one more per dialog with an ended turn. Read-only.
+    One query when nothing ended, two more per ended turn. Read-only.
     """
     inbox, turns = _uuids(inbox_ids), _uuids(turn_ids)
     if not inbox and not turns:
         return []
     rows = InboxMessage.objects.filter(
         Q(pk__in=inbox) | Q(turn_id__in=turns), dialog__channel=channel, dialog__chat_id=chat_id
-    ).values("pk", "turn_id", "dialog_id", "reply_message_id", "status", "outcome", "error")
+    ).values("pk", "turn_id", "dialog_id", "reply_message_id", "status", "outcome", "error", "dialog__deleted_at")
     states = []
     for row in rows:
         state = {
@@ -56,8 +57,11 @@ def turn_states(channel: str, chat_id: str, inbox_ids: list[str], turn_ids: list
             "status": row["status"],
             "outcome": row["outcome"],
             "error": row["error"],
+            # Nothing to send for these: a deleted dialog's turns end without a terminal frame
+            # (PROTOCOL /delete), and a message dropped before its turn started has no turn.
+            "gone": row["dialog__deleted_at"] is not None or (row["status"] in ENDED and not row["turn_id"]),
         }
-        if row["status"] in ENDED and row["turn_id"]:
+        if row["status"] in ENDED and row["turn_id"] and not state["gone"]:
             state["messages"] = _turn_messages(row["dialog_id"], row["pk"], row["turn_id"])
             state["history_revision"] = max((m["seq"] for m in state["messages"]), default=0)
         states.append(state)

@@ -275,3 +275,26 @@ async def test_a_fallback_that_arrives_before_any_final_is_replaced_by_the_final
     assert len(client.of_type("turn_committed")) == 1
     assert len(outbox.messages) == 1
     assert not [f for f in client.of_type("notification") if f.get("turn_id")], "one final: not the fallback too"
+
+
+async def test_deleting_a_dialog_with_a_running_turn_sends_no_rebuilt_terminal(connect, start_worker, quick_reconcile):
+    gate = asyncio.Event()
+
+    async def wait_for_gate(arguments: dict) -> str:
+        await gate.wait()
+        return "never"
+
+    tools = ToolRegistry([Tool("wait", "waits", {"type": "object", "properties": {}}, wait_for_gate, timeout=60)])
+    await start_worker(ScriptedProvider([script_tool_call("call_w", "wait", {})]), tools=tools)
+    token = await make_token()
+    client, watcher = await connect(token), await connect(token)
+    await watcher.until("ready")
+    ready = await send(client)
+    await client.until("turn_updated", lambda f: any(b["type"] == "tool" for b in f["turn"]["blocks"]))
+    await client.send({"type": "message", "content": "/delete"})
+    await client.until("session_changed", lambda f: f.get("deleted"))
+    await asyncio.sleep(1.5)  # five quiet periods: the connections looked the turn up meanwhile
+    for each in (client, watcher):
+        await settle(each)
+        assert terminals(each) == [], "a deleted dialog's turn ends without a terminal frame"
+        assert not [f for f in each.of_type("turn_committed") if f["session_id"] == ready["active_session_id"]]

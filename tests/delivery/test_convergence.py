@@ -102,3 +102,20 @@ def test_lag_rises_at_once_and_decays_slowly():
     assert gauge.lag == 0.2
     gauge.sample(-1.0)  # a timer can fire early: never a negative lag
     assert gauge.lag == 0.1
+
+
+def test_a_lookup_that_finds_the_turn_running_pushes_back_both_the_ack_and_the_snapshot_entry():
+    ledger = ConvergenceLedger(5.0)
+    ledger.expect_message("in-1", 0.0)  # the ack
+    ledger.saw_running("t1", 4.0)  # its running snapshots
+    assert ledger.due(5.0) == Due(("in-1",), ())
+    ledger.still_running("in-1", "t1", now=5.0)
+    assert not ledger.due(5.0) and len(ledger) == 1, "one entry, not due: no lookup loop"
+
+
+def test_postpone_gives_every_key_still_due_after_its_lookup_a_quiet_period():
+    ledger = ConvergenceLedger(5.0)
+    ledger.saw_running("t1", 0.0)
+    due = ledger.due(5.0)
+    ledger.postpone(due, 5.0)  # the lookup said nothing about it (e.g. the row is gone)
+    assert not ledger.due(9.9) and ledger.due(10.0) == Due((), ("t1",))
