@@ -110,6 +110,16 @@ async def settle(client) -> None:
     await client.until("pong")
 
 
+async def final_turn(client) -> dict:
+    """The turn's terminal snapshot, received already or still to come (it may be read from
+    storage after the fallback arrived: PROTOCOL §1 "Convergence")."""
+    while True:
+        done = [f["turn"] for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"]
+        if done:
+            return done[0]
+        await client.recv()
+
+
 async def test_a_final_that_cannot_be_delivered_gets_exactly_one_fallback_and_one_failure_row(connect, start_worker):
     sinks, outbox = SinkFactory(*[ConnectionError("layer hiccup")] * 5), Outbox()
     await start_worker(ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher)
@@ -125,8 +135,10 @@ async def test_a_final_that_cannot_be_delivered_gets_exactly_one_fallback_and_on
     assert sinks.sinks[0].finish_statuses == ["completed"] * 3, "bounded retries, then the fallback"
     # A cli_chat connection shows one final: the turn's own, rebuilt from storage, instead of the
     # plain fallback (PROTOCOL §1 "Convergence"); other platforms get the fallback message.
+    final = await final_turn(client)
+    await settle(client)
     assert not client.of_type("notification")
-    [final] = [f["turn"] for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"]
+    assert len([f for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"]) == 1
     assert final["status"] == "completed" and final["id"] == turn_id and final["revision"] >= RECOVERY_REVISION
     assert "".join(b["text"] for b in final["blocks"] if b["type"] == "assistant") == ANSWER
     assert committed["messages"][-1]["content"] == ANSWER
@@ -164,6 +176,8 @@ async def test_when_the_sink_cannot_open_the_turn_is_delivered_final_only(connec
     client, _ = await one_turn(connect)
     await client.until("turn_committed")
     [row] = await rows_eventually(1)
+    await settle(client)
+    await final_turn(client)  # read from storage once the fallback arrived
     await settle(client)
     assert not client.of_type("notification"), "the final from storage stands in for the fallback"
     [final] = client.of_type("turn_updated")  # no live updates at all: final-only from the start
