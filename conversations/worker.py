@@ -2,8 +2,8 @@
 
 ``AgentWorkerConsumer`` receives layer messages and only routes them (a handler that awaited a
 turn would block every dialog, DESIGN §2). ``AgentWorker`` owns the per-dialog executor tasks, the
-lease keeper (a thread: ``conversations.lease_keeper``) and the inbox scan that finds work whose wake-up message was lost or that a
-dead worker left behind. Layer messages only *wake*; duplicates and losses are harmless.
+lease keeper (a thread: ``conversations.lease_keeper``) and the inbox scan that finds work whose
+wake-up message was lost or that a dead worker left behind. Layer messages only *wake*; duplicates and losses are harmless.
 
 Layer message types:
 - ``dialog.input`` ``{dialog_id}`` on ``picobot.agent``: the dialog has queued input.

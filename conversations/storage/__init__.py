@@ -57,7 +57,6 @@ from conversations.storage.lease import (
     claim_lease,
     lease_epochs,
     release_lease,
-    renew_lease,
     renew_worker_leases,
 )
 from conversations.storage.notices import mark_notices_sent, pending_interrupted_notices
@@ -135,7 +134,6 @@ __all__ = [
     "message_to_protocol",
     "pending_interrupted_notices",
     "release_lease",
-    "renew_lease",
     "renew_worker_leases",
     "lease_epochs",
     "running_inbox",

@@ -134,21 +134,21 @@ def dialogs_needing_work(worker_id: str, limit: int = 100) -> list[tuple[str, st
     """Live dialogs with queued or orphaned started inbox rows whose lease is free, ours, or
     another worker's and lapsed: ``[(dialog_id, lease_owner, lease_expires_at)]``.
 
-    A lapsed foreign lease is only a candidate: the caller claims it after seeing the same
-    ``(owner, expires_at)`` again a renewal interval later (``claim_lease(takeover=…)``). A
-    deleted dialog never runs again (``delete_dialog``).
+    Two reads of at most ``limit`` each — free or ours, and lapsed foreign ones — so a worker
+    busy with many dialogs of its own still sees a dead worker's. A lapsed foreign lease is only
+    a candidate: the caller claims it after seeing the same ``(owner, expires_at)`` again a
+    renewal interval later (``claim_lease(takeover=…)``). A deleted dialog never runs again
+    (``delete_dialog``).
     """
-    now = now_ms()
-    rows = (
-        InboxMessage.objects.filter(
-            status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED], dialog__deleted_at__isnull=True
-        )
-        .filter(
-            Q(dialog__lease_owner__isnull=True)
-            | Q(dialog__lease_expires_at__lt=now)
-            | Q(dialog__lease_owner=worker_id)
-        )
-        .values_list("dialog_id", "dialog__lease_owner", "dialog__lease_expires_at")
-        .distinct()[:limit]
+    with_work = InboxMessage.objects.filter(
+        status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED], dialog__deleted_at__isnull=True
     )
-    return list(rows)
+    columns = ("dialog_id", "dialog__lease_owner", "dialog__lease_expires_at")
+    free_or_ours = with_work.filter(Q(dialog__lease_owner__isnull=True) | Q(dialog__lease_owner=worker_id))
+    lapsed = with_work.filter(dialog__lease_expires_at__lt=now_ms()).exclude(dialog__lease_owner=worker_id).exclude(
+        dialog__lease_owner__isnull=True
+    )
+    return [
+        *free_or_ours.values_list(*columns).distinct()[:limit],
+        *lapsed.values_list(*columns).distinct()[:limit],
+    ]

@@ -49,15 +49,6 @@ def claim_lease(dialog_id: str, worker_id: str, lease_ms: int, *, takeover: Take
         return Dialog.objects.values_list("lease_epoch", flat=True).get(pk=dialog_id)
 
 
-def renew_lease(dialog_id: str, worker_id: str, epoch: int, lease_ms: int) -> bool:
-    """Extend a held lease; False when it was lost (another worker claimed it)."""
-    return bool(
-        Dialog.objects.filter(pk=dialog_id, lease_owner=worker_id, lease_epoch=epoch).update(
-            lease_expires_at=now_ms() + lease_ms
-        )
-    )
-
-
 def renew_worker_leases(worker_id: str, lease_ms: int) -> int:
     """Extend every lease ``worker_id`` owns to now + ``lease_ms``, lapsed ones included.
 

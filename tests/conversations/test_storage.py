@@ -302,19 +302,20 @@ def test_renewing_a_held_lease_extends_it(dialog):
     epoch = storage.claim_lease(dialog.id, "w1", 1_000)
     before = fresh(dialog).lease_expires_at
 
-    assert storage.renew_lease(dialog.id, "w1", epoch, 60_000) is True
+    assert storage.renew_worker_leases("w1", 60_000) == 1
     assert fresh(dialog).lease_expires_at >= before + 59_000
+    assert storage.lease_epochs([dialog.id]) == {dialog.id: ("w1", epoch)}
 
 
-def test_renewing_a_lost_lease_fails_and_changes_nothing(dialog):
+def test_renewing_a_lost_lease_changes_nothing_and_its_epoch_tells_it_was_lost(dialog):
     epoch = storage.claim_lease(dialog.id, "w1", LEASE_MS)
     expire_lease(dialog.id)
     take_over(dialog.id, "w2")
     expires = fresh(dialog).lease_expires_at
 
-    assert storage.renew_lease(dialog.id, "w1", epoch, 60_000) is False
-    assert storage.renew_lease(dialog.id, "w2", epoch, 60_000) is False  # right owner, wrong epoch
+    assert storage.renew_worker_leases("w1", 60_000) == 0
     assert fresh(dialog).lease_expires_at == expires
+    assert storage.lease_epochs([dialog.id]) == {dialog.id: ("w2", epoch + 1)}, "the keeper reports w1's loss"
 
 
 def test_releasing_a_lease_frees_it_and_the_next_claim_bumps_the_epoch(dialog):
@@ -611,3 +612,18 @@ def test_dialogs_needing_work_lists_a_dialog_once_however_many_rows_it_has(alice
         accept(alice, f"m{i}", session_id=dialog.id)
 
     assert [d for d, _, _ in storage.dialogs_needing_work("me")] == [dialog.id]
+
+
+def test_a_worker_busy_with_its_own_dialogs_still_sees_a_dead_workers_lapsed_lease(alice):
+    for i in range(3):
+        own = storage.active_dialog(alice, CHANNEL, f"own{i}")
+        storage.accept_message(alice, CHANNEL, f"own{i}", "hi", session_id=own.id)
+        storage.claim_lease(own.id, "me", LEASE_MS)
+    dead = storage.active_dialog(alice, CHANNEL, "dead")
+    storage.accept_message(alice, CHANNEL, "dead", "hi", session_id=dead.id)
+    storage.claim_lease(dead.id, "dead-worker", LEASE_MS)
+    expire_lease(dead.id)
+
+    work = storage.dialogs_needing_work("me", limit=2)
+    assert [d for d, owner, _ in work if owner == "me"] and len(work) == 3
+    assert work[-1][:2] == (dead.id, "dead-worker"), "the lapsed foreign lease is never crowded out"

@@ -597,7 +597,8 @@ def test_deleting_a_dialog_ends_its_lease_generation_and_its_started_row():
     owner = dialog.owner
     result = storage.delete_dialog(owner, "cli_chat", str(owner.pk), dialog.id)
     assert result.running_turn and result.dropped_queued == 1
-    assert storage.renew_lease(dialog.id, "w1", epoch, 60_000) is False
+    assert storage.renew_worker_leases("w1", 60_000) == 0
+    assert storage.lease_epochs([dialog.id])[dialog.id] != ("w1", epoch), "the keeper sees the loss"
     with pytest.raises(storage.LeaseLostError):
         storage.commit_turn(dialog.id, "w1", epoch, "x", [])
     assert storage.claim_lease(dialog.id, "w1", 60_000) is None
