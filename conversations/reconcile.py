@@ -121,7 +121,12 @@ class TurnReconciler:
         self._wake = asyncio.Event()
 
     def kick(self) -> None:
-        """The ledger changed: make sure the lookup loop runs (it ends when the ledger empties)."""
+        """The ledger changed: make sure the lookup loop runs (it ends when the ledger empties).
+
+        A quiet period of 0 or less (``PICOBOT_RECONCILE_QUIET_SECONDS=0``) turns lookups off.
+        """
+        if self.ledger.quiet_seconds <= 0:
+            return
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._run())
         else:

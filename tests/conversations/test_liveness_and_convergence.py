@@ -298,3 +298,15 @@ async def test_deleting_a_dialog_with_a_running_turn_sends_no_rebuilt_terminal(c
         await settle(each)
         assert terminals(each) == [], "a deleted dialog's turn ends without a terminal frame"
         assert not [f for f in each.of_type("turn_committed") if f["session_id"] == ready["active_session_id"]]
+
+
+async def test_a_quiet_period_of_zero_turns_the_lookups_off(connect, start_worker, monkeypatch, settings):
+    settings.PICOBOT = {**settings.PICOBOT, "RECONCILE_QUIET_SECONDS": 0}
+    reads: list[tuple] = []
+    monkeypatch.setattr("conversations.storage.turn_states", lambda *args: reads.append(args) or [])
+    await start_worker(ScriptedProvider([script_text(ANSWER)], delay=0.01))
+    client = await connect(await make_token())
+    await send(client)
+    await client.until("turn_committed")
+    await asyncio.sleep(0.3)
+    assert reads == [], "no lookup loop (a zero quiet period would otherwise spin)"
