@@ -29,6 +29,7 @@ from django.db import DatabaseError
 
 from conversations import storage
 from conversations.commands import announce, handle_command, idle_reset_notice, welcome
+from conversations.consumer_base import LoopDispatch
 from conversations.inbound import InboundMessage, is_blank
 from conversations.media import MediaError, validate_media
 from conversations.models import now_ms
@@ -113,7 +114,7 @@ def _optional_int(frame: dict, key: str, low: int, high: int | None = None) -> i
     return value
 
 
-class ChatConsumer(AsyncWebsocketConsumer):
+class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
     """One WebSocket connection of a user's cli_chat chat (the chat is the user)."""
 
     async def connect(self) -> None:
@@ -528,7 +529,7 @@ def placeholder_snapshot(item: dict) -> dict:
     }
 
 
-class UnknownPathConsumer(AsyncWebsocketConsumer):
+class UnknownPathConsumer(LoopDispatch, AsyncWebsocketConsumer):
     """Any other WebSocket path: refused at the handshake (HTTP 403), never a server error."""
 
     async def connect(self) -> None:

@@ -29,6 +29,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from conversations import storage
+from conversations.consumer_base import LoopDispatch
 from conversations.executor import DialogExecutor, open_cli_chat_sink, split_session_id
 from conversations.lease_keeper import LeaseKeeper
 from conversations.runtime import get_provider
@@ -90,7 +91,7 @@ def default_worker_id(mode: str) -> str:
     return f"{host}:serve" if mode == "serve" else f"{host}:{os.getpid()}"
 
 
-class AgentWorkerConsumer(AsyncConsumer):
+class AgentWorkerConsumer(LoopDispatch, AsyncConsumer):
     """Routes agent layer messages to the process's ``AgentWorker``; never awaits a turn."""
 
     def __init__(self, worker: AgentWorker) -> None:

@@ -213,7 +213,7 @@ class EmbeddedPicoBot(PicoBot):
 
 
 class ScaleoutPicoBot(PicoBot):
-    """2 × daphne + 2 × runagent on a fresh PostgreSQL database and one Redis db (flushed)."""
+    """2 × ``serve --no-worker`` (Daphne) + 2 × runagent on a fresh PostgreSQL database and one Redis db (flushed)."""
 
     mode = "scaleout"
 
@@ -251,8 +251,9 @@ class ScaleoutPicoBot(PicoBot):
         await asyncio.to_thread(self.prepare)
         for i in range(self.daphnes):
             port = free_port()
-            proc = Proc(f"daphne{i}", [PYTHON, "-m", "daphne", "-b", LOOPBACK, "-p", str(port),
-                                       "picobot_site.asgi:application"], self.env, self.dir)
+            # The README's scale-out web process: Daphne with PicoBot's guards, no agent worker.
+            proc = Proc(f"daphne{i}", [PYTHON, "manage.py", "serve", "--no-worker", "--no-migrate",
+                                       "--host", LOOPBACK, "--port", str(port)], self.env, self.dir)
             self.procs.append(proc)
             self.http_ports.append(port)
             self.ws_urls.append(f"ws://{LOOPBACK}:{port}/ws/chat/")

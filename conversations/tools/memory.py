@@ -159,7 +159,8 @@ def search_memories(scope: MemoryScope, query: str, limit: int = DEFAULT_LIMIT) 
     query = scrub_text(query)
     terms = search_terms(query)
     limit = max(1, min(limit, MAX_LIMIT))
-    if not terms:
+    rows = MemoryItem.objects.filter(scope.filter())
+    if not terms or not rows.exists():  # most owners have no items: skip building the term query
         return []
     term_filter = Q()
     for term in terms:
@@ -169,7 +170,6 @@ def search_memories(scope: MemoryScope, query: str, limit: int = DEFAULT_LIMIT) 
         escaped = json.dumps(term)[1:-1]
         if escaped != term:
             term_filter |= Q(tags__icontains=escaped)
-    rows = MemoryItem.objects.filter(scope.filter())
     if connection.vendor == "postgresql":
         candidates = _postgres_candidates(rows, query, term_filter)
     else:

@@ -96,3 +96,10 @@ def test_valid_hosts_and_ports_parse():
         assert parser.parse_args(["--host", host]).host == host
     for port in ("0", "1", "8000", "65535"):
         assert parser.parse_args(["--port", port]).port == int(port)
+
+
+def test_no_worker_without_a_shared_channel_layer_is_refused_with_the_reason(data_dir):
+    done = serve(data_dir, "--no-worker", "--port", "0")
+    assert done.returncode == 1
+    assert done.stderr.startswith("CommandError: --no-worker needs PICOBOT_REDIS_URL")
+    assert "PicoBot is running" not in done.stdout

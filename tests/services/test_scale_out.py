@@ -76,7 +76,15 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
             await proc.wait()
 
 
-async def test_daphne_and_runagent_processes_share_postgres_and_redis(tmp_path: Path, postgres_url: str):
+WEB_PROCESSES = {
+    # The README's scale-out web process, and plain Daphne, which the README says also works.
+    "serve --no-worker": ["manage.py", "serve", "--no-worker", "--no-migrate", "--host", "127.0.0.1", "--port"],
+    "daphne": ["-m", "daphne", "-b", "127.0.0.1", "picobot_site.asgi:application", "-p"],
+}
+
+
+@pytest.mark.parametrize("web_process", sorted(WEB_PROCESSES))
+async def test_web_and_runagent_processes_share_postgres_and_redis(tmp_path: Path, postgres_url: str, web_process: str):
     redis_url = require_service("PICOBOT_TEST_REDIS_URL")
     sse = {"content-type": "text/event-stream"}
     async with LocalSSEServer([(200, sse, tool_call_pieces(), 0.02), (200, sse, answer_pieces(), 0.02)]) as llm:
@@ -93,7 +101,7 @@ async def test_daphne_and_runagent_processes_share_postgres_and_redis(tmp_path: 
         token = manage(tmp_path, "createtoken", "carol", extra_env=extra).strip().splitlines()[-1]
         env = server_env(tmp_path, extra)
         port = free_port()
-        web = await spawn(env, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "picobot_site.asgi:application")
+        web = await spawn(env, *WEB_PROCESSES[web_process], str(port))
         agent = await spawn(env, "manage.py", "runagent", "--worker-id", "scale-out-test")
         try:
             await wait_for_port(port)

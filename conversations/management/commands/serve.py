@@ -5,7 +5,9 @@ the agent worker share Daphne's asyncio loop; the worker starts from Daphne's re
 SIGTERM/SIGINT stop it gracefully: running turns end per the cancel rules, then the server stops.
 
 HTTP request bodies over 3 MiB are refused with 413 while they arrive, before Daphne buffers them
-(``_http_guard``). The worker starts only once a message went through the channel layer and back;
+(``_http_guard``); a WebSocket whose client leaves more than ``PICOBOT_WS_MAX_UNSENT_BYTES`` of
+output unread is closed with 4408 (``_ws_guard``). ``--no-worker`` serves HTTP and WebSockets
+only, for the scale-out mode, where ``runagent`` processes run the turns. The worker starts only once a message went through the channel layer and back;
 when it cannot start, ``serve`` exits 1 saying why (e.g. Redis unreachable) — no turn runs first.
 
 When it cannot listen (the port is taken, the address is not this machine's, a privileged port),
@@ -51,8 +53,17 @@ class Command(PicoBotCommand):
             help="TCP port (default 8000; 0 picks a free one)",
         )
         parser.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
+        parser.add_argument(
+            "--no-worker", action="store_true",
+            help="serve HTTP and WebSockets only; turns run in 'manage.py runagent' processes "
+                 "(the scale-out mode: needs PICOBOT_REDIS_URL)",
+        )
 
-    def handle(self, *args: object, host: str, port: int, no_migrate: bool, **options: object) -> None:
+    def handle(self, *args: object, host: str, port: int, no_migrate: bool, no_worker: bool = False,
+               **options: object) -> None:
+        if no_worker and not getattr(settings, "REDIS_URL", ""):
+            raise CommandError("--no-worker needs PICOBOT_REDIS_URL: without a shared channel layer no "
+                               "runagent process would hear this one's messages")
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
         require_database()
@@ -63,19 +74,22 @@ class Command(PicoBotCommand):
 
         from conversations.consumers import process_connections_group
         from conversations.management.commands._http_guard import install_body_limit
+        from conversations.management.commands._ws_guard import install_output_bound
         from conversations.runtime import get_provider
         from conversations.supervisor import close_control_supervisor
         from conversations.worker import AgentWorker, default_worker_id
         from picobot_site.asgi import application
 
+        worker: AgentWorker | None = None
         try:
             provider = get_provider()
         except ValueError as exc:  # a configuration mistake: say what to set, no traceback
             raise CommandError(f"LLM configuration: {exc}") from exc
-        try:
-            worker = AgentWorker(default_worker_id("serve"), provider=provider)
-        except ImproperlyConfigured as exc:  # e.g. PICOBOT_TOOL_MODULES: say what is wrong, no traceback
-            raise CommandError(str(exc)) from exc
+        if not no_worker:
+            try:
+                worker = AgentWorker(default_worker_id("serve"), provider=provider)
+            except ImproperlyConfigured as exc:  # e.g. PICOBOT_TOOL_MODULES: say what is wrong, no traceback
+                raise CommandError(str(exc)) from exc
         interface = host.strip("[]")
         endpoint = f"tcp:port={port}:interface={interface.replace(':', chr(92) + ':')}"
         server: Any
@@ -88,6 +102,8 @@ class Command(PicoBotCommand):
             url = f"http://{shown}:{bound_port}/"
             label = "offline replay provider (no LLM configured)" if provider.offline else f"{provider.name} / {provider.model}"
             lines = [f"PicoBot is running at {url}", f"  LLM: {label}"]
+            if worker is None:
+                lines.append("  Turns run in the 'manage.py runagent' processes (--no-worker).")
             if first_user is not None:
                 username, token = first_user
                 lines += [
@@ -111,11 +127,13 @@ class Command(PicoBotCommand):
                 # The channel layer first: without it no stop, replay or snapshot reaches anyone,
                 # so no turn may start (the worker's inbox scan would run them regardless).
                 await asyncio.wait_for(_layer_round_trip(get_channel_layer()), LAYER_CHECK_SECONDS)
-                await worker.start()
+                if worker is not None:
+                    await worker.start()
             except Exception as exc:  # the server is useless without its worker
                 failures.append(_start_failure(exc))
-                with contextlib.suppress(Exception):
-                    await worker.stop(timeout=5)  # whatever it began (turns, loops) ends now
+                if worker is not None:
+                    with contextlib.suppress(Exception):
+                        await worker.stop(timeout=5)  # whatever it began (turns, loops) ends now
                 server.stop()
                 return
             announce()
@@ -124,7 +142,8 @@ class Command(PicoBotCommand):
             # Stop accepting new turns and end running ones per the cancel rules, then close
             # every socket with a close frame (Daphne alone would drop them: clients would see 1006).
             # Control-path tasks (/compact) are cancelled alongside, within the same bound.
-            await asyncio.gather(worker.stop(timeout=15), close_control_supervisor(timeout=5))
+            await asyncio.gather(*([worker.stop(timeout=15)] if worker is not None else []),
+                                 close_control_supervisor(timeout=5))
             try:
                 await get_channel_layer().group_send(process_connections_group(), {"type": "server.shutdown"})
                 await asyncio.sleep(0.3)  # let the close frames flush
@@ -142,9 +161,11 @@ class Command(PicoBotCommand):
             # Listening (Daphne calls this only when every endpoint listens), the loop not running
             # yet: a synchronous DB call is allowed, and the first user's token is only made for a
             # server that will announce it.
-            first_user = ensure_first_user()
+            # Scale-out web processes (--no-worker) start side by side: users come from createtoken.
+            first_user = ensure_first_user() if worker is not None else None
             # Not accepting yet: every connection gets the body limit.
             install_body_limit(server.http_factory)
+            install_output_bound(server.ws_factory, int(settings.PICOBOT["WS_MAX_UNSENT_BYTES"]))
             loop = asyncio.get_event_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)

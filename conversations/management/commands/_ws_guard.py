@@ -1,0 +1,79 @@
+"""A bound on each WebSocket's unsent output for ``manage.py serve``'s Daphne (PROTOCOL §1).
+
+Daphne writes every frame the application sends straight into the connection's Twisted
+transport, which buffers whatever the peer does not read: a client that stops reading (a
+suspended laptop, a stuck script) while it asks for ``history`` or watches long answers would
+grow the process without limit. :func:`install_output_bound` makes every WebSocket check its
+transport's unsent bytes before each frame: once more than ``max_unsent_bytes`` are waiting,
+nothing more is queued, the socket gets a close frame with code :data:`CLOSE_NOT_READING` and,
+since a peer that does not read will not answer it either, is dropped after autobahn's close
+handshake timeout (1 s), which frees the buffer. The consumer sees an ordinary disconnect;
+nothing is lost, since what it was sent is in the database and a reconnecting client resyncs
+from ``ready``. A frame always goes out whole when the buffer is under the bound, so the unsent
+output of a socket stays under ``max_unsent_bytes`` plus one frame.
+
+Snapshots of running turns are already bounded per connection by the ``seen`` credit window;
+this bound covers everything else (``history`` answers, terminals, ``turn_committed``, notices).
+A transport without Twisted's write buffer (TLS wrapped) is not bounded: PicoBot is meant to
+run behind a proxy that terminates TLS (README, "Production").
+
+Import this module only after ``daphne.server`` (which installs Twisted's asyncio reactor).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from daphne.ws_protocol import WebSocketProtocol
+
+log = logging.getLogger("conversations.serve")
+
+CLOSE_NOT_READING = 4408
+"""Close code for a client that left more than the bound of output unread (PROTOCOL §1)."""
+
+
+def unsent_bytes(transport: Any) -> int | None:
+    """Bytes written to a Twisted TCP transport and not yet handed to the kernel; None when the
+    transport has no such buffer (then nothing is bounded)."""
+    buffered = getattr(transport, "dataBuffer", None)
+    pending = getattr(transport, "_tempDataLen", None)
+    if buffered is None or pending is None:
+        return None
+    return len(buffered) - getattr(transport, "offset", 0) + pending
+
+
+class OutputBoundedWebSocketProtocol(WebSocketProtocol):
+    """Daphne's WebSocket protocol, closing a socket whose peer leaves too much output unread."""
+
+    max_unsent_bytes = 8 * 1024 * 1024
+    _not_reading = False
+
+    def serverSend(self, content: Any, binary: bool = False) -> None:  # noqa: N802 - Daphne's name
+        if self._not_reading:
+            return  # closing: nothing more is queued behind the close frame
+        unsent = unsent_bytes(self.transport)
+        if unsent is not None and unsent > self.max_unsent_bytes:
+            self._not_reading = True
+            log.warning(
+                "WebSocket %s closed with %d: %d bytes of output unread (bound %d bytes)",
+                _peer(self), CLOSE_NOT_READING, unsent, self.max_unsent_bytes,
+            )
+            self.sendClose(code=CLOSE_NOT_READING, reason="output not read")
+            return
+        super().serverSend(content, binary)
+
+
+def _peer(protocol: Any) -> str:
+    address = getattr(protocol, "client_addr", None)
+    return f"{address[0]}:{address[1]}" if address else "?"
+
+
+def install_output_bound(ws_factory: Any, max_unsent_bytes: int) -> None:
+    """Make the WebSockets that ``ws_factory`` (Daphne's ``WebSocketFactory``) builds from now on
+    bound their unsent output to ``max_unsent_bytes`` (0 or less: no bound)."""
+    if max_unsent_bytes <= 0:
+        return
+    ws_factory.protocol = type(
+        "OutputBoundedWebSocketProtocol", (OutputBoundedWebSocketProtocol,), {"max_unsent_bytes": max_unsent_bytes}
+    )

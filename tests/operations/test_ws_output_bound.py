@@ -1,0 +1,99 @@
+"""``manage.py serve`` bounds each WebSocket's unread output (issue 12, "bounded per-connection
+output"): a client that asks for 300 histories and never reads is closed with 4408 once its
+unsent output passes ``PICOBOT_WS_MAX_UNSENT_BYTES``; another client of the same user goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import struct
+from urllib.parse import urlsplit
+
+import pytest
+import websockets
+
+from conversations.management.commands._ws_guard import CLOSE_NOT_READING
+from tests.e2e.serve_process import ServeProcess, manage
+
+pytestmark = [pytest.mark.e2e]
+
+BOUND = 256 * 1024
+
+
+def masked_text_frame(text: str) -> bytes:
+    payload = text.encode()
+    mask = os.urandom(4)
+    size = len(payload)
+    head = struct.pack("!BB", 0x81, 0x80 | size) if size < 126 else struct.pack("!BBH", 0x81, 0x80 | 126, size)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def open_non_reader(url: str, token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A WebSocket over a socket with a 4 KiB receive buffer, so unread frames pile up server-side."""
+    parts = urlsplit(url)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (parts.hostname, parts.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    key = base64.b64encode(os.urandom(16)).decode()
+    writer.write(
+        (f"GET /ws/chat/?token={token} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
+         f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+    )
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+    assert b" 101 " in head.split(b"\r\n", 1)[0]
+    return reader, writer
+
+
+async def until(client, kind: str, timeout: float = 30) -> dict:
+    async with asyncio.timeout(timeout):
+        while True:
+            frame = json.loads(await client.recv())
+            if frame["type"] == kind:
+                return frame
+
+
+async def test_a_socket_that_never_reads_is_closed_at_the_bound_and_the_others_go_on(tmp_path):
+    async with ServeProcess(tmp_path, {"PICOBOT_WS_MAX_UNSENT_BYTES": str(BOUND)}) as server:
+        token = (await asyncio.to_thread(manage, tmp_path, "createtoken", "alice")).strip().splitlines()[-1]
+        url = f"{server.ws_url}?token={token}"
+        async with websockets.connect(url, max_size=None) as reader_client:
+            session = (await until(reader_client, "ready"))["active_session_id"]
+            for n in range(4):  # ~120 KB of history: each history answer is that large
+                await reader_client.send(json.dumps(
+                    {"type": "message", "content": f"{n} " + "x" * 30_000, "client_msg_id": f"big-{n}"}))
+                await until(reader_client, "turn_committed")
+
+            reader, writer = await open_non_reader(server.url, token)
+            request = masked_text_frame(json.dumps({"type": "history", "session_id": session, "limit": 200}))
+            for _ in range(300):
+                writer.write(request)
+                await writer.drain()
+
+            for _ in range(300):  # the server's log, polled for up to 60 s
+                closed = [line for line in server.output if f"closed with {CLOSE_NOT_READING}" in line]
+                if closed:
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                pytest.fail("the non-reading socket was never closed:\n" + "".join(server.output[-20:]))
+            line = closed[0]
+            assert f"bound {BOUND} bytes" in line
+
+            # The other socket of the same user is unaffected.
+            await reader_client.send(json.dumps({"type": "message", "content": "still here?", "client_msg_id": "after"}))
+            assert (await until(reader_client, "ack"))["client_msg_id"] == "after"
+            await until(reader_client, "turn_committed")
+
+            # The non-reading socket was dropped: reading it now ends (EOF or reset), never hangs.
+            async with asyncio.timeout(60):
+                try:
+                    while await reader.read(1 << 16):
+                        pass
+                except ConnectionError:
+                    pass
+            writer.close()
