@@ -1,21 +1,21 @@
-"""The Channels floor: Daphne + Channels + the in-memory layer, with no PicoBot logic.
+"""The Channels floor: Daphne + a trivial Channels consumer, with no PicoBot logic.
 
     BENCH_FLOOR_CHUNKS=200 BENCH_FLOOR_RATE=20 daphne -b 127.0.0.1 -p PORT bench.load.floor_app:application
 
 Per connection: ``ready`` at once; on a ``message`` frame an ``ack``, then one ``turn_updated``
 frame per chunk at the rate, shaped like PicoBot's snapshots (one assistant block whose text grows
-by ``common.chunk_text(k)``), each serialised once and sent through ``channel_layer.group_send`` to
-the connection's own group, whose handler forwards it; then the terminal snapshot and a
-``turn_committed`` with the full text. ``seen`` frames are read and ignored (no credit window).
-``GET /times`` returns and clears ``{"times": {key: [t_0, ...]}}`` (``time.time()`` just before each
-chunk's ``group_send``), keyed by the ``[[bench:KEY]]`` tag of the message.
+by ``common.chunk_text(k)``), each serialised once and sent by the consumer itself (``self.send``:
+Daphne and Channels' consumer, no layer hop — ``layer_floor.py`` measures the layer alone); then
+the terminal snapshot and a ``turn_committed`` with the full text. ``seen`` frames are read and
+ignored (no credit window), through Channels' stock dispatch. ``GET /times`` returns and clears
+``{"times": {key: [t_0, ...]}}`` (``time.time()`` just before each chunk's send), keyed by the
+``[[bench:KEY]]`` tag of the message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import os
 import time
@@ -35,7 +35,6 @@ from bench.load.common import chunk_text, find_key  # noqa: E402
 CHUNKS = int(os.environ.get("BENCH_FLOOR_CHUNKS", "200"))
 INTERVAL = 1.0 / float(os.environ.get("BENCH_FLOOR_RATE", "20"))
 TIMES: dict[str, list[float]] = {}
-_groups = itertools.count()
 
 
 def _dumps(value: object) -> str:
@@ -44,16 +43,13 @@ def _dumps(value: object) -> str:
 
 class FloorConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
-        self.group = f"floor.{next(_groups)}"
         self.task: asyncio.Task | None = None
-        await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.send(text_data=_dumps({"type": "ready", "protocol": 1, "running": []}))
 
     async def disconnect(self, code: int) -> None:
         if self.task is not None:
             self.task.cancel()
-        await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         frame = json.loads(text_data or "{}")
@@ -80,23 +76,17 @@ class FloorConsumer(AsyncWebsocketConsumer):
             parts.append(chunk_text(k))
             turn["revision"] = k + 1
             turn["blocks"] = [{"type": "assistant", "id": "a0", "iteration": 0, "text": "".join(parts)}]
-            await self.channel_layer.group_send(self.group, {"type": "turn.snapshot", "json": _dumps(turn)})
+            await self.send(text_data='{"type":"turn_updated","turn":' + _dumps(turn) + "}")
         turn["revision"] = CHUNKS + 1
         turn["status"] = "completed"
         turn["phase"] = "finalizing"
         turn["usage"] = {"input_tokens": 50, "output_tokens": CHUNKS}
-        await self.channel_layer.group_send(self.group, {"type": "turn.snapshot", "json": _dumps(turn)})
+        await self.send(text_data='{"type":"turn_updated","turn":' + _dumps(turn) + "}")
         committed = {"type": "turn_committed", "session_id": "floor", "history_revision": 2, "messages": [
             {"id": uuid.uuid4().hex, "seq": 1, "role": "user", "content": content},
             {"id": key, "seq": 2, "role": "assistant", "content": "".join(parts), "completion_status": "completed"},
         ]}
-        await self.channel_layer.group_send(self.group, {"type": "chat.frame", "json": _dumps(committed)})
-
-    async def turn_snapshot(self, message: dict) -> None:
-        await self.send(text_data='{"type":"turn_updated","turn":' + message["json"] + "}")
-
-    async def chat_frame(self, message: dict) -> None:
-        await self.send(text_data=message["json"])
+        await self.send(text_data=_dumps(committed))
 
 
 async def http_app(scope: dict, receive, send) -> None:  # noqa: ANN001 - raw ASGI

@@ -56,17 +56,25 @@ def active_dialog_created(owner: Any, channel: str, chat_id: str) -> tuple[Dialo
     recent live dialog, or a new one (``created``: the caller sends the welcome, seed 004 §6.2).
     """
     with transaction.atomic():
-        state, _ = ChatState.objects.get_or_create(channel=channel, chat_id=chat_id, defaults={"owner": owner})
-        dialog = state.active_dialog
-        created = False
-        if dialog is None or dialog.deleted_at is not None or not _owned_by(dialog, owner):
-            dialog = _most_recent_live(owner, channel, chat_id)
-            if dialog is None:
-                dialog, created = _new_dialog(owner, channel, chat_id), True
-            state.active_dialog = dialog
-            state.updated_at = now_ms()
-            state.save(update_fields=["active_dialog", "updated_at"])
+        state, dialog, created = _active_state(owner, channel, chat_id)
         return dialog, created
+
+
+def _active_state(owner: Any, channel: str, chat_id: str) -> tuple[ChatState, Dialog, bool]:
+    """``active_dialog_created`` with the chat state row; call inside a transaction."""
+    state, _ = ChatState.objects.select_related("active_dialog").get_or_create(
+        channel=channel, chat_id=chat_id, defaults={"owner": owner}
+    )
+    dialog = state.active_dialog
+    created = False
+    if dialog is None or dialog.deleted_at is not None or not _owned_by(dialog, owner):
+        dialog = _most_recent_live(owner, channel, chat_id)
+        if dialog is None:
+            dialog, created = _new_dialog(owner, channel, chat_id), True
+        state.active_dialog = dialog
+        state.updated_at = now_ms()
+        state.save(update_fields=["active_dialog", "updated_at"])
+    return state, dialog, created
 
 
 def _owned_by(dialog: Dialog, owner: Any) -> bool:
@@ -122,13 +130,10 @@ def resolve_dialog(owner: Any, channel: str, chat_id: str, session_id: str | Non
         return ResolvedDialog(dialog_for_user(owner, session_id))
     ttl = session_ttl_ms()
     with transaction.atomic():
-        dialog, created = active_dialog_created(owner, channel, chat_id)
+        state, dialog, created = _active_state(owner, channel, chat_id)
         # Becoming active (/switch, /new, a delete's successor) is activity too: a dialog the user
         # just chose is continued, never reset away (ChatState.updated_at).
-        chosen_at = ChatState.objects.filter(channel=channel, chat_id=chat_id).values_list(
-            "updated_at", flat=True
-        ).first() or 0
-        last_activity = max(dialog.last_active_at, chosen_at)
+        last_activity = max(dialog.last_active_at, state.updated_at or 0)
         if created or ttl <= 0 or dialog.message_count == 0 or last_activity >= now_ms() - ttl:
             return ResolvedDialog(dialog, created=created)
         busy = InboxMessage.objects.filter(

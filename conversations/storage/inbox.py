@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 
 from conversations.inbound import InboundMessage
 from conversations.models import Dialog, InboxMessage, now_ms
@@ -20,6 +20,19 @@ def _queued_ahead(dialog_id: str, position: int) -> int:
         position__lt=position,
         status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED],
     ).count()
+
+
+def _waiting_counts(dialog_id: str) -> dict[str, int]:
+    """``{status: rows}`` of the dialog's queued and started inbox rows (one query)."""
+    rows = (
+        InboxMessage.objects.filter(
+            dialog_id=dialog_id, status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
+        )
+        .values_list("status")
+        .annotate(rows=Count("id"))
+        .order_by()
+    )
+    return dict(rows)
 
 
 def accept_message(
@@ -67,7 +80,8 @@ def accept_message(
             # the queue one after the other (on PostgreSQL both could otherwise see 31 and both
             # insert). Raising rolls the bump back.
             Dialog.objects.filter(pk=dialog.pk).update(inbox_position=F("inbox_position") + 1)
-            queued = InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.QUEUED).count()
+            waiting = _waiting_counts(dialog.pk)
+            queued = waiting.get(InboxMessage.Status.QUEUED, 0)
             if queued >= capacity:
                 raise InboxFullError(f"the dialog already has {queued} queued messages")
             position = Dialog.objects.values_list("inbox_position", flat=True).get(pk=dialog.pk)
@@ -93,7 +107,7 @@ def accept_message(
     return AcceptedMessage(
         str(row.id),
         dialog.id,
-        _queued_ahead(dialog.id, position),
+        sum(waiting.values()),  # every queued or started row is ahead of the one just made
         False,
         created_dialog=dialog if resolved.created else None,
         replaced_dialog=resolved.replaced,

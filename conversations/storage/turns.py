@@ -28,6 +28,8 @@ def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
     channel, inbox_id}]`` so the caller can publish a terminal ``failed`` snapshot and a notice for
     each.
     """
+    if not InboxMessage.objects.filter(dialog_id=dialog_id, status=InboxMessage.Status.STARTED).exists():
+        return []  # the usual case: nothing to mark, so no write transaction (SQLite has one writer)
     with transaction.atomic():
         dialog = check_lease(dialog_id, worker_id, epoch)
         rows = list(InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED))
@@ -67,9 +69,12 @@ def start_next_turn(
     (``history_is_delta``); otherwise (no session, a compaction happened, a revision the DB does
     not have) every row with ``seq > summary_seq`` is, as without a session.
 
-    Returns None when nothing is queued (nothing read or written). Raises LeaseLostError when
-    the epoch is stale.
+    Returns None when nothing is queued (nothing read or written; checked before the write
+    transaction, which SQLite gives one writer at a time). Raises LeaseLostError when the epoch
+    is stale.
     """
+    if not InboxMessage.objects.filter(dialog_id=dialog_id, status=InboxMessage.Status.QUEUED).exists():
+        return None
     with transaction.atomic():
         dialog = check_lease(dialog_id, worker_id, epoch)
         row = (
