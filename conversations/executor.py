@@ -201,17 +201,20 @@ class DialogExecutor:
         """New input may be queued: look again before going idle."""
         self.poked.set()
 
-    async def run(self) -> None:
+    async def run(self, interrupted: list[dict] | None = None) -> None:
         """Recover interrupted turns, then run queued turns until the inbox is empty.
+
+        ``interrupted``: what ``storage.claim_dialog`` already marked (else it is done here).
 
         A storage failure that outlasts the retries (seed 004 §4.4) ends this run with an error in
         the log and a notice to the chat; the queued messages stay queued (they were acked, so
         they are durable) and the inbox scan starts the dialog again later.
         """
         try:
-            interrupted = await run_storage(
-                storage.interrupt_started, self.dialog_id, self.worker.worker_id, self.epoch
-            )
+            if interrupted is None:
+                interrupted = await run_storage(
+                    storage.interrupt_started, self.dialog_id, self.worker.worker_id, self.epoch
+                )
         except DatabaseError as exc:
             await self._storage_alert(exc)
             return

@@ -324,12 +324,12 @@ class AgentWorker:
     ) -> None:
         lease_ms = int(settings.PICOBOT["LEASE_SECONDS"] * 1000)
         try:
-            epoch = await run_storage(storage.claim_lease, dialog_id, self.worker_id, lease_ms, takeover=takeover)
-            if epoch is None:
+            claim = await run_storage(storage.claim_dialog, dialog_id, self.worker_id, lease_ms, takeover=takeover)
+            if claim is None:
                 return  # another live worker owns it
-            executor.epoch = epoch
+            executor.epoch = claim.epoch
             executor.confirm_lease()
-            await executor.run()
+            await executor.run(claim.interrupted)
         except storage.LeaseLostError:
             log.warning("lease of %s lost; leaving it to its new owner", dialog_id)
         finally:

@@ -76,7 +76,9 @@ from conversations.storage.shapes import (
     scrub_text,
 )
 from conversations.storage.turns import (
+    DialogClaim,
     abandon_turn,
+    claim_dialog,
     commit_turn,
     interrupt_started,
     load_history,
@@ -104,6 +106,7 @@ __all__ = [
     "session_ttl_ms",
     "AcceptedMessage",
     "CommitResult",
+    "DialogClaim",
     "InboxFullError",
     "LeaseLostError",
     "Takeover",
@@ -114,6 +117,7 @@ __all__ = [
     "accept_message",
     "active_dialog",
     "check_lease",
+    "claim_dialog",
     "claim_lease",
     "commit_generated_title",
     "commit_summary",

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import F
 
 from conversations.models import ChatState, Dialog, InboxMessage, Message, now_ms
+from conversations.storage import sql
 from conversations.storage.shapes import (
     DEFAULT_TITLE,
     NotFoundError,
@@ -62,10 +63,14 @@ def active_dialog_created(owner: Any, channel: str, chat_id: str) -> tuple[Dialo
 
 def _active_state(owner: Any, channel: str, chat_id: str) -> tuple[ChatState, Dialog, bool]:
     """``active_dialog_created`` with the chat state row; call inside a transaction."""
-    state, _ = ChatState.objects.select_related("active_dialog").get_or_create(
-        channel=channel, chat_id=chat_id, defaults={"owner": owner}
-    )
-    dialog = state.active_dialog
+    state = sql.chat_state(channel, chat_id)
+    if state is None:  # first contact
+        state, _ = ChatState.objects.select_related("active_dialog").get_or_create(
+            channel=channel, chat_id=chat_id, defaults={"owner": owner}
+        )
+        dialog = state.active_dialog
+    else:
+        dialog = sql.dialog_row(state.active_dialog_id) if state.active_dialog_id else None
     created = False
     if dialog is None or dialog.deleted_at is not None or not _owned_by(dialog, owner):
         dialog = _most_recent_live(owner, channel, chat_id)

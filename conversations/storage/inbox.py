@@ -6,10 +6,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Q
 
 from conversations.inbound import InboundMessage
-from conversations.models import Dialog, InboxMessage, now_ms
+from conversations.models import InboxMessage, now_ms
+from conversations.storage import sql
 from conversations.storage.dialogs import resolve_dialog
 from conversations.storage.shapes import AcceptedMessage, InboxFullError, NotFoundError, scrub_text
 
@@ -24,15 +25,10 @@ def _queued_ahead(dialog_id: str, position: int) -> int:
 
 def _waiting_counts(dialog_id: str) -> dict[str, int]:
     """``{status: rows}`` of the dialog's queued and started inbox rows (one query)."""
-    rows = (
-        InboxMessage.objects.filter(
-            dialog_id=dialog_id, status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
-        )
-        .values_list("status")
-        .annotate(rows=Count("id"))
-        .order_by()
-    )
-    return dict(rows)
+    return dict(sql.fetch_all(
+        f"SELECT status, COUNT(*) FROM {sql.INBOX} WHERE dialog_id = %s AND status IN (%s, %s) GROUP BY status",
+        [dialog_id, InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED],
+    ))
 
 
 def accept_message(
@@ -63,14 +59,18 @@ def accept_message(
     """
     client_msg_id, content, source = scrub_text(client_msg_id), scrub_text(content), scrub_text(source)
     if client_msg_id:
-        existing = InboxMessage.objects.filter(user=owner, client_msg_id=client_msg_id).select_related("dialog").first()
+        user = "i.user_id = %s" if owner is not None else "i.user_id IS NULL"
+        existing = sql.fetch_one(
+            f"SELECT i.id, i.dialog_id, i.position, d.deleted_at FROM {sql.INBOX} i JOIN {sql.DIALOG} d "
+            f"ON d.id = i.dialog_id WHERE {user} AND i.client_msg_id = %s",
+            [*([owner.pk] if owner is not None else []), client_msg_id],
+        )
         if existing is not None:
-            if existing.dialog.deleted_at is not None:
+            inbox_id, dialog_id, position, deleted_at = existing
+            if deleted_at is not None:
                 # Acking it again would tell the client a message of a deleted dialog is accepted.
                 raise NotFoundError("the dialog of this message was deleted")
-            return AcceptedMessage(
-                str(existing.id), existing.dialog_id, _queued_ahead(existing.dialog_id, existing.position), True
-            )
+            return AcceptedMessage(str(sql.as_uuid(inbox_id)), dialog_id, _queued_ahead(dialog_id, position), True)
     resolved = resolve_dialog(owner, channel, chat_id, session_id)
     dialog = resolved.dialog
     capacity = int(settings.PICOBOT["INBOX_CAPACITY"])
@@ -79,12 +79,12 @@ def accept_message(
             # Bump the position first: the UPDATE locks the dialog row, so concurrent sends count
             # the queue one after the other (on PostgreSQL both could otherwise see 31 and both
             # insert). Raising rolls the bump back.
-            Dialog.objects.filter(pk=dialog.pk).update(inbox_position=F("inbox_position") + 1)
+            sql.execute(f"UPDATE {sql.DIALOG} SET inbox_position = inbox_position + 1 WHERE id = %s", [dialog.pk])
             waiting = _waiting_counts(dialog.pk)
             queued = waiting.get(InboxMessage.Status.QUEUED, 0)
             if queued >= capacity:
                 raise InboxFullError(f"the dialog already has {queued} queued messages")
-            position = Dialog.objects.values_list("inbox_position", flat=True).get(pk=dialog.pk)
+            position = sql.fetch_one(f"SELECT inbox_position FROM {sql.DIALOG} WHERE id = %s", [dialog.pk])[0]
             row = InboxMessage.objects.create(
                 user=owner,
                 dialog=dialog,

@@ -11,9 +11,9 @@ for a while (``claim_lease(takeover=…)``). Every state write checks the epoch.
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import F, Q
 
 from conversations.models import Dialog, now_ms
+from conversations.storage import sql
 from conversations.storage.shapes import LeaseLostError
 
 Takeover = tuple[str, int | None]
@@ -34,19 +34,21 @@ def claim_lease(dialog_id: str, worker_id: str, lease_ms: int, *, takeover: Take
     One conditional UPDATE: atomic on SQLite and PostgreSQL alike.
     """
     now = now_ms()
-    claimable = Q(lease_owner__isnull=True) | Q(lease_owner=worker_id)
+    claimable, params = "(lease_owner IS NULL OR lease_owner = %s", [worker_id]
     if takeover is not None:
         owner, expires_at = takeover
-        claimable |= Q(lease_owner=owner, lease_expires_at=expires_at, lease_expires_at__lt=now)
+        if expires_at is not None:  # a lapsed lease has an expiry; NULL never equals anything in SQL
+            claimable += " OR (lease_owner = %s AND lease_expires_at = %s AND lease_expires_at < %s)"
+            params += [owner, expires_at, now]
     with transaction.atomic():
-        updated = (
-            Dialog.objects.filter(pk=dialog_id, deleted_at__isnull=True)
-            .filter(claimable)
-            .update(lease_owner=worker_id, lease_epoch=F("lease_epoch") + 1, lease_expires_at=now + lease_ms)
+        updated = sql.execute(
+            f"UPDATE {sql.DIALOG} SET lease_owner = %s, lease_epoch = lease_epoch + 1, lease_expires_at = %s "
+            f"WHERE id = %s AND deleted_at IS NULL AND {claimable})",
+            [worker_id, now + lease_ms, dialog_id, *params],
         )
         if not updated:
             return None
-        return Dialog.objects.values_list("lease_epoch", flat=True).get(pk=dialog_id)
+        return sql.fetch_one(f"SELECT lease_epoch FROM {sql.DIALOG} WHERE id = %s", [dialog_id])[0]
 
 
 def renew_worker_leases(worker_id: str, lease_ms: int) -> int:
@@ -75,7 +77,9 @@ def release_lease(dialog_id: str, worker_id: str, epoch: int) -> bool:
 
 
 def check_lease(dialog_id: str, worker_id: str, epoch: int) -> Dialog:
-    dialog = Dialog.objects.select_for_update().filter(pk=dialog_id).first()
+    """The dialog, locked for the caller's transaction, if ``worker_id`` holds its lease at
+    ``epoch``; raises ``LeaseLostError`` otherwise (also for a missing row)."""
+    dialog = sql.dialog_row(dialog_id, for_update=True)
     if dialog is None or dialog.lease_owner != worker_id or dialog.lease_epoch != epoch:
         raise LeaseLostError(f"lease of {dialog_id} lost (epoch {epoch})")
     return dialog
