@@ -276,8 +276,9 @@ PICOBOT = {
     # Seconds a turn a connection watches may stay silent before the connection looks it up in
     # storage, to send an end frame the channel layer dropped (PROTOCOL §1 "Convergence").
     "RECONCILE_QUIET_SECONDS": env_float("PICOBOT_RECONCILE_QUIET_SECONDS", 5.0),
-    # A WebSocket whose client leaves more than this many bytes of output unread is closed (4408).
-    "WS_MAX_UNSENT_BYTES": env_int("PICOBOT_WS_MAX_UNSENT_BYTES", 8 * 1024 * 1024),
+    # A WebSocket whose client leaves more than this many bytes of output unread is closed (4408):
+    # twice the largest frame, so a client that reads, however slowly, is not cut off by two answers.
+    "WS_MAX_UNSENT_BYTES": env_int("PICOBOT_WS_MAX_UNSENT_BYTES", 16 * 1024 * 1024),
     # Live snapshot throttle for WebSocket sinks, ms (seed 003 §9.1: ≈30 FPS).
     "WS_SNAPSHOT_INTERVAL_MS": env_int("PICOBOT_WS_SNAPSHOT_INTERVAL_MS", 33),
     # Storage write retry delays, ms (seed 004 §4.4).

@@ -6,7 +6,7 @@ import json
 import uuid
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from conversations.models import InboxMessage, Message, now_ms
 from conversations.storage import sql
@@ -27,7 +27,7 @@ class DialogClaim:
     """What ``claim_dialog`` took: the lease ``epoch`` and the turns it found ``interrupted``."""
 
     epoch: int
-    interrupted: list[dict]
+    interrupted: list[dict] | None  # None: not done (a storage error); the caller does it
 
 
 def claim_dialog(dialog_id: str, worker_id: str, lease_ms: int, *, takeover: Takeover | None = None) -> DialogClaim | None:
@@ -39,7 +39,11 @@ def claim_dialog(dialog_id: str, worker_id: str, lease_ms: int, *, takeover: Tak
     epoch = claim_lease(dialog_id, worker_id, lease_ms, takeover=takeover)
     if epoch is None:
         return None
-    return DialogClaim(epoch, interrupt_started(dialog_id, worker_id, epoch))
+    try:
+        interrupted = interrupt_started(dialog_id, worker_id, epoch)
+    except DatabaseError:
+        interrupted = None  # the executor tries again, and alerts the chat if it fails there too
+    return DialogClaim(epoch, interrupted)
 
 
 def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:

@@ -627,3 +627,22 @@ def test_a_worker_busy_with_its_own_dialogs_still_sees_a_dead_workers_lapsed_lea
     work = storage.dialogs_needing_work("me", limit=2)
     assert [d for d, owner, _ in work if owner == "me"] and len(work) == 3
     assert work[-1][:2] == (dead.id, "dead-worker"), "the lapsed foreign lease is never crowded out"
+
+
+def test_claiming_a_dialog_marks_its_interrupted_turns_or_leaves_them_to_the_caller(alice, dialog, monkeypatch):
+    from django.db import DatabaseError
+
+    epoch, turn = started_turn(alice, dialog)
+    expire_lease(dialog.id)
+    observed = Dialog.objects.values_list("lease_owner", "lease_expires_at").get(pk=dialog.pk)
+    claim = storage.claim_dialog(dialog.id, "w2", LEASE_MS, takeover=observed)
+    assert claim.epoch == epoch + 1 and [t["turn_id"] for t in claim.interrupted] == [turn.turn_id]
+    assert InboxMessage.objects.get(pk=turn.inbox_id).status == "interrupted"
+
+    def broken(*args):
+        raise DatabaseError("disk I/O error")
+
+    monkeypatch.setattr(storage.turns, "interrupt_started", broken)
+    claim = storage.claim_dialog(dialog.id, "w2", LEASE_MS)
+    assert claim.epoch == epoch + 2 and claim.interrupted is None, "the executor tries again and alerts"
+    assert storage.claim_dialog(dialog.id, "w3", LEASE_MS) is None, "a live lease of another worker"

@@ -77,17 +77,18 @@ async def test_bodies_over_the_limit_are_refused_before_they_are_read(tmp_path):
         assert "exceeds 1048576 bytes" in body["message"]
 
 
-async def test_serve_exits_1_with_the_reason_when_redis_is_unreachable(tmp_path):
+@pytest.mark.parametrize(("flags", "what"), [((), "agent worker failed to start"), (("--no-worker",), "could not start")])
+async def test_serve_exits_1_with_the_reason_when_redis_is_unreachable(tmp_path, flags, what):
     env = server_env(tmp_path, {"PICOBOT_REDIS_URL": "redis://127.0.0.1:1/0"})
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "manage.py", "serve", "--port", "0", cwd=REPO, env=env,
+        sys.executable, "manage.py", "serve", "--port", "0", *flags, cwd=REPO, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     async with asyncio.timeout(60):
         out, err = await proc.communicate()
     assert proc.returncode == 1
     text = err.decode()
-    assert text.startswith("CommandError: agent worker failed to start: redis.exceptions.ConnectionError")
+    assert text.startswith(f"CommandError: {what}: redis.exceptions.ConnectionError")
     assert "127.0.0.1:1" in text and "check PICOBOT_REDIS_URL" in text
     assert b"PicoBot is running" not in out, "never announced as running"
     assert b"API token" not in out

@@ -97,3 +97,31 @@ async def test_a_socket_that_never_reads_is_closed_at_the_bound_and_the_others_g
                 except ConnectionError:
                     pass
             writer.close()
+
+
+def test_a_closed_socket_gives_its_unsent_bytes_back_at_once(monkeypatch):
+    """The transport and the protocol refer to each other: without this the unsent bytes of a
+    dropped socket stayed until a full garbage collection (12 MB per socket in a review)."""
+    from daphne.ws_protocol import WebSocketProtocol
+
+    from conversations.management.commands._ws_guard import OutputBoundedWebSocketProtocol, unsent_bytes
+
+    closed: list[int] = []
+    monkeypatch.setattr(WebSocketProtocol, "onClose", lambda self, clean, code, reason: closed.append(code))
+
+    class Transport:  # what Twisted's TCP transport holds after connectionLost
+        connected = 0
+        dataBuffer = b"x" * 1000
+        offset = 10
+        _tempDataBuffer = [b"y" * 500]
+        _tempDataLen = 500
+
+    protocol = OutputBoundedWebSocketProtocol.__new__(OutputBoundedWebSocketProtocol)
+    protocol.transport = transport = Transport()
+    assert unsent_bytes(transport) == 1490
+    protocol.onClose(False, 1006, None)
+    assert unsent_bytes(transport) == 0 and transport._tempDataBuffer == [] and closed == [1006]
+
+    transport.connected, transport.dataBuffer = 1, b"still being written"  # not closed yet: kept
+    protocol.onClose(True, 1000, None)
+    assert transport.dataBuffer == b"still being written"

@@ -56,7 +56,8 @@ class Command(PicoBotCommand):
         parser.add_argument(
             "--no-worker", action="store_true",
             help="serve HTTP and WebSockets only; turns run in 'manage.py runagent' processes "
-                 "(the scale-out mode: needs PICOBOT_REDIS_URL)",
+                 "(the scale-out mode: needs PICOBOT_REDIS_URL; start several with --no-migrate, "
+                 "after one 'manage.py migrate')",
         )
 
     def handle(self, *args: object, host: str, port: int, no_migrate: bool, no_worker: bool = False,
@@ -189,7 +190,8 @@ class Command(PicoBotCommand):
                 # Its token was never shown: undo it, so the next start that works makes and
                 # announces a new one (the loop has ended: a synchronous DB call is allowed).
                 undo_first_user(first_user[0])
-            raise CommandError(f"agent worker failed to start: {failures[0]}")
+            what = "agent worker failed to start" if worker is not None else "could not start"
+            raise CommandError(f"{what}: {failures[0]}")
 
 
 _HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
