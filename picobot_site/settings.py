@@ -1,7 +1,8 @@
 """PicoBot settings: every knob is a ``PICOBOT_*`` environment variable with an embedded default.
 
 The embedded defaults run on one machine with zero setup (DESIGN §2): a SQLite file in WAL mode
-with a busy timeout and IMMEDIATE transactions, and Channels' ``InMemoryChannelLayer``. Setting
+with a busy timeout and IMMEDIATE transactions, and an in-process channel layer
+(``delivery.local_layer.LocalChannelLayer``, Channels' in-memory layer made cheaper). Setting
 ``PICOBOT_DATABASE_URL`` (PostgreSQL) and ``PICOBOT_REDIS_URL`` switches to the scale-out mode;
 the code path is the same. DESIGN §8 lists the variables; the README documents them.
 """
