@@ -35,7 +35,7 @@ scenarios:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench_load.py", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", nargs="+", choices=["load", "slow", "idle", "churn"], default=["load"])
+    p.add_argument("--scenario", nargs="+", choices=["load", "slow", "lock", "idle", "churn"], default=["load"])
     p.add_argument("--mode", choices=["embedded", "scaleout", "both"], default="embedded")
     p.add_argument("--dialogs", type=int, nargs="+", default=[10, 100], help="N values (default 10 100)")
     p.add_argument("--repeat", type=int, default=3, help="runs per (target, N); figures are medians")
@@ -43,6 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=20.0, help="chunks per second per answer")
     p.add_argument("--spread", type=float, default=2.0, help="seconds over which the N sends are spread")
     p.add_argument("--timeout", type=float, default=120.0, help="per-client bound of a turn, seconds")
+    p.add_argument("--lock-seconds", type=float, default=30.0, help="lock: how long the storage stays locked")
+    p.add_argument("--lock-after", type=float, default=3.0, help="lock: seconds after the first send it starts")
     p.add_argument("--no-floors", dest="floors", action="store_false", help="skip the two floors")
     p.add_argument("--connections", type=int, default=5000, help="idle: sockets to open")
     p.add_argument("--cycles", type=int, default=10000, help="churn: connect/close cycles")
@@ -82,7 +84,7 @@ class Bench:
         self.args = args
         self.root = root
         self.llm: servers.LLMServer | None = None
-        self.out: dict[str, Any] = {"config": {k: v for k, v in vars(args).items()}, "load": [], "slow": [],
+        self.out: dict[str, Any] = {"config": {k: v for k, v in vars(args).items()}, "load": [], "slow": [], "lock": [],
                                     "idle": [], "churn": [], "server_logs": []}
         self.run_no = 0
 
@@ -103,7 +105,7 @@ class Bench:
             if count:
                 self.out["server_logs"].append({"run": label, "process": name, "notable_lines": count, "first": lines})
 
-    async def one_load(self, mode: str, n: int, slow: bool) -> dict[str, Any]:
+    async def one_load(self, mode: str, n: int, slow: bool, lock: bool = False) -> dict[str, Any]:
         a = self.args
         self.run_no += 1
         run_id = f"r{self.run_no}"
@@ -140,24 +142,25 @@ class Bench:
                 target, target.tokens, self.llm.take_times, dialogs=n, chunks=a.chunks, spread=a.spread,
                 timeout=a.timeout, run_id=run_id, llm_pids=self.llm.pids,
                 slow_token=target.tokens[n] if slow else None,
-                slow_port=target.http_ports[0] if target.http_ports else 0, slow_hold=a.slow_hold)
+                slow_port=target.http_ports[0] if target.http_ports else 0, slow_hold=a.slow_hold,
+                lock_after=a.lock_after if lock else None, lock_seconds=a.lock_seconds)
         finally:
             target.stop()
             self.note_logs(label, target)
             await asyncio.to_thread(target.cleanup, a.keep)
 
-    async def load(self, slow: bool) -> None:
+    async def load(self, key: str) -> None:
         a = self.args
-        key = "slow" if slow else "load"
+        slow, lock = key == "slow", key == "lock"
         targets = list(self.modes)
-        if a.floors and not slow:
+        if a.floors and key == "load":
             targets += ["channels-floor", "layer-floor"]
         for n in a.dialogs:
             for target in targets:
                 runs = []
                 for r in range(a.repeat):
                     say(f"[{time.strftime('%H:%M:%S')}] {key}: {target} N={n} run {r + 1}/{a.repeat} …")
-                    result = await self.one_load(target, n, slow)
+                    result = await self.one_load(target, n, slow, lock)
                     runs.append(result)
                     say("    " + brief(target, result))
                 self.out[key].append({"target": target, "dialogs": n, "runs": runs,
@@ -189,8 +192,8 @@ class Bench:
         self.llm = servers.LLMServer(self.args.chunks, self.args.rate, self.root)
         await self.llm.start()
         for scenario in self.args.scenario:
-            if scenario in ("load", "slow"):
-                await self.load(scenario == "slow")
+            if scenario in ("load", "slow", "lock"):
+                await self.load(scenario)
             else:
                 await self.idle_or_churn(scenario)
 
@@ -199,9 +202,14 @@ def brief(target: str, r: dict[str, Any]) -> str:
     lat = r["latency_ms"]
     if target == "layer-floor":
         return f"latency p50 {lat['p50']:.1f} p99 {lat['p99']:.1f} ms, lost {r['lost']}, cpu {r['cpu_s']:.2f} s"
-    return (f"ok {r['ok']}/{r['turns']}, latency p50 {lat['p50']:.1f} p99 {lat['p99']:.1f} max {lat['max']:.1f} ms, "
-            f"TTFT p50 {r['ttft_ms']['p50']:.0f} ms (send→LLM p50 {r['send_to_llm_ms']['p50']:.0f} ms), "
-            f"server cpu {r['server_cpu_s']:.1f} s, harness cpu {r['harness_cpu_s']:.1f} s, wall {r['wall_s']:.1f} s")
+    lock = r.get("storage_lock")
+    held = (f", storage locked {lock['held_from_s']:.1f}–{lock['released_at_s']:.1f} s: committed "
+            f"{lock['committed_before_release']} before the release, {lock['committed_after_release']} after "
+            f"(last at {lock['last_committed_s']:.1f} s)") if lock else ""
+    return (f"ok {r['ok']}/{r['turns']}, lost {r['lost_total']}, latency p50 {lat['p50']:.1f} p99 {lat['p99']:.1f} "
+            f"max {lat['max']:.1f} ms, TTFT p50 {r['ttft_ms']['p50']:.0f} ms (send→LLM p50 "
+            f"{r['send_to_llm_ms']['p50']:.0f} ms), server cpu {r['server_cpu_s']:.1f} s, harness cpu "
+            f"{r['harness_cpu_s']:.1f} s, wall {r['wall_s']:.1f} s{held}")
 
 
 def _clean(value: Any) -> Any:
@@ -219,12 +227,14 @@ def print_report(out: dict[str, Any]) -> None:
         say("\n## Load (medians)\n" + report.load_table(out["load"]))
     if out["slow"]:
         say("\n## Slow (non-reading) client (medians)\n" + report.slow_table(out["slow"]))
+    if out["lock"]:
+        say("\n## Storage locked mid-turn (medians)\n" + report.load_table(out["lock"]))
     if out["idle"]:
         say("\n## Idle connections\n" + report.idle_table(out["idle"]))
     if out["churn"]:
         say("\n## Connect/disconnect churn\n" + report.churn_table(out["churn"]))
     lost_errors = [(row["target"], row["dialogs"], run.get("client_errors"))
-                   for row in out["load"] + out["slow"] for run in row["runs"] if run.get("client_errors")]
+                   for row in out["load"] + out["slow"] + out["lock"] for run in row["runs"] if run.get("client_errors")]
     if lost_errors:
         say("\n## Client-side errors (per run)")
         for target, n, errors in lost_errors:

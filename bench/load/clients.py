@@ -37,6 +37,7 @@ class DialogResult:
     terminal_status: str = ""
     terminal_error: str = ""
     committed: bool = False
+    committed_at: float = 0.0
     committed_text: str | None = None
     errors: list[str] = field(default_factory=list)
     timed_out: bool = False
@@ -121,6 +122,7 @@ class DialogClient:
                             if message.get("role") == "assistant":
                                 result.committed_text = (result.committed_text or "") + (message.get("content") or "")
                         result.committed = True
+                        result.committed_at = result.committed_at or time.time()
                     elif kind == "error":
                         result.errors.append(f"{frame.get('code')}: {frame.get('message')}"[:200])
         except TimeoutError:

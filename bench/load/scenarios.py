@@ -122,8 +122,11 @@ def analyse(results: list, times: dict[str, list[float]], chunks: int) -> dict[s
 
 async def run_load(target: Any, tokens: list[str], times_source: TimesSource, *, dialogs: int, chunks: int,
                    spread: float, timeout: float, run_id: str, llm_pids: list[int],
-                   slow_token: str | None = None, slow_port: int = 0, slow_hold: float = 10.0) -> dict[str, Any]:
-    """N dialog clients (and optionally one non-reading socket) against ``target``."""
+                   slow_token: str | None = None, slow_port: int = 0, slow_hold: float = 10.0,
+                   lock_after: float | None = None, lock_seconds: float = 30.0) -> dict[str, Any]:
+    """N dialog clients (and optionally one non-reading socket) against ``target``; with
+    ``lock_after``, the target's storage is locked for ``lock_seconds`` that long after the first
+    send (``target.hold_storage_lock``), in the middle of the turns."""
     urls = target.ws_urls
     clients = [DialogClient(i, urls[i % len(urls)], tokens[i], f"{run_id}-{i}", chunks) for i in range(dialogs)]
     connected = await open_all(clients, timeout=min(timeout, 120))
@@ -138,9 +141,20 @@ async def run_load(target: Any, tokens: list[str], times_source: TimesSource, *,
     cpu0 = {pid: cpu_seconds(pid) for pid in [*pids, *llm_pids, me]}
     start = time.time() + 0.5
     t_begin = time.time()
+    lock: dict[str, float] = {}
+
+    async def hold_lock() -> None:
+        await asyncio.sleep(max(0.0, start + lock_after - time.time()))
+        lock["held_from_s"] = time.time() - start
+        await asyncio.to_thread(target.hold_storage_lock, lock_seconds)
+        lock["released_at_s"] = time.time() - start
+
+    locker = asyncio.ensure_future(hold_lock()) if lock_after is not None else None
     results = await asyncio.gather(
         *(c.run(start + spread * i / dialogs, timeout) for i, c in enumerate(clients))
     )
+    if locker is not None:
+        await locker
     wall = time.time() - t_begin
     cpu = {pid: cpu_seconds(pid) - cpu0[pid] for pid in cpu0}
     times = (await times_source()).get("times", {})
@@ -148,6 +162,12 @@ async def run_load(target: Any, tokens: list[str], times_source: TimesSource, *,
     # chunks the LLM server (or the floor) really wrote for these dialogs: lost turns stream none
     total_chunks = sum(len(times.get(c.result.key) or ()) for c in clients)
     out = analyse(list(results), times, chunks)
+    if lock:
+        committed = [r.committed_at - start for r in results if r.committed_at]
+        lock["committed_before_release"] = sum(t < lock["released_at_s"] for t in committed)
+        lock["committed_after_release"] = sum(t >= lock["released_at_s"] for t in committed)
+        lock["last_committed_s"] = max(committed, default=float("nan"))
+        out["storage_lock"] = lock
     out.update({
         "connected": connected,
         "chunks_streamed": total_chunks,

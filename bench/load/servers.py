@@ -194,6 +194,16 @@ class PicoBot:
     async def redis_clients(self) -> int | None:
         return None
 
+    def hold_storage_lock(self, seconds: float) -> None:
+        """Hold the database's write lock for ``seconds`` (blocking; run it in a thread): another
+        writer (a backup, a migration, an admin's long transaction) keeps the storage busy."""
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(self.dir / "picobot.sqlite3", timeout=60)) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            time.sleep(seconds)
+            conn.rollback()
+
 
 class EmbeddedPicoBot(PicoBot):
     """One ``manage.py serve --port 0`` (SQLite in a fresh data dir, in-memory layer)."""
@@ -228,6 +238,16 @@ class ScaleoutPicoBot(PicoBot):
         base = pg_admin_url.rsplit("/", 1)[0]
         self.env.update({"PICOBOT_DATABASE_URL": f"{base}/{self.db_name}", "PICOBOT_REDIS_URL": self.redis_url})
         self._db_created = False
+
+    def hold_storage_lock(self, seconds: float) -> None:
+        """Hold an exclusive lock on the dialog and inbox tables for ``seconds`` (blocking): every
+        lease renewal, turn start and commit waits for it."""
+        import psycopg
+
+        with psycopg.connect(self.env["PICOBOT_DATABASE_URL"]) as conn:
+            conn.execute("LOCK TABLE conversations_dialog, conversations_inboxmessage IN EXCLUSIVE MODE")
+            time.sleep(seconds)
+            conn.rollback()
 
     def _pg(self, sql: str) -> None:
         import psycopg
