@@ -2,10 +2,12 @@
 
 The ORM compiles each query anew: 0.3–0.7 ms of Python per statement on a small machine, about
 ten times the statement itself on SQLite, all of it under the GIL that the event loop needs. The
-statements on every turn's path — the lease check, the lease claim, the inbox row's moves, the
-dialog's counters — are written here once instead, portable across SQLite and PostgreSQL
-(``%s`` parameters through Django's cursor, UUIDs adapted by the model field). The rest of the
-storage layer stays ORM; inserts stay ORM so that model defaults keep applying.
+statements on every turn's path — the lease check and claim, the inbox row's moves, the dialog's
+counters — are plain SQL instead, portable across SQLite and PostgreSQL (``%s`` parameters through
+Django's cursor, UUIDs adapted by the model field). This module has the cursor helpers and the
+shared reads that build model instances; single statements are written where they are used
+(``lease``, ``turns``, ``inbox``). The rest of the storage layer stays ORM, and inserts stay ORM
+so that model defaults keep applying.
 """
 
 from __future__ import annotations
@@ -22,12 +24,30 @@ DIALOG = Dialog._meta.db_table
 INBOX = InboxMessage._meta.db_table
 CHAT_STATE = ChatState._meta.db_table
 
-# Every Dialog column that reads back the same on every backend (a BooleanField would come back as
-# 0/1 from SQLite without the ORM's converters: it stays deferred, loaded on first access).
-_DIALOG_FIELDS = [f for f in Dialog._meta.concrete_fields if f.get_internal_type() != "BooleanField"]
-_DIALOG_COLUMNS = ", ".join(connection.ops.quote_name(f.column) for f in _DIALOG_FIELDS)
-_DIALOG_ATTNAMES = frozenset(f.attname for f in _DIALOG_FIELDS)
 _UUID_FIELD = InboxMessage._meta.get_field("id")
+
+
+class _Columns:
+    """Some columns of a model, in its field order: the ``SELECT`` list and the instance built
+    from a row of it (the other fields deferred, loaded on first access)."""
+
+    def __init__(self, model: type, keep: Any) -> None:
+        fields = [f for f in model._meta.concrete_fields if keep(f)]
+        self.model = model
+        self.sql = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        self.attnames = [f.attname for f in fields]
+        self._attname_set = frozenset(self.attnames)
+
+    def load(self, row: Any) -> Any:
+        return self.model.from_db(connection.alias, self._attname_set, row)
+
+
+# Every Dialog column that reads back the same on every backend (a BooleanField would come back as
+# 0/1 from SQLite without the ORM's converters: it stays deferred).
+_DIALOG = _Columns(Dialog, lambda f: f.get_internal_type() != "BooleanField")
+_CHAT_STATE = _Columns(ChatState, lambda f: True)  # every column is a plain value
+_QUEUED_JSON = ("media", "source", "channel_context")
+_QUEUED = _Columns(InboxMessage, lambda f: f.attname in {"id", "content", "received_at", *_QUEUED_JSON})
 
 
 def fetch_one(sql: str, params: list) -> tuple | None:
@@ -66,48 +86,34 @@ def dialog_row(dialog_id: str, *, for_update: bool = False) -> Dialog | None:
     """The dialog as a model instance read in one statement (``FOR UPDATE`` where the database
     has it, inside the caller's transaction), or None when there is no such row."""
     lock = " FOR UPDATE" if for_update and connection.features.has_select_for_update else ""
-    row = fetch_one(f"SELECT {_DIALOG_COLUMNS} FROM {DIALOG} WHERE id = %s{lock}", [dialog_id])
-    return None if row is None else Dialog.from_db(connection.alias, _DIALOG_ATTNAMES, row)
-
-
-_CHAT_STATE_FIELDS = ChatState._meta.concrete_fields
-_CHAT_STATE_COLUMNS = ", ".join(connection.ops.quote_name(f.column) for f in _CHAT_STATE_FIELDS)
-_CHAT_STATE_ATTNAMES = [f.attname for f in _CHAT_STATE_FIELDS]
+    row = fetch_one(f"SELECT {_DIALOG.sql} FROM {DIALOG} WHERE id = %s{lock}", [dialog_id])
+    return None if row is None else _DIALOG.load(row)
 
 
 def chat_state(channel: str, chat_id: str) -> ChatState | None:
-    """The chat's state row as a model instance (every column is a plain value), or None."""
-    row = fetch_one(f"SELECT {_CHAT_STATE_COLUMNS} FROM {CHAT_STATE} WHERE channel = %s AND chat_id = %s",
-                    [channel, chat_id])
-    return None if row is None else ChatState.from_db(connection.alias, _CHAT_STATE_ATTNAMES, row)
-
-
-_QUEUED_FIELDS = ("id", "content", "media", "source", "received_at", "channel_context")
-_QUEUED_JSON = ("media", "source", "channel_context")
+    """The chat's state row as a model instance, or None."""
+    row = fetch_one(f"SELECT {_CHAT_STATE.sql} FROM {CHAT_STATE} WHERE channel = %s AND chat_id = %s", [channel, chat_id])
+    return None if row is None else _CHAT_STATE.load(row)
 
 
 def next_queued(dialog_id: str) -> InboxMessage | None:
     """The dialog's oldest queued inbox row with what a turn start needs (the rest deferred)."""
     row = fetch_one(
-        f"SELECT {', '.join(_QUEUED_FIELDS)} FROM {INBOX} WHERE dialog_id = %s AND status = %s "
-        "ORDER BY position LIMIT 1",
+        f"SELECT {_QUEUED.sql} FROM {INBOX} WHERE dialog_id = %s AND status = %s ORDER BY position LIMIT 1",
         [dialog_id, InboxMessage.Status.QUEUED],
     )
     if row is None:
         return None
-    values = dict(zip(_QUEUED_FIELDS, row, strict=True))
-    values["id"] = as_uuid(values["id"])
-    for name in _QUEUED_JSON:  # JSON columns come back as text (Django reads jsonb as text too)
-        if isinstance(values[name], str):
-            values[name] = json.loads(values[name])
-    message = InboxMessage.from_db(connection.alias, _QUEUED_ATTNAMES, [values[f] for f in _QUEUED_ORDER])
+    values = list(row)
+    for index, name in enumerate(_QUEUED.attnames):
+        if name == "id":
+            values[index] = as_uuid(values[index])
+        elif name in _QUEUED_JSON and isinstance(values[index], str):  # JSON comes back as text
+            values[index] = json.loads(values[index])
+    message = _QUEUED.load(values)
     message.dialog_id = dialog_id
     message.status = InboxMessage.Status.QUEUED
     return message
-
-
-_QUEUED_ORDER = [f.attname for f in InboxMessage._meta.concrete_fields if f.attname in _QUEUED_FIELDS]
-_QUEUED_ATTNAMES = frozenset(_QUEUED_ORDER)
 
 
 def has_inbox_rows(dialog_id: str, status: str) -> bool:

@@ -646,3 +646,26 @@ def test_claiming_a_dialog_marks_its_interrupted_turns_or_leaves_them_to_the_cal
     claim = storage.claim_dialog(dialog.id, "w2", LEASE_MS)
     assert claim.epoch == epoch + 2 and claim.interrupted is None, "the executor tries again and alerts"
     assert storage.claim_dialog(dialog.id, "w3", LEASE_MS) is None, "a live lease of another worker"
+
+
+def test_a_turn_start_reads_the_queued_rows_json_and_the_lease_check_the_whole_dialog(alice, dialog):
+    """The hand-written reads (storage/sql.py): JSON columns decoded on both databases, UUIDs
+    parsed, and fields they leave out (a BooleanField) loaded correctly on access."""
+    storage.accept_message(alice, CHANNEL, f"chat-{alice.username}", "héllo 中文", session_id=dialog.id,
+                           media=[{"kind": "image", "ref": "m-1"}], source={"kind": "user_input", "note": "ü"},
+                           channel_context={"thread": "t-é", "n": 3})
+    epoch = storage.claim_lease(dialog.id, "w1", LEASE_MS)
+    turn = storage.start_next_turn(dialog.id, "w1", epoch)
+    assert turn.channel_context == {"thread": "t-é", "n": 3}
+    assert turn.user_message["content"] == "héllo 中文"
+    row = Message.objects.get(pk=turn.inbox_id)
+    assert row.media_refs == [{"kind": "image", "ref": "m-1"}] and row.source == {"kind": "user_input", "note": "ü"}
+    checked = storage.check_lease(dialog.id, "w1", epoch)
+    assert checked.title_is_default is True and checked.history_revision == turn.history_revision
+
+
+def test_an_ownerless_message_with_a_client_msg_id_is_accepted_once():
+    first = storage.accept_message(None, CHANNEL, "system-chat", "one", client_msg_id="sys-1")
+    again = storage.accept_message(None, CHANNEL, "system-chat", "one", client_msg_id="sys-1")
+    assert again.duplicate and again.inbox_id == first.inbox_id and again.session_id == first.session_id
+    assert InboxMessage.objects.filter(client_msg_id="sys-1").count() == 1
