@@ -3,7 +3,8 @@
 Vendor modules supply the wire format (URL, headers, request body, a stream parser); this
 module owns everything about the connection, so both vendors behave the same way:
 
-* the httpx2 client is built here, once per provider (connect/write/pool timeouts);
+* the httpx2 client is built here, once per provider (connect/write/pool timeouts), its
+  connections on plain asyncio streams (``providers._asyncio_net``);
 * ``first_byte_timeout`` bounds the time from sending the request to the first body byte,
   ``idle_timeout`` every later gap between reads (asyncio-level, like httpx's read timeout);
 * status and ``content-type`` are checked before any SSE parsing (SC-20, SC-21);
@@ -27,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
+from providers._asyncio_net import use_asyncio_network
 from providers._errorbody import error_from_http, error_from_non_sse, error_from_unframed, redact
 from providers.base import LLMProvider, ProviderRequest
 from providers.chunks import ProviderChunk, UsageChunk
@@ -207,6 +209,7 @@ class HTTPStreamProvider(LLMProvider):
         )
         limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._client = httpx2.AsyncClient(transport=transport, timeout=timeout, limits=limits, follow_redirects=False)
+        use_asyncio_network(self._client)
 
     # --- vendor hooks -------------------------------------------------------------------------
 
