@@ -196,23 +196,22 @@ def origin_allowed(scope: dict) -> bool:
 class _RevocationWatch:
     """The credentials of one event loop's open WebSockets, checked together every
     ``REVOCATION_CHECK_SECONDS`` (``dead_credentials``: at most two queries whatever the number
-    of sockets); a dead credential's sockets get their event set (``ChatAuthMiddleware`` then
-    closes them)."""
+    of sockets); a dead credential's sockets are revoked (``_RevocableReceive.revoke``)."""
 
     def __init__(self) -> None:
-        self.sockets: dict[Credential, set[asyncio.Event]] = {}
+        self.sockets: dict[Credential, set[_RevocableReceive]] = {}
         self.task: asyncio.Task | None = None
 
-    def add(self, credential: Credential, revoked: asyncio.Event) -> None:
-        self.sockets.setdefault(credential, set()).add(revoked)
+    def add(self, credential: Credential, socket: _RevocableReceive) -> None:
+        self.sockets.setdefault(credential, set()).add(socket)
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._run())
 
-    def discard(self, credential: Credential, revoked: asyncio.Event) -> None:
-        events = self.sockets.get(credential)
-        if events is not None:
-            events.discard(revoked)
-            if not events:
+    def discard(self, credential: Credential, socket: _RevocableReceive) -> None:
+        sockets = self.sockets.get(credential)
+        if sockets is not None:
+            sockets.discard(socket)
+            if not sockets:
                 del self.sockets[credential]
 
     async def _run(self) -> None:
@@ -227,8 +226,8 @@ class _RevocationWatch:
                 log.warning("could not check the credentials of open WebSockets; trying again", exc_info=True)
                 continue
             for credential in dead:
-                for revoked in list(self.sockets.get(credential, ())):
-                    revoked.set()
+                for socket in list(self.sockets.get(credential, ())):
+                    socket.revoke()
 
 
 _watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _RevocationWatch] = weakref.WeakKeyDictionary()
@@ -242,38 +241,65 @@ def _revocation_watch() -> _RevocationWatch:
     return watch
 
 
+class _RevocableReceive:
+    """The ASGI ``receive`` of one authenticated WebSocket, ended by :meth:`revoke`.
+
+    While the consumer waits in ``receive()``, ``revoke`` cancels that wait (the waiting task is
+    un-cancelled here, so only this one wait ends); the call, and every later one, closes the
+    socket (4401, ``reason``) and returns ``websocket.disconnect``. A frame that was on its way
+    when the credential died is not handed to the consumer. Costs nothing per frame: no task or
+    future beside the consumer's own wait.
+    """
+
+    def __init__(self, receive: Any, send: Any, reason: str) -> None:
+        self._receive = receive
+        self._send = send
+        self._reason = reason
+        self._revoked = False
+        self._reader: asyncio.Task | None = None  # the task waiting in receive(), if any
+        self._interrupting = False
+
+    def revoke(self) -> None:
+        if self._revoked:
+            return
+        self._revoked = True
+        if self._reader is not None and not self._reader.done():
+            self._interrupting = True
+            self._reader.cancel()
+
+    async def __call__(self) -> dict:
+        if not self._revoked:
+            task = self._reader = asyncio.current_task()
+            try:
+                message = await self._receive()
+            except asyncio.CancelledError:
+                if not self._interrupting or task is None:
+                    raise
+                self._interrupting = False
+                if task.uncancel() > 0:  # cancelled by someone else too: that one stands
+                    raise
+            else:
+                if not self._revoked:
+                    return message
+            finally:
+                self._reader = None
+        with contextlib.suppress(Exception):  # already closed by the consumer: nothing to send
+            await self._send({"type": "websocket.close", "code": CLOSE_REVOKED, "reason": self._reason})
+        return {"type": "websocket.disconnect", "code": CLOSE_REVOKED}
+
+
 async def _closed_when_revoked(inner: Any, scope: dict, receive: Any, send: Any, credential: Credential) -> Any:
     """Run ``inner`` for a WebSocket authenticated by ``credential``; when it stops holding while
     the socket is open (token revoked, user deactivated, password changed), close the socket
     (4401 with the reason) and tell ``inner`` it disconnected."""
     reason = "API token revoked" if credential[0] == "token" else "signed out: the user was deactivated or changed password"
-    revoked = asyncio.Event()
+    guarded = _RevocableReceive(receive, send, reason)
     watch = _revocation_watch()
-    watch.add(credential, revoked)
-    pending: asyncio.Future | None = None
-
-    async def guarded_receive() -> dict:
-        nonlocal pending
-        if pending is None:
-            pending = asyncio.ensure_future(receive())
-        waiter = asyncio.ensure_future(revoked.wait())
-        try:
-            await asyncio.wait({pending, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        if pending.done():
-            message, pending = pending.result(), None
-            return message
-        with contextlib.suppress(Exception):  # already closed by the consumer: nothing to send
-            await send({"type": "websocket.close", "code": CLOSE_REVOKED, "reason": reason})
-        return {"type": "websocket.disconnect", "code": CLOSE_REVOKED}
-
+    watch.add(credential, guarded)
     try:
-        return await inner(scope, guarded_receive, send)
+        return await inner(scope, guarded, send)
     finally:
-        watch.discard(credential, revoked)
-        if pending is not None and not pending.done():
-            pending.cancel()
+        watch.discard(credential, guarded)
 
 
 class _SessionTokenCheck:
