@@ -14,7 +14,9 @@ is most of the cost of a streamed snapshot. ``LocalChannelLayer`` keeps its inte
 
 It differs only in *when* expiry is applied: expired messages are dropped when they reach the
 head of a queue, and the sweep of channels and group members runs at most once per
-``sweep_interval`` seconds (1 s, or a tenth of the shorter expiry).
+``sweep_interval`` seconds (1 s, or a tenth of the shorter expiry). A channel's queue lives
+while it holds messages or a receiver waits on it; the sweep forgets the others (not every
+``receive``, which would build a new queue for each message of a busy channel).
 """
 
 from __future__ import annotations
@@ -88,15 +90,11 @@ class LocalChannelLayer(InMemoryChannelLayer):
         queue = self.channels.get(channel)
         if queue is None:
             queue = self.channels[channel] = asyncio.Queue(maxsize=self.get_capacity(channel))
-        try:
-            while True:
-                expires_at, message = await queue.get()
-                if expires_at >= time.time():
-                    return message
-                self._remove_from_groups(channel)  # as the sweep does for an expired message
-        finally:
-            if queue.empty() and self.channels.get(channel) is queue:
-                del self.channels[channel]
+        while True:
+            expires_at, message = await queue.get()
+            if expires_at >= time.time():
+                return message
+            self._remove_from_groups(channel)  # as the sweep does for an expired message
 
     async def group_send(self, group: str, message: dict) -> None:
         """Queue a copy of ``message`` on each member of ``group``; full members are skipped."""
@@ -135,8 +133,8 @@ class LocalChannelLayer(InMemoryChannelLayer):
                 expired = True
             if expired:
                 self._remove_from_groups(channel)
-                if queue.empty() and self.channels.get(channel) is queue:
-                    del self.channels[channel]
+            if queue.empty() and not queue._getters:  # type: ignore[attr-defined]  # nobody waits on it
+                del self.channels[channel]
         joined_before = now - self.group_expiry
         for group, members in list(self.groups.items()):
             for channel in [name for name, joined in members.items() if joined < joined_before]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from channels.exceptions import ChannelFull
@@ -66,7 +67,7 @@ async def test_group_send_reaches_every_member_each_with_its_own_copy():
     await layer.group_discard("chat", "a.two")
     await layer.group_send("chat", {"type": "y"})
     assert (await layer.receive("a.one"))["type"] == "y"
-    assert "a.two" not in layer.channels
+    assert "a.two" not in layer.channels or layer.channels["a.two"].empty()
 
 
 async def test_a_full_channel_raises_on_send_and_is_skipped_by_group_send():
@@ -107,14 +108,30 @@ async def test_the_sweep_drops_expired_messages_and_old_group_members_at_most_on
     assert (await layer.receive("a.fresh"))["type"] == "ping"
 
 
-async def test_receive_waits_for_a_send_and_empty_channels_are_forgotten():
+async def test_receive_waits_for_a_send_and_the_sweep_forgets_empty_channels_nobody_waits_on(clock):
     layer = LocalChannelLayer()
     waiter = asyncio.ensure_future(layer.receive("a.one"))
     await asyncio.sleep(0)
     assert not waiter.done()
     await layer.send("a.one", {"type": "late"})
     assert (await asyncio.wait_for(waiter, 1))["type"] == "late"
-    assert "a.one" not in layer.channels
+    queue = layer.channels["a.one"]
+    waiting = asyncio.ensure_future(layer.receive("a.one"))
+    await asyncio.sleep(0)
+    assert layer.channels["a.one"] is queue  # the next message of a busy channel reuses its queue
+    await layer.send("a.busy", {"type": "m"})
+    clock.now += 2
+    await layer.group_send("chat", {"type": "sweep"})  # sweeps
+    assert "a.one" in layer.channels and "a.busy" in layer.channels  # a receiver waits; a message waits
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    assert (await layer.receive("a.busy"))["type"] == "m"
+    clock.now += 2
+    await layer.group_send("chat", {"type": "sweep"})
+    assert "a.one" not in layer.channels and "a.busy" not in layer.channels
+    await layer.send("a.one", {"type": "again"})  # a forgotten channel works as a new one
+    assert (await layer.receive("a.one"))["type"] == "again"
 
 
 async def test_flush_forgets_channels_and_groups_and_names_stay_valid():
