@@ -444,7 +444,7 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
             return
         for payload in self.window.offer(turn_id, message["revision"], False, message["json"]):
             await self.send(text_data=turn_updated_frame(payload))
-        if self.ledger.saw_running(turn_id, time.monotonic()):
+        if self.ledger.saw_running(turn_id, time.monotonic(), message.get("inbox_id")):
             self.reconciler.kick()
 
     async def _offer_terminal(self, turn_id: str, revision: int, payload: str) -> None:

@@ -91,12 +91,18 @@ class ConvergenceLedger:
         self._add(_Expected(inbox_id, None, now + self.quiet_seconds, self.quiet_seconds))
         return True
 
-    def saw_running(self, turn_id: str, now: float) -> bool:
+    def saw_running(self, turn_id: str, now: float, inbox_id: str | None = None) -> bool:
         """A running snapshot of ``turn_id`` arrived (or ``ready.running`` listed it).
 
-        O(1): called for every running snapshot. Returns True when the ledger gained an entry.
+        ``inbox_id``: the turn's user message, when the snapshot names it: the ack's entry for
+        that message becomes this turn's (no lookup needed to learn it). O(1): called for every
+        running snapshot. Returns True when the ledger gained an entry.
         """
         entry = self._by_turn.get(turn_id)
+        if entry is None and inbox_id is not None:
+            acked = self._by_inbox.get(inbox_id)
+            if acked is not None and acked.turn_id is None:
+                entry = self._bind(acked, turn_id)
         if entry is not None:
             entry.quiet = self.quiet_seconds
             entry.quiet_until = now + self.quiet_seconds

@@ -4,7 +4,9 @@ Every ``ChatConsumer`` of a chat is in its group (``delivery.groups.chat_group("
 and receives one layer message per published snapshot::
 
     {"type": "turn.snapshot", "turn_id": str, "session_id": str, "revision": int,
-     "terminal": bool, "json": <the serialised, filtered turn object>}
+     "terminal": bool, "json": <the serialised, filtered turn object>,
+     "inbox_id": str (optional: the turn's user message, so a connection that acked it
+                      knows the turn is that message's without asking storage)}
 
 The consumer's ``turn_snapshot`` handler runs its ``SnapshotCreditWindow`` and sends
 ``turn_updated_frame(message["json"])``: the JSON is built once per snapshot and shared by every
@@ -51,12 +53,16 @@ class CliChatSink:
         channel_layer: A Channels layer (anything with ``async group_send(group, message)``).
         group: The chat's group name, from :func:`delivery.groups.chat_group`.
         min_interval: Seconds between running snapshots (≈30 per second by default).
+        inbox_id: The turn's user message (its inbox row), carried in every layer message.
     """
 
-    def __init__(self, channel_layer: Any, group: str, *, min_interval: float = 0.033) -> None:
+    def __init__(
+        self, channel_layer: Any, group: str, *, min_interval: float = 0.033, inbox_id: str | None = None
+    ) -> None:
         self.channel_layer = channel_layer
         self.group = group
         self.live_policy = Snapshot(min_interval)
+        self.inbox_id = inbox_id
 
     async def update(self, snapshot: TurnSnapshot, payload_json: str) -> None:
         """Publishes a running snapshot (network I/O with the Redis layer). Raises layer errors."""
@@ -70,17 +76,17 @@ class CliChatSink:
         """Nothing to release: the group outlives the turn."""
 
     async def _publish(self, snapshot: TurnSnapshot, payload_json: str) -> None:
-        await self.channel_layer.group_send(
-            self.group,
-            {
-                "type": SNAPSHOT_MESSAGE_TYPE,
-                "turn_id": snapshot.id,
-                "session_id": snapshot.session_id,
-                "revision": snapshot.revision,
-                "terminal": snapshot.is_terminal,
-                "json": payload_json,
-            },
-        )
+        message = {
+            "type": SNAPSHOT_MESSAGE_TYPE,
+            "turn_id": snapshot.id,
+            "session_id": snapshot.session_id,
+            "revision": snapshot.revision,
+            "terminal": snapshot.is_terminal,
+            "json": payload_json,
+        }
+        if self.inbox_id is not None:
+            message["inbox_id"] = self.inbox_id
+        await self.channel_layer.group_send(self.group, message)
 
 
 def turn_updated_frame(payload_json: str) -> str:

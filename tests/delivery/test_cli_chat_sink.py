@@ -36,6 +36,8 @@ async def test_group_members_receive_the_same_json_string():
             "terminal": False,
             "json": payload,
         }
+    await CliChatSink(layer, group, inbox_id="in-1").finish(snapshot, payload)
+    assert (await layer.receive(watchers[0]))["inbox_id"] == "in-1", "the turn's user message rides along"
 
 
 async def test_a_coordinated_turn_reaches_a_watcher_and_ends_terminal():

@@ -38,6 +38,22 @@ def test_an_acked_message_is_looked_up_by_its_inbox_id_and_bound_to_its_turn():
     assert not ledger
 
 
+def test_a_snapshot_that_names_its_inbox_id_binds_the_ack_entry_so_a_streaming_turn_is_never_looked_up():
+    ledger = ConvergenceLedger(5.0)
+    ledger.expect_message("in-1", 0.0)
+    assert ledger.saw_running("t1", 1.0, inbox_id="in-1") is False, "no new entry: the ack's became the turn's"
+    assert len(ledger) == 1
+    for now in (4.0, 8.0, 12.0):  # snapshots keep coming: nothing is ever due
+        ledger.saw_running("t1", now, inbox_id="in-1")
+        assert not ledger.due(now + 4.9)
+    assert ledger.due(17.0) == Due((), ("t1",)), "quiet after its last snapshot: looked up by turn id"
+    ledger.sent_terminal("t1")
+    ledger.sent_committed("t1", "in-1")
+    assert not ledger
+    ledger.expect_message("in-2", 20.0)  # another connection's turn naming an unknown inbox id
+    assert ledger.saw_running("t2", 20.0, inbox_id="in-9") is True and len(ledger) == 2
+
+
 def test_the_ack_entry_and_the_snapshot_entry_of_one_turn_merge_when_turn_committed_names_both():
     ledger = ConvergenceLedger(5.0)
     ledger.expect_message("in-1", 0.0)
