@@ -125,3 +125,49 @@ def test_a_closed_socket_gives_its_unsent_bytes_back_at_once(monkeypatch):
     transport.connected, transport.dataBuffer = 1, b"still being written"  # not closed yet: kept
     protocol.onClose(True, 1000, None)
     assert transport.dataBuffer == b"still being written"
+
+
+def test_a_frame_of_an_open_socket_is_written_at_once_and_the_rest_buffered_in_order():
+    """``sendData``: with nothing queued before it a frame goes straight to the socket (no
+    register-for-write and loop pass per frame); what the kernel does not take, and every frame
+    behind buffered bytes, goes through Twisted's ``write`` so the order holds."""
+    from autobahn.websocket.protocol import WebSocketProtocol as Autobahn
+
+    from conversations.management.commands._ws_guard import OutputBoundedWebSocketProtocol, unsent_bytes
+
+    class Transport:  # Twisted's TCP transport, with a kernel that takes ``room`` bytes
+        connected, disconnecting, _writeDisconnected = 1, False, False
+
+        def __init__(self, room: int) -> None:
+            self.room, self.wire = room, b""
+            self.dataBuffer, self.offset, self._tempDataBuffer, self._tempDataLen = b"", 0, [], 0
+
+        def writeSomeData(self, data: bytes) -> int:  # noqa: N802 - Twisted's name
+            taken = bytes(data[: self.room])
+            self.room -= len(taken)
+            self.wire += taken
+            return len(taken)
+
+        def write(self, data: bytes) -> None:
+            self._tempDataBuffer.append(bytes(data))
+            self._tempDataLen += len(data)
+
+    class Stats:
+        outgoingOctetsWireLevel = 0
+
+    protocol = OutputBoundedWebSocketProtocol.__new__(OutputBoundedWebSocketProtocol)
+    protocol.transport = transport = Transport(room=10)
+    protocol.state, protocol.send_queue, protocol.logOctets = Autobahn.STATE_OPEN, [], False
+    protocol.trafficStats = Stats()
+    protocol.sendData(b"0123456789ab")
+    assert transport.wire == b"0123456789" and transport._tempDataBuffer == [b"ab"]
+    protocol.sendData(b"cd")  # bytes are waiting: behind them, never ahead
+    assert transport.wire == b"0123456789" and b"".join(transport._tempDataBuffer) == b"abcd"
+    assert unsent_bytes(transport) == 4 and protocol.trafficStats.outgoingOctetsWireLevel == 14
+
+    transport.room, transport._tempDataBuffer, transport._tempDataLen = 100, [], 0
+    protocol.sendData(b"whole")
+    assert transport.wire.endswith(b"whole") and unsent_bytes(transport) == 0
+    transport.connected = 0  # a closed socket: Twisted's write decides (it drops the bytes)
+    protocol.sendData(b"gone")
+    assert not transport.wire.endswith(b"gone") and transport._tempDataBuffer == [b"gone"]

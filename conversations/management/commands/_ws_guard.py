@@ -19,6 +19,11 @@ this bound covers everything else (``history`` answers, terminals, ``turn_commit
 A transport without Twisted's write buffer (TLS wrapped) is not bounded: PicoBot is meant to
 run behind a proxy that terminates TLS (README, "Production").
 
+The same protocol writes a frame of an open WebSocket straight to the socket when nothing is
+waiting before it (:meth:`OutputBoundedWebSocketProtocol.sendData`): Twisted's ``write`` would
+register the socket for writing and send on the next loop iteration, two ``epoll_ctl`` calls
+and a loop pass per frame; what the kernel does not take is buffered by Twisted as before.
+
 Import this module only after ``daphne.server`` (which installs Twisted's asyncio reactor).
 """
 
@@ -27,6 +32,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from autobahn.websocket.protocol import WebSocketProtocol as AutobahnProtocol
 from daphne.ws_protocol import WebSocketProtocol
 
 log = logging.getLogger("conversations.serve")
@@ -64,6 +70,23 @@ class OutputBoundedWebSocketProtocol(WebSocketProtocol):
             self.sendClose(code=CLOSE_NOT_READING, reason="output not read")
             return
         super().serverSend(content, binary)
+
+    def sendData(self, data: bytes, sync: bool = False, chopsize: int | None = None) -> None:  # noqa: N802
+        """autobahn's ``sendData`` for a frame of an open socket, without its per-frame debug-log
+        arguments, written at once when nothing is queued before it (see module)."""
+        if sync or chopsize or self.send_queue or self.state != AutobahnProtocol.STATE_OPEN or self.logOctets:
+            super().sendData(data, sync, chopsize)
+            return
+        self.trafficStats.outgoingOctetsWireLevel += len(data)
+        transport = self.transport
+        if unsent_bytes(transport) == 0 and transport.connected and not transport.disconnecting and not getattr(
+            transport, "_writeDisconnected", True
+        ):
+            written = transport.writeSomeData(data)
+            if isinstance(written, int):
+                data = data[written:]
+        if data:
+            transport.write(data)  # the rest, or all of it after an error (Twisted's write path then reports it)
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:  # noqa: N802 - autobahn's name
         # The transport and this protocol refer to each other: their unsent bytes would stay until
