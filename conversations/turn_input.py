@@ -68,11 +68,10 @@ from conversations.compaction_service import (
     summarise_rows,
 )
 from conversations.history import build_turn_input
-from conversations.models import Dialog
-from conversations.storage import TurnStart
+from conversations.storage import TurnStart, sql
 from conversations.storage_runner import run_storage
 from conversations.tokens import REQUEST_OVERHEAD, estimate_messages, estimate_tools
-from conversations.tools.plan import load_plan, render_plan
+from conversations.tools.plan import plan_from_row, render_plan
 from conversations.turn_failures import TurnFailedError, TurnFailure, TurnFailureKind
 from providers.base import LLMProvider
 from providers.errors import ContextOverflowError
@@ -177,14 +176,16 @@ def load_dialog_context(dialog_id: str) -> dict:
     """``{state_version, auto_compact_failures, plan}`` of a dialog; ``plan`` is the active plan
     rendered as text (``tools.plan.render_plan``), ``""`` when there is none. Touches the DB: call
     through ``run_storage``."""
-    row = Dialog.objects.filter(pk=dialog_id).values("state_version", "auto_compact_failures").first() or {}
-    plan = load_plan(dialog_id)
+    state_version, auto_compact_failures, plan_content, plan_updated_at = sql.dialog_context(dialog_id) or (
+        0, 0, None, None
+    )
+    plan = plan_from_row(plan_content, plan_updated_at)
     text = render_plan(plan).strip() if plan is not None else ""
     if len(text) > MAX_PLAN_CHARS:
         text = text[: MAX_PLAN_CHARS - 1] + "…"
     return {
-        "state_version": int(row.get("state_version") or 0),
-        "auto_compact_failures": int(row.get("auto_compact_failures") or 0),
+        "state_version": int(state_version or 0),
+        "auto_compact_failures": int(auto_compact_failures or 0),
         "plan": text,
     }
 

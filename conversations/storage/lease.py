@@ -69,11 +69,11 @@ def lease_epochs(dialog_ids: list[str]) -> dict[str, tuple[str | None, int]]:
 
 def release_lease(dialog_id: str, worker_id: str, epoch: int) -> bool:
     """Give the lease up (the dialog went idle); False when it was no longer ours."""
-    return bool(
-        Dialog.objects.filter(pk=dialog_id, lease_owner=worker_id, lease_epoch=epoch).update(
-            lease_owner=None, lease_expires_at=None
-        )
-    )
+    return bool(sql.execute(
+        f"UPDATE {sql.DIALOG} SET lease_owner = NULL, lease_expires_at = NULL "
+        "WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+        [dialog_id, worker_id, epoch],
+    ))
 
 
 def check_lease(dialog_id: str, worker_id: str, epoch: int) -> Dialog:

@@ -6,8 +6,11 @@ statements on every turn's path — the lease check and claim, the inbox row's m
 counters — are plain SQL instead, portable across SQLite and PostgreSQL (``%s`` parameters through
 Django's cursor, UUIDs adapted by the model field). This module has the cursor helpers and the
 shared reads that build model instances; single statements are written where they are used
-(``lease``, ``turns``, ``inbox``). The rest of the storage layer stays ORM, and inserts stay ORM
-so that model defaults keep applying.
+(``lease``, ``turns``, ``inbox``, the turn input's dialog context, memory recall). The rest of the
+storage layer stays ORM, and inserts stay ORM so that model defaults keep applying.
+
+JSON columns come back as text on both databases (Django registers psycopg's ``jsonb`` loader as
+text) and are decoded here (:func:`json_value`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ from typing import Any
 
 from django.db import connection
 
-from conversations.models import ChatState, Dialog, InboxMessage
+from conversations.models import ChatState, Dialog, InboxMessage, MemoryItem, Message, Plan
 
 DIALOG = Dialog._meta.db_table
 INBOX = InboxMessage._meta.db_table
 CHAT_STATE = ChatState._meta.db_table
+MESSAGE = Message._meta.db_table
+PLAN = Plan._meta.db_table
+MEMORY = MemoryItem._meta.db_table
 
 _UUID_FIELD = InboxMessage._meta.get_field("id")
 
@@ -119,3 +125,78 @@ def next_queued(dialog_id: str) -> InboxMessage | None:
 def has_inbox_rows(dialog_id: str, status: str) -> bool:
     """Whether the dialog has an inbox row in ``status`` (a read: no write lock is taken)."""
     return fetch_one(f"SELECT 1 FROM {INBOX} WHERE dialog_id = %s AND status = %s LIMIT 1", [dialog_id, status]) is not None
+
+
+def json_value(value: Any) -> Any:
+    """A JSON column's value as read back: its text decoded (SQL NULL stays None)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+_HISTORY_COLUMNS = (
+    "id, seq, role, content, reasoning_content, tool_calls, tool_call_id, tool_name, is_error, turn_id, "
+    "iteration, completion_status, created_at, provider_state, media_refs"
+)
+
+
+def _history_row(row: tuple) -> dict:
+    (id_, seq, role, content, reasoning, tool_calls, tool_call_id, tool_name, is_error, turn_id, iteration,
+     completion_status, created_at, provider_state, media_refs) = row
+    turn = as_uuid(turn_id)
+    return {
+        "id": str(as_uuid(id_)),
+        "seq": seq,
+        "role": role,
+        "content": content,
+        "reasoning": reasoning,
+        "tool_calls": json_value(tool_calls) or [],
+        "tool_call_id": tool_call_id,
+        "tool_name": tool_name,
+        "is_error": bool(is_error),
+        "turn_id": str(turn) if turn else None,
+        "iteration": iteration,
+        "completion_status": completion_status,
+        "created_at": created_at,
+        "provider_state": json_value(provider_state),
+        "media_refs": json_value(media_refs) or [],
+    }
+
+
+def history_rows(dialog_id: str, after_seq: int) -> list[dict]:
+    """The dialog's messages with ``seq > after_seq`` in ``seq`` order, in history form
+    (``shapes.message_to_history_row``): one statement on the ``(dialog, seq)`` index."""
+    rows = fetch_all(
+        f"SELECT {_HISTORY_COLUMNS} FROM {MESSAGE} WHERE dialog_id = %s AND seq > %s ORDER BY seq",
+        [dialog_id, after_seq],
+    )
+    return [_history_row(row) for row in rows]
+
+
+def history_row(message_id: str) -> dict | None:
+    """One message in history form, or None."""
+    row = fetch_one(f"SELECT {_HISTORY_COLUMNS} FROM {MESSAGE} WHERE id = %s", [uuid_param(message_id)])
+    return None if row is None else _history_row(row)
+
+
+def dialog_context(dialog_id: str) -> tuple[int, int, Any, int | None] | None:
+    """``(state_version, auto_compact_failures, plan content, plan updated_at)`` of a dialog (the
+    plan's two None when it has none), or None when there is no such dialog."""
+    row = fetch_one(
+        f"SELECT d.state_version, d.auto_compact_failures, p.content, p.updated_at FROM {DIALOG} d "
+        f"LEFT JOIN {PLAN} p ON p.dialog_id = d.id WHERE d.id = %s",
+        [dialog_id],
+    )
+    return None if row is None else (row[0], row[1], json_value(row[2]), row[3])
+
+
+def dialog_scope(dialog_id: str) -> tuple[int | None, str, str] | None:
+    """``(owner_id, channel, chat_id)`` of a dialog, or None."""
+    return fetch_one(f"SELECT owner_id, channel, chat_id FROM {DIALOG} WHERE id = %s", [dialog_id])
+
+
+def has_memory_items(owner_id: int | None, channel: str, chat_id: str) -> bool:
+    """Whether a memory scope (an owner's, or an ownerless chat's) holds any item."""
+    if owner_id is not None:
+        return fetch_one(f"SELECT 1 FROM {MEMORY} WHERE owner_id = %s LIMIT 1", [owner_id]) is not None
+    return fetch_one(
+        f"SELECT 1 FROM {MEMORY} WHERE owner_id IS NULL AND channel = %s AND chat_id = %s LIMIT 1", [channel, chat_id]
+    ) is not None

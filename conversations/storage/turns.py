@@ -16,6 +16,7 @@ from conversations.storage.shapes import (
     HistorySnapshot,
     LeaseLostError,
     TurnStart,
+    history_row_to_protocol,
     message_to_history_row,
     message_to_protocol,
     scrub_text,
@@ -138,9 +139,7 @@ def start_next_turn(
             and dialog.summary_seq <= known_revision <= dialog.history_revision
         )
         after = known_revision if delta else dialog.summary_seq
-        history = [
-            message_to_history_row(m) for m in Message.objects.filter(dialog=dialog, seq__gt=after).order_by("seq")
-        ]
+        history = sql.history_rows(dialog.pk, after)
     return TurnStart(
         dialog_id=dialog.id,
         channel=dialog.channel,
@@ -246,8 +245,8 @@ def commit_turn(
             f"UPDATE {sql.INBOX} SET status = %s, finished_at = %s, error = %s, outcome = %s WHERE id = %s",
             [inbox_status, now, scrub_text(error), outcome, sql.uuid_param(inbox_id)],
         )
-        user_row = Message.objects.filter(pk=inbox_id).first()
-    committed = ([message_to_protocol(user_row)] if user_row else []) + [message_to_protocol(m) for m in created]
+        user_row = sql.history_row(inbox_id)
+    committed = ([history_row_to_protocol(user_row)] if user_row else []) + [message_to_protocol(m) for m in created]
     return CommitResult(messages=committed, history_revision=seq, history_rows=[_as_stored(m) for m in created])
 
 

@@ -31,8 +31,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Q
 
-from conversations.models import Dialog, MemoryItem, now_ms
-from conversations.storage import scrub_text
+from conversations.models import MemoryItem, now_ms
+from conversations.storage import scrub_text, sql
 from conversations.storage_runner import run_storage
 from conversations.tools.registry import Tool, ToolContext, ToolError
 
@@ -90,10 +90,10 @@ def scope_for(context: ToolContext) -> MemoryScope:
     """
     if context.owner_id is not None:
         return MemoryScope(context.owner_id, context.channel, context.chat_id)
-    row = Dialog.objects.filter(pk=context.dialog_id).values("owner_id", "channel", "chat_id").first()
+    row = sql.dialog_scope(context.dialog_id)
     if row is None:
         raise ToolError("this dialog no longer exists")
-    return MemoryScope(row["owner_id"], row["channel"], row["chat_id"])
+    return MemoryScope(*row)
 
 
 def search_terms(query: str) -> list[str]:
@@ -159,9 +159,9 @@ def search_memories(scope: MemoryScope, query: str, limit: int = DEFAULT_LIMIT) 
     query = scrub_text(query)
     terms = search_terms(query)
     limit = max(1, min(limit, MAX_LIMIT))
+    if not terms or not sql.has_memory_items(scope.owner_id, scope.channel, scope.chat_id):
+        return []  # most owners have no items: skip building the term query
     rows = MemoryItem.objects.filter(scope.filter())
-    if not terms or not rows.exists():  # most owners have no items: skip building the term query
-        return []
     term_filter = Q()
     for term in terms:
         term_filter |= Q(content__icontains=term) | Q(tags__icontains=term)

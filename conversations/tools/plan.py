@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import IntegrityError
 
@@ -71,13 +72,18 @@ def save_plan(dialog_id: str, content: dict) -> int:
 def load_plan(dialog_id: str) -> dict | None:
     """The dialog's plan ``{"steps", "note", "updated_at"}``, or None when it has none (sync)."""
     row = Plan.objects.filter(dialog_id=dialog_id).values("content", "updated_at").first()
-    if row is None or not isinstance(row["content"], dict):
+    return None if row is None else plan_from_row(row["content"], row["updated_at"])
+
+
+def plan_from_row(content: Any, updated_at: int | None) -> dict | None:
+    """A stored plan row's ``content`` and ``updated_at`` as ``load_plan`` returns them (None when
+    there is no row, or its content has neither steps nor a note)."""
+    if not isinstance(content, dict):
         return None
-    content = row["content"]
     steps = [s for s in content.get("steps") or [] if isinstance(s, dict)]
     if not steps and not content.get("note"):
         return None
-    return {"steps": steps, "note": content.get("note") or "", "updated_at": row["updated_at"]}
+    return {"steps": steps, "note": content.get("note") or "", "updated_at": updated_at}
 
 
 def render_plan(plan: dict) -> str:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
 from conversations import storage
 from conversations.auth import get_or_create_user
 from conversations.models import Dialog, InboxMessage, Message, now_ms
+from conversations.storage import sql
 
 pytestmark = [pytest.mark.django_db]
 
@@ -669,3 +671,28 @@ def test_an_ownerless_message_with_a_client_msg_id_is_accepted_once():
     again = storage.accept_message(None, CHANNEL, "system-chat", "one", client_msg_id="sys-1")
     assert again.duplicate and again.inbox_id == first.inbox_id and again.session_id == first.session_id
     assert InboxMessage.objects.filter(client_msg_id="sys-1").count() == 1
+
+
+def test_the_hand_written_history_reads_equal_the_orm_rows(alice, dialog):
+    """``sql.history_rows``/``history_row`` (a turn start's history, a commit's user row): the same
+    dicts as ``message_to_history_row`` of the model instances, JSON, UUIDs and booleans included."""
+    storage.accept_message(alice, CHANNEL, f"chat-{alice.username}", "find 中文", session_id=dialog.id,
+                           media=[{"kind": "image", "ref": "m-1"}])
+    epoch = storage.claim_lease(dialog.id, "w1", LEASE_MS)
+    turn = storage.start_next_turn(dialog.id, "w1", epoch)
+    rows = [
+        {"role": "assistant", "content": "", "reasoning_content": "think ü", "iteration": 0,
+         "tool_calls": [{"id": "c1", "name": "http_fetch", "arguments": {"url": "https://e.x/é"}}],
+         "provider_state": {"signature": "s-1", "blocks": [1, None, "x"]}, "turn_id": turn.turn_id},
+        {"role": "tool", "content": "oops", "tool_call_id": "c1", "tool_name": "http_fetch", "is_error": True,
+         "iteration": 0, "turn_id": turn.turn_id},
+        {"role": "assistant", "content": "done", "iteration": 1, "completion_status": "completed",
+         "turn_id": turn.turn_id},
+    ]
+    result = storage.commit_turn(dialog.id, "w1", epoch, turn.inbox_id, rows)
+    expected = [storage.message_to_history_row(m) for m in Message.objects.filter(dialog=dialog).order_by("seq")]
+    assert sql.history_rows(dialog.id, 0) == expected
+    assert sql.history_rows(dialog.id, expected[1]["seq"]) == expected[2:]
+    assert sql.history_row(turn.inbox_id) == expected[0] and sql.history_row(str(uuid.uuid4())) is None
+    assert expected[2]["is_error"] is True and expected[0]["media_refs"] == [{"kind": "image", "ref": "m-1"}]
+    assert result.messages[0] == storage.message_to_protocol(Message.objects.get(pk=turn.inbox_id))
