@@ -176,7 +176,8 @@ GROUP_EXPIRY_SECONDS = env_int("PICOBOT_GROUP_EXPIRY_SECONDS", 86400)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis with two round trips per group_send and one per waiting message.
+            "BACKEND": "delivery.redis_layer.RoundTripRedisChannelLayer",
             "CONFIG": {
                 # redis-py caps a pool at 100 and errors instead of waiting (DESIGN §2).
                 "hosts": [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from channels.layers import get_channel_layer
@@ -48,3 +49,66 @@ async def test_an_idle_receive_outlives_the_redis_client_default_read_timeout():
         assert (await asyncio.wait_for(layer.receive(channel), timeout=5))["type"] == "still.alive"
         await layer.flush()
         channel_layers.backends = {}
+
+
+@pytest.fixture
+async def two_processes():
+    """Two layers on one Redis, as two server processes hold them (each its own client prefix)."""
+    url = require_service("PICOBOT_TEST_REDIS_URL")
+    config = redis_layers(url)["default"]
+    from delivery.redis_layer import RoundTripRedisChannelLayer
+
+    assert config["BACKEND"] == "delivery.redis_layer.RoundTripRedisChannelLayer"
+    layers = [RoundTripRedisChannelLayer(**{**config["CONFIG"], "prefix": "asgi-test-rt"}) for _ in range(2)]
+    yield layers
+    await layers[0].flush()
+    for layer in layers:
+        await layer.close_pools()
+
+
+async def test_group_send_reaches_every_member_across_processes_and_skips_a_full_one(two_processes):
+    web, agent = two_processes
+    watchers = [await web.new_channel() for _ in range(3)]
+    other = await agent.new_channel()
+    for channel in [*watchers, other]:
+        await web.group_add("chat.7", channel)
+    await agent.group_send("chat.7", {"type": "turn.snapshot", "revision": 1, "json": "é" * 10})
+    for channel in [*watchers, other]:
+        got = await asyncio.wait_for((web if channel in watchers else agent).receive(channel), 5)
+        assert got == {"type": "turn.snapshot", "revision": 1, "json": "é" * 10}
+    web.capacity = agent.capacity = 2  # the next two fill each process's key, the third is skipped
+    for revision in (2, 3, 4):
+        await agent.group_send("chat.7", {"type": "turn.snapshot", "revision": revision})
+    got = [(await asyncio.wait_for(agent.receive(other), 5))["revision"] for _ in range(2)]
+    assert got == [2, 3]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(agent.receive(other), 0.5)
+    await web.group_discard("chat.7", watchers[0])
+    await agent.group_send("chat.empty", {"type": "nobody"})  # no members: nothing, no error
+
+
+async def test_a_cancelled_receive_loses_nothing_and_scripts_survive_a_script_flush(two_processes):
+    web, agent = two_processes
+    channel = await web.new_channel()
+    waiting = asyncio.ensure_future(web.receive(channel))
+    await asyncio.sleep(0.3)  # blocked in BZPOPMIN
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    await agent.send(channel, {"type": "first"})
+    assert (await asyncio.wait_for(web.receive(channel), 5))["type"] == "first", "restored from the backup"
+    await agent.send(channel, {"type": "second"})
+    await agent.send(channel, {"type": "third"})
+    assert (await asyncio.wait_for(web.receive(channel), 5))["type"] == "second"  # waiting: popped by the script
+    await web.connection(0).script_flush()  # a Redis restart forgets loaded scripts
+    assert (await asyncio.wait_for(web.receive(channel), 5))["type"] == "third"
+    await agent.group_add("g", channel)
+    await agent.group_send("g", {"type": "after.flush"})
+    assert (await asyncio.wait_for(web.receive(channel), 5))["type"] == "after.flush"
+    with pytest.raises(TimeoutError):  # every message once: a handed-over backup is never restored
+        await asyncio.wait_for(web.receive(channel), 1)
+    for n in range(20):
+        await agent.send(channel, {"type": "burst", "n": n})
+    assert [(await asyncio.wait_for(web.receive(channel), 5))["n"] for _ in range(20)] == list(range(20))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(web.receive(channel), 1)
