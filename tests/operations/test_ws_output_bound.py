@@ -171,3 +171,32 @@ def test_a_frame_of_an_open_socket_is_written_at_once_and_the_rest_buffered_in_o
     transport.connected = 0  # a closed socket: Twisted's write decides (it drops the bytes)
     protocol.sendData(b"gone")
     assert not transport.wire.endswith(b"gone") and transport._tempDataBuffer == [b"gone"]
+
+
+def test_a_socket_closing_with_a_megabyte_unsent_gives_the_memory_back_to_the_system(monkeypatch):
+    """glibc keeps freed heap pages mapped: after such a close, ``malloc_trim(0)`` runs (at most
+    once a second), so the server's RSS goes back down (issue 12, bounded output)."""
+    from daphne.ws_protocol import WebSocketProtocol
+
+    from conversations.management.commands import _ws_guard
+
+    trims: list[int] = []
+    monkeypatch.setattr(WebSocketProtocol, "onClose", lambda self, clean, code, reason: None)
+    monkeypatch.setattr(_ws_guard, "_malloc_trim", trims.append)
+    monkeypatch.setattr(_ws_guard, "_last_trim", 0.0)
+
+    def closed_socket(unsent: int) -> None:
+        class Transport:
+            connected, offset, _tempDataLen = 0, 0, 0
+            dataBuffer, _tempDataBuffer = b"x" * unsent, []
+
+        protocol = _ws_guard.OutputBoundedWebSocketProtocol.__new__(_ws_guard.OutputBoundedWebSocketProtocol)
+        protocol.transport = Transport()
+        protocol.onClose(False, 1006, None)
+
+    closed_socket(10_000)
+    assert trims == [], "a small buffer: nothing worth a trim"
+    closed_socket(_ws_guard.TRIM_AFTER_BYTES)
+    closed_socket(_ws_guard.TRIM_AFTER_BYTES)
+    assert trims == [0], "once: the second close fell within the interval"
+    assert _ws_guard._load_malloc_trim() is not None, "this machine's libc is glibc"

@@ -8,7 +8,8 @@ transport's unsent bytes before each frame: once more than ``max_unsent_bytes`` 
 nothing more is queued, the socket gets a close frame with code :data:`CLOSE_NOT_READING` and,
 since a peer that does not read will not read that frame either, is dropped after autobahn's
 close handshake timeout (1 s): the client usually sees the connection drop (1006), the log says
-4408. Its unsent bytes are released when it closes. The consumer sees an ordinary disconnect;
+4408. Its unsent bytes are released when it closes, and given back to the operating system
+(:func:`give_back_freed_memory`: glibc keeps freed heap pages mapped until ``malloc_trim``). The consumer sees an ordinary disconnect;
 nothing is lost, since what it was sent is in the database and a reconnecting client resyncs
 from ``ready``. A frame always goes out whole when the buffer is under the bound, so the unsent
 output of a socket stays under ``max_unsent_bytes`` plus one frame. The bound is checked when a
@@ -29,7 +30,10 @@ Import this module only after ``daphne.server`` (which installs Twisted's asynci
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
+import time
 from typing import Any
 
 from autobahn.websocket.protocol import WebSocketProtocol as AutobahnProtocol
@@ -39,6 +43,34 @@ log = logging.getLogger("conversations.serve")
 
 CLOSE_NOT_READING = 4408
 """Close code for a client that left more than the bound of output unread (PROTOCOL §1)."""
+
+TRIM_AFTER_BYTES = 1024 * 1024
+"""A socket that closes with at least this much unsent output gives its memory back at once."""
+
+_TRIM_INTERVAL_SECONDS = 1.0
+_last_trim = 0.0
+
+
+def _load_malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): the allocator returns memory itself
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def give_back_freed_memory() -> bool:
+    """Return the heap's free pages to the operating system (glibc ``malloc_trim(0)``), at most
+    once a second. Returns whether it ran (False without glibc or within the interval)."""
+    global _last_trim
+    now = time.monotonic()
+    if _malloc_trim is None or now - _last_trim < _TRIM_INTERVAL_SECONDS:
+        return False
+    _last_trim = now
+    _malloc_trim(0)
+    return True
 
 
 def unsent_bytes(transport: Any) -> int | None:
@@ -92,8 +124,11 @@ class OutputBoundedWebSocketProtocol(WebSocketProtocol):
         # The transport and this protocol refer to each other: their unsent bytes would stay until
         # a full garbage collection. Drop them now (an aborted connection never sends them).
         transport = self.transport
-        if transport is not None and not getattr(transport, "connected", False) and unsent_bytes(transport):
+        unsent = unsent_bytes(transport) if transport is not None else None
+        if unsent and not getattr(transport, "connected", False):
             transport.dataBuffer, transport._tempDataBuffer, transport._tempDataLen, transport.offset = b"", [], 0, 0
+            if unsent >= TRIM_AFTER_BYTES or self._not_reading:
+                give_back_freed_memory()
         super().onClose(wasClean, code, reason)
 
 
