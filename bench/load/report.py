@@ -85,14 +85,16 @@ def idle_table(rows: list[dict[str, Any]]) -> str:
 
 
 def churn_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| target | cycles (failed) | cycles/s | RSS MiB baseline → after warm-up → after | "
-             "Redis clients baseline → after warm-up → after |", "|---|---|---|---|---|"]
+    lines = ["| target | cycles (failed) | cycles/s | RSS MiB cold → after warm-up → each quarter → 5 s after | "
+             "Redis clients cold → after warm-up → each quarter → 5 s after |", "|---|---|---|---|---|"]
     for row in rows:
         m = row["result"]
+        rss = " / ".join(_f(v) for v in m.get("rss_quarters_mib") or [])
+        redis = " / ".join(_f(v) for v in m.get("redis_quarters") or [])
         lines.append(
             f"| {row['target']} | {m['cycles']} ({m['failed']}) | {_f(m['cycles_per_s'], 1)} | "
-            f"{_f(m['rss_baseline_mib'])} → {_f(m['rss_after_warmup_mib'])} → {_f(m['rss_after_mib'])} | "
-            f"{_f(m['redis_clients_baseline'])} → {_f(m['redis_clients_after_warmup'])} → "
+            f"{_f(m['rss_baseline_mib'])} → {_f(m['rss_after_warmup_mib'])} → {rss} → {_f(m['rss_after_mib'])} | "
+            f"{_f(m['redis_clients_baseline'])} → {_f(m['redis_clients_after_warmup'])} → {redis} → "
             f"{_f(m['redis_clients_after'])} |"
         )
     return "\n".join(lines)

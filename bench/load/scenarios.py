@@ -256,47 +256,61 @@ async def run_idle(target: Any, tokens: list[str], *, connections: int, timeout:
 
 async def run_churn(target: Any, tokens: list[str], *, cycles: int, concurrency: int, timeout: float,
                     time_limit: float) -> dict[str, Any]:
-    """Connect, wait ``ready``, close — ``cycles`` times; RSS and Redis clients before vs after."""
+    """Connect, wait ``ready``, close — ``cycles`` times, ``concurrency`` at a time.
+
+    RSS and Redis clients cold, after a warm-up at the same concurrency (a tenth of ``cycles``,
+    200 to 1 000: first-use allocations, caches, the Redis pool grown to the concurrency), after
+    each quarter of the measured cycles (a leak grows with the cycles, a cache levels off) and
+    5 s after the last one.
+    """
     pids = target.pids
     urls = target.ws_urls
     baseline_rss = rss_mib(pids)
     baseline_redis = await target.redis_clients()
-    warm = min(200, cycles)
+    warm = min(cycles, max(200, min(1000, cycles // 10)))
     errors: dict[str, int] = {}
-    counter = iter(range(cycles))
     done = 0
     deadline = time.monotonic() + time_limit
 
-    async def loop() -> None:
-        nonlocal done
-        for i in counter:
-            if time.monotonic() > deadline:
-                return
-            error = await connect_cycle(urls[i % len(urls)], tokens[i % len(tokens)], timeout)
-            if error:
-                errors[error] = errors.get(error, 0) + 1
-            done += 1
+    async def run(first: int, count: int, measured: bool) -> None:
+        counter = iter(range(first, first + count))
 
-    # warm-up cycles first (first-use allocations), then the measured rest
-    warm_counter = iter(range(warm))
-    for i in warm_counter:
-        await connect_cycle(urls[i % len(urls)], tokens[i % len(tokens)], timeout)
+        async def loop() -> None:
+            nonlocal done
+            for i in counter:
+                if time.monotonic() > deadline:
+                    return
+                error = await connect_cycle(urls[i % len(urls)], tokens[i % len(tokens)], timeout)
+                if error and measured:
+                    errors[error] = errors.get(error, 0) + 1
+                done += measured
+
+        await asyncio.gather(*(loop() for _ in range(concurrency)))
+
+    await run(0, warm, measured=False)
     await asyncio.sleep(2)
     warm_rss = rss_mib(pids)
     warm_redis = await target.redis_clients()
+    quarters: list[dict[str, Any]] = []
     t0 = time.time()
-    await asyncio.gather(*(loop() for _ in range(concurrency)))
-    wall = time.time() - t0
+    for q in range(4):
+        count = cycles // 4 + (1 if q < cycles % 4 else 0)
+        await run(warm + done, count, measured=True)
+        await asyncio.sleep(1)
+        quarters.append({"cycles": done, "rss_mib": rss_mib(pids), "redis_clients": await target.redis_clients()})
+    wall = time.time() - t0 - 4
     await asyncio.sleep(5)
     return {
         "cycles": done,
         "warmup_cycles": warm,
         "wall_s": wall,
-        "cycles_per_s": done / wall if wall else float("nan"),
+        "cycles_per_s": done / wall if wall > 0 else float("nan"),
         "failed": sum(errors.values()),
         "errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])[:5]),
         "rss_baseline_mib": baseline_rss,
         "rss_after_warmup_mib": warm_rss,
+        "rss_quarters_mib": [q["rss_mib"] for q in quarters],
+        "redis_quarters": [q["redis_clients"] for q in quarters],
         "rss_after_mib": rss_mib(pids),
         "redis_clients_baseline": baseline_redis,
         "redis_clients_after_warmup": warm_redis,
