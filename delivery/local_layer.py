@@ -88,7 +88,9 @@ class LocalChannelLayer(InMemoryChannelLayer):
         self.require_valid_channel_name(channel)
         self._sweep_if_due()
         queue = self.channels.get(channel)
-        if queue is None:
+        if queue is None or (queue.empty() and getattr(queue, "_loop", None) not in (None, asyncio.get_running_loop())):
+            # New, or kept empty from another event loop (asyncio.run twice, async_to_sync): a
+            # queue that once waited is bound to its loop.
             queue = self.channels[channel] = asyncio.Queue(maxsize=self.get_capacity(channel))
         while True:
             expires_at, message = await queue.get()

@@ -10,23 +10,26 @@ format, capacity, expiry and backup-queue semantics, and
 
 * ``group_send``: one pipeline (expire old members + list them), then one ``EVALSHA`` that
   expires each key's old messages and adds the message where there is room;
-* receiving: one ``EVALSHA`` that clears the backup queue (restoring its message to the channel
-  when the receive that popped it did not complete), pops the oldest waiting message and backs it
-  up; only when nothing waits does it block in ``BZPOPMIN`` as channels_redis does. The backup of
-  a message that was handed over is dropped by that next call, not by a round trip of its own
-  (channels_redis's ``ZPOPMIN`` cleaner), under the same per-channel lock.
+* receiving: one ``EVALSHA`` that restores the backup queue, pops the oldest waiting message and
+  backs it up, atomically (channels_redis pops and backs up in two commands, and a cancellation
+  between them lost the message); only when nothing waits does it block in ``BZPOPMIN`` as
+  channels_redis does. Clearing the backup after the message was handed over stays
+  channels_redis's own ``ZPOPMIN`` under its per-channel lock.
 
-Scripts go by SHA (``redis.asyncio`` ``Script``: loaded once per server, reloaded after a Redis
-restart). Settings are those of ``RedisChannelLayer``.
+Scripts go by SHA on the connection channels_redis gives for the running loop (one client per
+loop and host), loaded with ``EVAL`` when Redis does not know them (first use, after a restart).
+Settings are those of ``RedisChannelLayer``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
+from redis.exceptions import NoScriptError
 
 logger = logging.getLogger("channels_redis.core")
 
@@ -48,11 +51,9 @@ return over_capacity
 """
 
 _POP_WITH_BACKUP = """
-if ARGV[1] ~= '1' then
-    local backed_up = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
-    for i = #backed_up, 1, -2 do
-        redis.call('ZADD', KEYS[1], backed_up[i], backed_up[i - 1])
-    end
+local backed_up = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+for i = #backed_up, 1, -2 do
+    redis.call('ZADD', KEYS[1], backed_up[i], backed_up[i - 1])
 end
 redis.call('DEL', KEYS[2])
 local popped = redis.call('ZPOPMIN', KEYS[1])
@@ -63,21 +64,19 @@ redis.call('ZADD', KEYS[2], popped[2], popped[1])
 return popped[1]
 """
 
+_SHA = {source: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest() for source in (_GROUP_SEND, _POP_WITH_BACKUP)}
+
 
 class RoundTripRedisChannelLayer(RedisChannelLayer):
-    """``RedisChannelLayer`` with two round trips per ``group_send`` and one per received message
+    """``RedisChannelLayer`` with two round trips per ``group_send`` and two per received message
     that was already waiting (see module)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._scripts: dict[tuple[int, str], Any] = {}
-        self._handed_over: set[str] = set()  # channel keys whose backed-up message was received
-
-    def _script(self, index: int, source: str) -> Any:
-        script = self._scripts.get((index, source))
-        if script is None:
-            script = self._scripts[(index, source)] = self.connection(index).register_script(source)
-        return script
+    async def _run_script(self, index: int, source: str, keys: list, args: list) -> Any:
+        connection = self.connection(index)
+        try:
+            return await connection.evalsha(_SHA[source], len(keys), *keys, *args)
+        except NoScriptError:  # first use on this server, or Redis restarted
+            return await connection.eval(source, len(keys), *keys, *args)
 
     async def group_send(self, group: str, message: dict) -> None:
         """Send ``message`` to every member of ``group``; members at capacity are skipped (logged)."""
@@ -97,7 +96,7 @@ class RoundTripRedisChannelLayer(RedisChannelLayer):
         for index, keys in keys_by_connection.items():
             args = [message_by_key[k] for k in keys] + [capacity_by_key[k] for k in keys]
             args += [time.time(), int(self.expiry)]
-            over_capacity = await self._script(index, _GROUP_SEND)(keys=keys, args=args)
+            over_capacity = await self._run_script(index, _GROUP_SEND, keys, args)
             if over_capacity > 0:
                 logger.info("%s of %s channels over capacity in group %s", over_capacity, len(channel_names), group)
 
@@ -105,9 +104,7 @@ class RoundTripRedisChannelLayer(RedisChannelLayer):
         """The oldest message of ``channel`` (backed up until it is processed), waiting up to
         ``timeout`` seconds; None when none came. Cancelling loses nothing (it stays backed up)."""
         backup_queue = self._backup_channel_name(channel)
-        handed_over = channel in self._handed_over
-        member = await self._script(index, _POP_WITH_BACKUP)(keys=[channel, backup_queue], args=[int(handed_over)])
-        self._handed_over.discard(channel)
+        member = await self._run_script(index, _POP_WITH_BACKUP, [channel, backup_queue], [])
         if member:
             return member
         connection = self.connection(index)
@@ -118,8 +115,3 @@ class RoundTripRedisChannelLayer(RedisChannelLayer):
         await connection.zadd(backup_queue, {member: float(score)})
         return member
 
-    async def _clean_receive_backup(self, index: int, channel: str) -> None:
-        """The message ``_brpop_with_clean`` backed up was handed over: the next pop of ``channel``
-        drops its backup (channels_redis runs ``_clean_receive_backup`` after each received message,
-        holding the channel's receive lock until it is done)."""
-        self._handed_over.add(channel)

@@ -145,3 +145,22 @@ async def test_flush_forgets_channels_and_groups_and_names_stay_valid():
     await layer.group_send("chat", {"type": "nobody"})  # an unknown group is not an error
     with pytest.raises(AssertionError):
         await layer.send(name, "not a dict")  # type: ignore[arg-type]
+
+
+def test_a_kept_queue_works_from_another_event_loop():
+    """``asyncio.run`` twice, or ``async_to_sync`` from a command: a queue that waited in one loop
+    is bound to it; an empty one is replaced for the next loop."""
+    layer = LocalChannelLayer()
+
+    async def round_trip() -> str:
+        async def later() -> None:
+            await asyncio.sleep(0.01)
+            await layer.send("a.one", {"type": "x"})
+
+        sending = asyncio.ensure_future(later())
+        got = await asyncio.wait_for(layer.receive("a.one"), 2)  # waits: binds the queue to this loop
+        await sending
+        return got["type"]
+
+    assert asyncio.run(round_trip()) == "x"
+    assert asyncio.run(round_trip()) == "x"

@@ -141,3 +141,20 @@ async def test_https_works_over_start_tls_and_a_certificate_it_does_not_trust_is
 def test_a_client_without_a_connection_pool_is_left_alone():
     client = httpx2.AsyncClient(transport=httpx2.MockTransport(lambda request: httpx2.Response(200)))
     assert use_asyncio_network(client) == 0
+
+
+async def test_the_kernels_etimedout_is_a_broken_connection_not_a_deadline():
+    import errno
+
+    class DeadPeer:
+        async def read(self, n: int) -> bytes:
+            raise TimeoutError(errno.ETIMEDOUT, "Connection timed out")
+
+        def at_eof(self) -> bool:
+            return False
+
+    from providers._asyncio_net import AsyncioNetworkStream
+
+    stream = AsyncioNetworkStream(DeadPeer(), None)  # type: ignore[arg-type]
+    with pytest.raises(httpcore2.ReadError):
+        await stream.read(10)

@@ -112,3 +112,44 @@ async def test_a_cancelled_receive_loses_nothing_and_scripts_survive_a_script_fl
     assert [(await asyncio.wait_for(web.receive(channel), 5))["n"] for _ in range(20)] == list(range(20))
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(web.receive(channel), 1)
+
+
+def test_the_layer_works_from_several_event_loops_and_closes_every_connection():
+    """``async_to_sync(layer.group_send)`` from sync code runs each call in a new loop: the scripts
+    run on that loop's client, and ``close_pools`` leaves no connection behind."""
+    from asgiref.sync import async_to_sync
+
+    from delivery.redis_layer import RoundTripRedisChannelLayer
+
+    url = require_service("PICOBOT_TEST_REDIS_URL")
+    layer = RoundTripRedisChannelLayer(hosts=[url], prefix="asgi-test-loops")
+    for n in range(3):
+        async_to_sync(layer.group_add)("g", "specific.x!y")
+        async_to_sync(layer.group_send)("g", {"type": "m", "n": n})
+    async_to_sync(layer.flush)()
+    async_to_sync(layer.close_pools)()
+
+
+async def test_receives_spread_over_several_hosts_get_every_message_once():
+    """A channel without "!" is received round robin over the hosts (two Redis databases stand in
+    for two servers): each message once, none restored from a backup after it was handed over."""
+    from urllib.parse import urlparse, urlunparse
+
+    from delivery.redis_layer import RoundTripRedisChannelLayer
+
+    url = require_service("PICOBOT_TEST_REDIS_URL")
+    hosts = [urlunparse(urlparse(url)._replace(path=f"/{db}")) for db in (1, 2)]
+    layer = RoundTripRedisChannelLayer(hosts=hosts, prefix="asgi-test-hosts")
+    try:
+        await layer.send("picobot.agent", {"type": "wake", "n": 1})
+        await layer.send("picobot.agent", {"type": "wake", "n": 2})
+        got = []
+        for _ in range(5):
+            try:
+                got.append((await asyncio.wait_for(layer.receive("picobot.agent"), 1.5))["n"])
+            except TimeoutError:
+                got.append(None)
+        assert sorted(n for n in got if n is not None) == [1, 2] and got.count(None) == 3
+    finally:
+        await layer.flush()
+        await layer.close_pools()
