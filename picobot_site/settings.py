@@ -287,6 +287,11 @@ PICOBOT = {
     "STORAGE_RETRY_DELAYS_MS": [int(x) for x in env_list("PICOBOT_STORAGE_RETRY_DELAYS_MS", ["100", "200", "300"])],
     # Threads for the agent's own DB calls (SQLite always uses one: it has one writer).
     "STORAGE_THREADS": env_int("PICOBOT_STORAGE_THREADS", 4),
+    # How long a thread may hold the GIL while another waits, ms (Python's default: 5). The event
+    # loop gives the GIL up at every socket call; with a storage thread busy it then waited up to
+    # 5 ms each time, which was most of the added latency under load (bench_load, issue 12).
+    # 0 or less keeps Python's default.
+    "SWITCH_INTERVAL_MS": env_float("PICOBOT_SWITCH_INTERVAL_MS", 1.0),
     # Sessions (seed 004 §9, DESIGN §6): a chat's active dialog idle longer than the TTL is replaced
     # by a new one on the next message, and runtime sessions idle that long leave memory. 0 = never.
     "SESSION_TTL_HOURS": env_float("PICOBOT_SESSION_TTL_HOURS", 24.0),

@@ -12,9 +12,11 @@ argument: ``argparse``'s convention, with the usage line).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import OperationalError, ProgrammingError
@@ -90,6 +92,15 @@ def require_database() -> None:
         Dialog.objects.exists()
     except (OperationalError, ProgrammingError) as exc:
         raise database_error(exc) from exc
+
+
+def apply_switch_interval() -> float:
+    """Set the interpreter's thread switch interval from ``PICOBOT_SWITCH_INTERVAL_MS`` (serve and
+    runagent: an event loop beside storage threads). Returns the interval in force, seconds."""
+    interval_ms = float(settings.PICOBOT["SWITCH_INTERVAL_MS"])
+    if interval_ms > 0:
+        sys.setswitchinterval(interval_ms / 1000)
+    return sys.getswitchinterval()
 
 
 class PicoBotCommand(BaseCommand):

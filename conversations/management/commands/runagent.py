@@ -13,7 +13,7 @@ import signal
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
 
-from conversations.management.commands._common import PicoBotCommand, require_database
+from conversations.management.commands._common import PicoBotCommand, apply_switch_interval, require_database
 
 
 class Command(PicoBotCommand):
@@ -35,6 +35,7 @@ class Command(PicoBotCommand):
             default_registry()  # PICOBOT_TOOL_MODULES errors before anything starts
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
+        apply_switch_interval()
         asyncio.run(self._run(worker_id))
 
     async def _run(self, worker_id: str) -> None:

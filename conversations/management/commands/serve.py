@@ -35,7 +35,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, CommandParser
 
 from conversations.bootstrap import ensure_first_user, undo_first_user
-from conversations.management.commands._common import PicoBotCommand, bounded_int, require_database
+from conversations.management.commands._common import (
+    PicoBotCommand,
+    apply_switch_interval,
+    bounded_int,
+    require_database,
+)
 
 MAX_WS_MESSAGE_BYTES = 9 * 1024 * 1024  # an 8 MiB media frame plus JSON overhead (PROTOCOL §1)
 
@@ -68,6 +73,7 @@ class Command(PicoBotCommand):
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
         require_database()
+        apply_switch_interval()
 
         # Daphne installs Twisted's asyncio reactor on import: import it only here.
         from channels.layers import get_channel_layer
