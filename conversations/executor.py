@@ -222,7 +222,10 @@ class DialogExecutor:
         told = [t for t in interrupted if t["turn_id"] in self.worker.reported_turns]
         for turn in interrupted:
             if turn not in told:
-                await notify.publish_interrupted(turn)
+                committed = None
+                with contextlib.suppress(DatabaseError):  # without it, the reconciler sends it later
+                    committed = await run_storage(storage.interrupted_commit, turn["inbox_id"])
+                await notify.publish_interrupted(turn, committed)
         if told:  # their failure was already shown (a commit that storage refused): no restart notice
             with contextlib.suppress(DatabaseError):
                 await run_storage(storage.mark_notices_sent, [t["inbox_id"] for t in told])

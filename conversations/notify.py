@@ -164,15 +164,21 @@ def interrupted_notice(turn: dict) -> InterruptedNotice:
     )
 
 
-async def publish_interrupted(turn: dict) -> None:
-    """Tell a chat that a turn died with its process: a terminal ``failed`` snapshot + a notice.
+async def publish_interrupted(turn: dict, committed: CommitResult | None = None) -> None:
+    """Tell a chat that a turn died with its process: a terminal ``failed`` snapshot, the turn's
+    ``turn_committed`` (``committed``: its user row, ``storage.interrupted_commit``), a notice.
 
     ``turn`` is an item of ``storage.interrupt_started``. Without the terminal snapshot a client
-    that saw the turn running would keep its spinner forever. Best effort (DESIGN §2): it reaches
-    the connections open now; the row's ``notice_sent_at`` stays NULL, so the next connection
-    of the chat gets the same notice on ``ready`` (issue 5).
+    that saw the turn running would keep its spinner forever; without the ``turn_committed`` it
+    would see the next turn's rows before this one's (a gap in ``seq``). Best effort (DESIGN §2):
+    it reaches the connections open now; the row's ``notice_sent_at`` stays NULL, so the next
+    connection of the chat gets the same notice on ``ready`` (issue 5).
     """
     notice = interrupted_notice(turn)
-    sink = CliChatSink(get_channel_layer(), group_for(turn["channel"], turn["chat_id"]))
+    sink = CliChatSink(
+        get_channel_layer(), group_for(turn["channel"], turn["chat_id"]), inbox_id=turn.get("inbox_id")
+    )
     await sink.finish(notice.snapshot, notice.payload)
+    if committed is not None:
+        await publish_turn_committed(turn["channel"], turn["chat_id"], turn["session_id"], committed)
     await publish_frame(turn["channel"], turn["chat_id"], notice.notification)

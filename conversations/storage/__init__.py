@@ -81,6 +81,7 @@ from conversations.storage.turns import (
     claim_dialog,
     commit_turn,
     interrupt_started,
+    interrupted_commit,
     load_history,
     start_next_turn,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "dialogs_needing_work",
     "history_page",
     "interrupt_started",
+    "interrupted_commit",
     "is_active_dialog",
     "list_sessions",
     "load_history",

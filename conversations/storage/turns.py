@@ -79,6 +79,15 @@ def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
     ]
 
 
+def interrupted_commit(inbox_id: str) -> CommitResult | None:
+    """What an interrupted turn left in history: its user row (committed when the turn started),
+    as the ``turn_committed`` of a turn that ended without an answer; None when the row is gone."""
+    row = sql.history_row(inbox_id)
+    if row is None:
+        return None
+    return CommitResult(messages=[history_row_to_protocol(row)], history_revision=row["seq"], history_rows=[row])
+
+
 def start_next_turn(
     dialog_id: str,
     worker_id: str,

@@ -122,6 +122,15 @@ async def test_a_client_connected_before_the_takeover_hears_the_broadcast_with_t
     await early.until("notification", lambda f: f.get("turn_id") == turn["turn_id"])
     await barrier(early)
     assert_told(early, turn)  # the group broadcast, carrying the id ready-time delivery uses
+    # The turn's user row was committed when it started: its turn_committed comes with the
+    # failed snapshot, before the notice (and before any later turn's rows), once.
+    committed = early.of_type("turn_committed")
+    assert len(committed) == 1 and [m["id"] for m in committed[0]["messages"]] == [turn["inbox_id"]]
+    assert committed[0]["session_id"] == turn["session_id"]
+    assert committed[0]["history_revision"] == committed[0]["messages"][0]["seq"]
+    order = [f["type"] for f in early.frames if f["type"] in {"turn_updated", "turn_committed", "notification"}]
+    assert order.index("turn_committed") > order.index("turn_updated")
+    assert order.index("turn_committed") < order.index("notification")
 
     # The broadcast cannot know who heard it: the next connection is told again on ready (the
     # same notice id, so a client that saw both shows it once), and only then is it marked sent.
