@@ -121,7 +121,7 @@ class Command(PicoBotCommand):
             else:
                 lines.append(
                     f"  Log in at {url}login/ with your password, or an API token from "
-                    "'python manage.py createtoken USERNAME' as the password."
+                    "'.venv/bin/python manage.py createtoken USERNAME' as the password."
                 )
             lines.append("  Stop with Ctrl+C.")
             self.stdout.write("\n".join(lines))
