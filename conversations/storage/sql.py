@@ -110,12 +110,10 @@ def next_queued(dialog_id: str) -> InboxMessage | None:
     )
     if row is None:
         return None
-    values = list(row)
-    for index, name in enumerate(_QUEUED.attnames):
-        if name == "id":
-            values[index] = as_uuid(values[index])
-        elif name in _QUEUED_JSON and isinstance(values[index], str):  # JSON comes back as text
-            values[index] = json.loads(values[index])
+    values = [
+        as_uuid(value) if name == "id" else json_value(value) if name in _QUEUED_JSON else value
+        for name, value in zip(_QUEUED.attnames, row, strict=True)
+    ]
     message = _QUEUED.load(values)
     message.dialog_id = dialog_id
     message.status = InboxMessage.Status.QUEUED

@@ -175,10 +175,7 @@ def load_history(dialog_id: str, worker_id: str, epoch: int) -> HistorySnapshot:
     """
     with transaction.atomic():
         dialog = check_lease(dialog_id, worker_id, epoch)
-        history = [
-            message_to_history_row(m)
-            for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq).order_by("seq")
-        ]
+        history = sql.history_rows(dialog.pk, dialog.summary_seq)
     return HistorySnapshot(
         dialog_id=dialog.id,
         title=dialog.title,

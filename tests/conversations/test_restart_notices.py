@@ -149,6 +149,26 @@ async def test_a_client_connected_before_the_takeover_hears_the_broadcast_with_t
     assert_told(early, turn)
 
 
+async def test_a_storage_error_reading_the_interrupted_user_row_still_tells_the_chat(
+    connect, start_worker, monkeypatch
+):
+    """The turn_committed is left to the connection's reconciler; snapshot and notice go out."""
+    from django.db import DatabaseError
+
+    def broken(inbox_id: str):
+        raise DatabaseError("disk I/O error")
+
+    monkeypatch.setattr(storage, "interrupted_commit", broken)
+    turn = await database_sync_to_async(leave_a_started_turn)()
+    early = await connect(await make_token())
+    await early.until("ready")
+    await start_worker(ScriptedProvider([]))
+    await early.until("notification", lambda f: f.get("turn_id") == turn["turn_id"])
+    await barrier(early)
+    assert_told(early, turn)
+    assert early.of_type("turn_committed") == [], "not from the broadcast: the reconciler sends it later"
+
+
 async def test_notices_go_to_their_own_chat_only(connect, start_worker):
     alice_turn = await database_sync_to_async(leave_a_started_turn)("alice")
     bob_turn = await database_sync_to_async(leave_a_started_turn)("bob")

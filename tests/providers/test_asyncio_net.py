@@ -158,3 +158,13 @@ async def test_the_kernels_etimedout_is_a_broken_connection_not_a_deadline():
     stream = AsyncioNetworkStream(DeadPeer(), None)  # type: ignore[arg-type]
     with pytest.raises(httpcore2.ReadError):
         await stream.read(10)
+
+
+def test_proxy_mounts_from_the_environment_are_switched_too(monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:3128")
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    client = httpx2.AsyncClient()
+    assert len(client._mounts) >= 2
+    assert use_asyncio_network(client) == 1 + sum(1 for t in client._mounts.values() if t is not None)
+    assert all(isinstance(t._pool._network_backend, AsyncioNetworkBackend) for t in client._mounts.values() if t)
