@@ -30,9 +30,9 @@ from conversations.agent_loop import (
     AgentResult,
 )
 from conversations.models import InboxMessage, Message
-from conversations.session_turns import remember_commit, start_turn
+from conversations.session_turns import adopt_start, remember_commit, start_turn
 from conversations.storage_runner import run_storage
-from conversations.tools.memory import recall_memories
+from conversations.tools.memory import recall_for_turn, recall_memories
 from conversations.tools.registry import ToolContext, ToolFatalError
 from conversations.turn_failures import (
     TurnFailedError,
@@ -48,6 +48,7 @@ from conversations.turn_input import (
     Publish,
     TurnInputBuilder,
     overflow_mid_turn_message,
+    prefetch_turn_input,
     run_with_overflow_recovery,
 )
 from conversations.turn_rows import complete_tool_chains, turn_rows
@@ -202,10 +203,18 @@ class DialogExecutor:
         """New input may be queued: look again before going idle."""
         self.poked.set()
 
-    async def run(self, interrupted: list[dict] | None = None) -> None:
+    @staticmethod
+    def prefetch(start: storage.TurnStart) -> dict:
+        """What the turn's input builder reads (its dialog state and recalled memory), read in
+        the storage trip that starts the turn (``session_turns.begin_turn``)."""
+        return prefetch_turn_input(start, recall_for_turn)
+
+    async def run(self, interrupted: list[dict] | None = None, *, first: storage.TurnStart | None = None) -> None:
         """Recover interrupted turns, then run queued turns until the inbox is empty.
 
         ``interrupted``: what ``storage.claim_dialog`` already marked (else it is done here).
+        ``first``: the first turn, already started in the claim's storage trip
+        (``session_turns.claim_and_begin``; its runtime session is brought up to date here).
 
         A storage failure that outlasts the retries (seed 004 §4.4) ends this run with an error in
         the log and a notice to the chat; the queued messages stay queued (they were acked, so
@@ -233,7 +242,10 @@ class DialogExecutor:
         while not self.lease_lost and not self.worker.stopping and not self.storage_failed:
             self.poked.clear()
             try:
-                start = await self._start_turn()
+                if first is not None:
+                    start, first = await adopt_start(self.worker.sessions, first, self.worker.worker_id, self.epoch), None
+                else:
+                    start = await self._start_turn()
             except DatabaseError as exc:
                 await self._storage_alert(exc)
                 return
@@ -276,7 +288,9 @@ class DialogExecutor:
 
     async def _start_turn(self) -> storage.TurnStart | None:
         """The next queued turn, its history through the runtime session (``session_turns.start_turn``)."""
-        return await start_turn(self.worker.sessions, self.dialog_id, self.worker.worker_id, self.epoch)
+        return await start_turn(
+            self.worker.sessions, self.dialog_id, self.worker.worker_id, self.epoch, prefetch=self.prefetch
+        )
 
     def _remember_commit(self, commit: storage.CommitResult) -> None:
         remember_commit(self.worker.sessions, self.dialog_id, commit)

@@ -8,6 +8,7 @@ when there is none or it does not fit; a commit appends its rows without a DB re
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 from conversations import storage
@@ -17,7 +18,59 @@ from conversations.storage_runner import run_storage
 log = logging.getLogger(__name__)
 
 
-async def start_turn(sessions: SessionManager, dialog_id: str, worker_id: str, epoch: int) -> storage.TurnStart | None:
+Prefetch = Callable[[storage.TurnStart], dict]
+"""Reads what the turn's input needs, on the storage thread (``turn_input.prefetch_turn_input``)."""
+
+
+def known_state(sessions: SessionManager, dialog_id: str) -> dict:
+    """``start_next_turn``'s ``known_revision``/``known_summary_seq`` from a valid runtime
+    session, or ``{}`` (a full history read)."""
+    session = sessions.get(dialog_id)
+    if session is None or not session.valid:
+        return {}
+    return {"known_revision": session.history_revision, "known_summary_seq": session.summary_seq}
+
+
+def begin_turn(
+    dialog_id: str, worker_id: str, epoch: int, known: dict, prefetch: Prefetch | None
+) -> storage.TurnStart | None:
+    """``start_next_turn``, then ``prefetch`` of the started turn: one storage trip instead of
+    three, each of which waits for a busy event loop to resume it (issue 12). Runs on a storage
+    thread. A prefetch that fails leaves ``prefetched`` None (the input builder reads it itself and
+    reports what fails); the start is committed either way."""
+    start = storage.start_next_turn(dialog_id, worker_id, epoch, **known)
+    if start is None or prefetch is None:
+        return start
+    try:
+        return replace(start, prefetched=prefetch(start))
+    except Exception:  # noqa: BLE001 - read again (and reported) by the builder
+        log.debug("dialog %s: the turn input prefetch failed; the builder reads it", dialog_id, exc_info=True)
+        return start
+
+
+def claim_and_begin(
+    dialog_id: str, worker_id: str, lease_ms: int, takeover: storage.Takeover | None, known: dict,
+    prefetch: Prefetch | None,
+) -> tuple[storage.DialogClaim | None, storage.TurnStart | None]:
+    """``storage.claim_dialog``, then the first turn's :func:`begin_turn` under the new epoch:
+    what a worker does when a dialog wakes, in one storage trip. The turn is begun only when
+    the claim found no interrupted turns (their notices go out first) and is None when it was
+    not; then the executor starts it itself (and reports a failure the claim swallowed here).
+    Runs on a storage thread."""
+    claim = storage.claim_dialog(dialog_id, worker_id, lease_ms, takeover=takeover)
+    if claim is None or claim.interrupted != []:
+        return claim, None
+    try:
+        return claim, begin_turn(dialog_id, worker_id, claim.epoch, known, prefetch)
+    except Exception:  # noqa: BLE001 - the executor's own start meets (and reports) it again
+        log.debug("dialog %s: the first turn start after the claim failed; retried by the executor", dialog_id,
+                  exc_info=True)
+        return claim, None
+
+
+async def start_turn(
+    sessions: SessionManager, dialog_id: str, worker_id: str, epoch: int, *, prefetch: Prefetch | None = None
+) -> storage.TurnStart | None:
     """Start the next queued turn; its ``history`` is the dialog's full history after the summary.
 
     With a valid runtime session only the rows it lacks are read (``known_revision``) and
@@ -26,19 +79,24 @@ async def start_turn(sessions: SessionManager, dialog_id: str, worker_id: str, e
     session. A session that cannot be trusted is evicted, never used. Returns None when
     nothing is queued. Raises what ``storage.start_next_turn`` raises (the session is evicted).
     """
-    session = sessions.get(dialog_id)
-    known = {}
-    if session is not None and session.valid:
-        known = {"known_revision": session.history_revision, "known_summary_seq": session.summary_seq}
     try:
-        start = await run_storage(
-            storage.start_next_turn, dialog_id, worker_id, epoch, **known
-        )
+        start = await run_storage(begin_turn, dialog_id, worker_id, epoch, known_state(sessions, dialog_id), prefetch)
     except BaseException:
         sessions.evict(dialog_id)
         raise
+    return await adopt_start(sessions, start, worker_id, epoch)
+
+
+async def adopt_start(
+    sessions: SessionManager, start: storage.TurnStart | None, worker_id: str, epoch: int
+) -> storage.TurnStart | None:
+    """Bring the runtime session up to ``start`` (from :func:`begin_turn`) and give the turn its
+    full history: a delta is applied to the session, a full read becomes it; a delta that does
+    not fit reloads the history (``storage.load_history``)."""
     if start is None:
         return None
+    dialog_id = start.dialog_id
+    session = sessions.get(dialog_id)
     now = sessions.clock()
     if start.history_is_delta:
         applied = session is not None and session.apply_turn_start(
@@ -79,6 +137,7 @@ async def start_turn(sessions: SessionManager, dialog_id: str, worker_id: str, e
         log.warning("dialog %s: history seqs are not contiguous; not kept in memory", dialog_id)
         sessions.evict(dialog_id)
     return start
+
 
 def remember_commit(sessions: SessionManager, dialog_id: str, commit: storage.CommitResult) -> None:
     """Append a successful commit's rows to the runtime session (no DB read; seed 004 §5.2).

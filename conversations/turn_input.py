@@ -93,6 +93,8 @@ START_OVER = "Send a shorter message, or start a new dialog with /new."
 
 MemoryRecall = Callable[[TurnStart], Awaitable[str | None]]
 """Recalls long-term memory for a turn: returns text for the runtime context, or None."""
+MemoryRecallSync = Callable[[TurnStart], str | None]
+"""The same, on a storage thread (``prefetch_turn_input``)."""
 Publish = Callable[[str], Awaitable[object]]
 """Tells the chat a notice (a warning ``notification``)."""
 
@@ -188,6 +190,14 @@ def load_dialog_context(dialog_id: str) -> dict:
         "auto_compact_failures": int(auto_compact_failures or 0),
         "plan": text,
     }
+
+
+def prefetch_turn_input(start: TurnStart, recall: MemoryRecallSync | None) -> dict:
+    """What :meth:`TurnInputBuilder.prepare` reads, read on the storage thread right after the
+    turn start, in the same trip (``session_turns.begin_turn``): ``{"dialog":
+    load_dialog_context(…), "memory": recall(start)}``. Raises what they raise; the caller then
+    leaves it to the builder, which reads (and reports) it itself."""
+    return {"dialog": load_dialog_context(start.dialog_id), "memory": recall(start) if recall is not None else None}
 
 
 def runtime_context(start: TurnStart, *, now: datetime, plan: str = "", memory: str = "") -> str:
@@ -402,8 +412,14 @@ class TurnInputBuilder:
             )
         return fitted
 
-    async def _context(self, start: TurnStart) -> tuple[_DialogContext, str]:
-        state, memory = await asyncio.gather(run_storage(load_dialog_context, start.dialog_id), self._recall(start))
+    async def _context(self, start: TurnStart, *, reread: bool) -> tuple[_DialogContext, str]:
+        """The dialog's state and the runtime context: as prefetched with the turn start, or read
+        now (``reread``: after an overflow, or nothing was prefetched)."""
+        prefetched = None if reread else start.prefetched
+        if prefetched is not None:
+            state, memory = prefetched["dialog"], self._clip_memory(prefetched["memory"] if self.memory_recall else None)
+        else:
+            state, memory = await asyncio.gather(run_storage(load_dialog_context, start.dialog_id), self._recall(start))
         return (
             _DialogContext(state["state_version"], state["auto_compact_failures"], state["plan"]),
             runtime_context(start, now=self.clock(), plan=state["plan"], memory=memory),
@@ -417,11 +433,15 @@ class TurnInputBuilder:
         except Exception:
             log.exception("dialog %s: memory recall failed; the turn goes on without it", start.dialog_id)
             return ""
+        return self._clip_memory(text)
+
+    @staticmethod
+    def _clip_memory(text: str | None) -> str:
         text = (text or "").strip()
         return text if len(text) <= MAX_MEMORY_CHARS else text[: MAX_MEMORY_CHARS - 1] + "…"
 
     async def _prepare(self, start: TurnStart, window: int, *, limit: int, recovering: bool) -> PreparedInput:
-        dialog, context = await self._context(start)
+        dialog, context = await self._context(start, reread=recovering)
         target = max(1, int(window * self.threshold))
         summary, rows = start.summary, start.history
         messages = self.assemble(summary, rows, context)

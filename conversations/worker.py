@@ -33,6 +33,7 @@ from conversations.consumer_base import LoopDispatch
 from conversations.executor import DialogExecutor, open_cli_chat_sink, split_session_id
 from conversations.lease_keeper import LeaseKeeper
 from conversations.runtime import get_provider
+from conversations.session_turns import claim_and_begin, known_state
 from conversations.sessions import SessionManager, session_manager
 from conversations.storage_runner import run_storage
 from conversations.supervisor import TaskSupervisor
@@ -324,12 +325,15 @@ class AgentWorker:
     ) -> None:
         lease_ms = int(settings.PICOBOT["LEASE_SECONDS"] * 1000)
         try:
-            claim = await run_storage(storage.claim_dialog, dialog_id, self.worker_id, lease_ms, takeover=takeover)
+            claim, first = await run_storage(
+                claim_and_begin, dialog_id, self.worker_id, lease_ms, takeover,
+                known_state(self.sessions, dialog_id), executor.prefetch,
+            )
             if claim is None:
                 return  # another live worker owns it
             executor.epoch = claim.epoch
             executor.confirm_lease()
-            await executor.run(claim.interrupted)
+            await executor.run(claim.interrupted, first=first)
         except storage.LeaseLostError:
             log.warning("lease of %s lost; leaving it to its new owner", dialog_id)
         finally:

@@ -57,9 +57,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379", help="scaleout: Redis (no db index)")
     p.add_argument("--redis-db", type=int, default=13, help="scaleout: Redis db index (flushed before and after)")
     p.add_argument("--max-minutes", type=float, default=90.0, help="hard bound of the whole benchmark")
+    p.add_argument("--server-env", metavar="KEY=VALUE", action="append", default=[],
+                   help="a PICOBOT_* setting for the PicoBot processes (repeatable), e.g. PICOBOT_SWITCH_INTERVAL_MS=0.5")
     p.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     p.add_argument("--keep", action="store_true", help="keep the temp directory (server logs)")
     args = p.parse_args(argv)
+    for item in args.server_env:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.startswith("PICOBOT_"):
+            p.error(f"--server-env takes PICOBOT_KEY=VALUE, not {item!r}")
     for url in (args.pg_url, args.redis_url):
         if "127.0.0.1" not in url and "localhost" not in url:
             p.error(f"loopback only: {url}")
@@ -94,11 +100,12 @@ class Bench:
 
     def picobot(self, mode: str, users: int) -> servers.PicoBot:
         assert self.llm is not None
-        if mode == "embedded":
-            return servers.EmbeddedPicoBot(self.llm.port, users, self.root)
         a = self.args
+        extra = dict(item.partition("=")[::2] for item in a.server_env)
+        if mode == "embedded":
+            return servers.EmbeddedPicoBot(self.llm.port, users, self.root, extra_env=extra)
         return servers.ScaleoutPicoBot(self.llm.port, users, self.root, pg_admin_url=a.pg_url,
-                                       redis_base=a.redis_url, redis_db=a.redis_db)
+                                       redis_base=a.redis_url, redis_db=a.redis_db, extra_env=extra)
 
     def note_logs(self, label: str, target: Any) -> None:
         for name, (count, lines) in target.logs().items():

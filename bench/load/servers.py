@@ -153,11 +153,13 @@ class PicoBot:
 
     mode = ""
 
-    def __init__(self, llm_port: int, users: int, log_root: Path) -> None:
+    def __init__(self, llm_port: int, users: int, log_root: Path, *, extra_env: dict[str, str] | None = None) -> None:
         self.llm_port = llm_port
         self.users = users
         self.dir = Path(tempfile.mkdtemp(prefix=f"bench-{self.mode}-", dir=log_root))
-        self.env: dict[str, str] = clean_env({**llm_env(llm_port), "PICOBOT_DATA_DIR": str(self.dir)})
+        self.env: dict[str, str] = clean_env(
+            {**llm_env(llm_port), "PICOBOT_DATA_DIR": str(self.dir), **(extra_env or {})}
+        )
         self.procs: list[Proc] = []
         self.ws_urls: list[str] = []
         self.http_ports: list[int] = []
@@ -228,8 +230,8 @@ class ScaleoutPicoBot(PicoBot):
     mode = "scaleout"
 
     def __init__(self, llm_port: int, users: int, log_root: Path, *, pg_admin_url: str, redis_base: str,
-                 redis_db: int, daphnes: int = 2, agents: int = 2) -> None:
-        super().__init__(llm_port, users, log_root)
+                 redis_db: int, daphnes: int = 2, agents: int = 2, extra_env: dict[str, str] | None = None) -> None:
+        super().__init__(llm_port, users, log_root, extra_env=extra_env)
         self.pg_admin_url = pg_admin_url
         self.db_name = f"picobot_bench_{os.getpid()}_{int(time.time() * 1000) % 10**8}"
         self.redis_url = f"{redis_base.rstrip('/')}/{redis_db}"

@@ -118,7 +118,9 @@ class TurnStart:
     runtime session holds the rest). ``history_revision`` is the dialog's revision with the user
     row in (= its seq); ``summary``/``summary_seq`` are the dialog's compaction state.
     ``channel_context`` is the inbound message's opaque platform context, for the turn's sink
-    (seed 000 §10.1: passed through, never interpreted).
+    (seed 000 §10.1: passed through, never interpreted). ``prefetched`` is what the turn's input
+    builder reads, read in the same storage trip as the start (``session_turns.begin_turn``), or
+    None: the builder reads it itself.
     """
 
     dialog_id: str
@@ -135,6 +137,7 @@ class TurnStart:
     history_revision: int = 0
     history_is_delta: bool = False
     channel_context: dict = field(default_factory=dict)
+    prefetched: dict | None = None
 
 
 @dataclass(frozen=True)

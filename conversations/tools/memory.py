@@ -291,14 +291,21 @@ def _recall_sync(context: ToolContext, query: str) -> str | None:
     return "\n".join(f"- {hit.content}" for hit in hits) or None
 
 
-async def recall_memories(start: Any) -> str | None:
-    """The ``TurnInputBuilder`` memory hook (seed 000 §7.1): the owner's items best matching the
-    turn's user message, at most ``RECALL_LIMIT``, as ``- item`` lines (None when none match).
-
-    ``start`` is the turn's ``storage.TurnStart``. Reads through ``run_storage``.
-    """
-    query = str((start.user_message or {}).get("content") or "")
-    if not query.strip():
+def recall_for_turn(start: Any) -> str | None:
+    """The owner's items best matching the turn's user message, at most ``RECALL_LIMIT``, as
+    ``- item`` lines (None when none match; seed 000 §7.1). ``start`` is the turn's
+    ``storage.TurnStart``. Sync: touches the DB (a storage thread)."""
+    query = _turn_query(start)
+    if not query:
         return None
-    context = ToolContext(start.dialog_id, start.channel, start.chat_id)
-    return await run_storage(_recall_sync, context, query)
+    return _recall_sync(ToolContext(start.dialog_id, start.channel, start.chat_id), query)
+
+
+async def recall_memories(start: Any) -> str | None:
+    """The ``TurnInputBuilder`` memory hook: :func:`recall_for_turn` through ``run_storage``."""
+    return await run_storage(recall_for_turn, start) if _turn_query(start) else None
+
+
+def _turn_query(start: Any) -> str:
+    query = str((start.user_message or {}).get("content") or "")
+    return query if query.strip() else ""
