@@ -29,7 +29,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from conversations import storage
-from conversations.consumer_base import LoopDispatch
+from conversations.consumer_base import LoopDispatch, dispatch_channels
 from conversations.executor import DialogExecutor, open_cli_chat_sink, split_session_id
 from conversations.lease_keeper import LeaseKeeper
 from conversations.runtime import get_provider
@@ -93,7 +93,8 @@ def default_worker_id(mode: str) -> str:
 
 
 class AgentWorkerConsumer(LoopDispatch, AsyncConsumer):
-    """Routes agent layer messages to the process's ``AgentWorker``; never awaits a turn."""
+    """Routes agent layer messages to the process's ``AgentWorker``; never awaits a turn. Driven by
+    ``AgentWorker._consumer_loop`` (``dispatch_channels``), not by Channels' ASGI loop."""
 
     def __init__(self, worker: AgentWorker) -> None:
         super().__init__()
@@ -243,24 +244,14 @@ class AgentWorker:
         through the layer, so the consumer must not stay dead.
         """
         layer = get_channel_layer()
-        app = AgentWorkerConsumer.as_asgi(worker=self)
-
-        async def send(_message: dict) -> None:  # pragma: no cover - channel apps never send
-            return None
-
         delay = 0.5
         while True:
-            first = True
-
-            async def receive() -> dict:
-                nonlocal first
-                if first:
-                    first = False
-                    return {"type": "worker.start"}  # joins the workers group (again)
-                return await layer.receive(AGENT_CHANNEL)
-
+            consumer = AgentWorkerConsumer(worker=self)
+            consumer.channel_layer = layer
             try:
-                await app({"type": "channel", "channel": AGENT_CHANNEL}, receive, send)
+                consumer.channel_name = await layer.new_channel()
+                await consumer.dispatch({"type": "worker.start"})  # joins the workers group (again)
+                await dispatch_channels(layer, [AGENT_CHANNEL, consumer.channel_name], consumer.dispatch)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -98,6 +98,17 @@ class LocalChannelLayer(InMemoryChannelLayer):
                 return message
             self._remove_from_groups(channel)  # as the sweep does for an expired message
 
+    def receive_nowait(self, channel: str) -> dict | None:
+        """The next unexpired message of ``channel`` if one is queued, else None (never waits):
+        a consumer drains a backlog in one go (``conversations.consumer_base.dispatch_channels``)."""
+        queue = self.channels.get(channel)
+        while queue is not None and not queue.empty():
+            expires_at, message = queue.get_nowait()
+            if expires_at >= time.time():
+                return message
+            self._remove_from_groups(channel)
+        return None
+
     async def group_send(self, group: str, message: dict) -> None:
         """Queue a copy of ``message`` on each member of ``group``; full members are skipped."""
         assert isinstance(message, dict), "Message is not a dict"

@@ -164,3 +164,16 @@ def test_a_kept_queue_works_from_another_event_loop():
 
     assert asyncio.run(round_trip()) == "x"
     assert asyncio.run(round_trip()) == "x"
+
+
+async def test_receive_nowait_hands_over_queued_messages_in_order_and_never_waits(clock):
+    layer = LocalChannelLayer(expiry=10)
+    assert layer.receive_nowait("a.one") is None, "an unknown channel"
+    await layer.group_add("g", "a.one")
+    for n in range(3):
+        await layer.send("a.one", {"type": "m", "n": n})
+    clock.now += 11  # the first three expire
+    await layer.send("a.one", {"type": "m", "n": 3})
+    assert layer.receive_nowait("a.one") == {"type": "m", "n": 3}, "expired ones are skipped"
+    assert "a.one" not in layer.groups.get("g", {}), "as receive does, an expired message ends the membership"
+    assert layer.receive_nowait("a.one") is None, "empty"
