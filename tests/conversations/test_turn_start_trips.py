@@ -45,17 +45,23 @@ def trips(monkeypatch) -> list[str]:
     return names
 
 
+async def send_one(connect, start_worker, answer: str, content: str = "Hi") -> tuple[ScriptedProvider, object]:
+    """A worker with a provider that answers ``answer``; alice sends ``content``."""
+    provider = ScriptedProvider([script_text(answer)])
+    await start_worker(provider)
+    alice = await connect(await make_token("alice"))
+    await alice.until("ready")
+    await alice.send({"type": "message", "content": content, "client_msg_id": "m-1"})
+    return provider, alice
+
+
 def between(names: list[str], first: str, last: str | None = None) -> list[str]:
     start = names.index(first) + 1
     return names[start : names.index(last, start)] if last else names[start:]
 
 
 async def test_a_woken_dialogs_first_turn_is_claimed_started_and_read_in_one_trip(connect, start_worker, trips):
-    provider = ScriptedProvider([script_text("Hello!")])
-    await start_worker(provider)
-    alice = await connect(await make_token("alice"))
-    await alice.until("ready")
-    await alice.send({"type": "message", "content": "Hi there", "client_msg_id": "m-1"})
+    provider, alice = await send_one(connect, start_worker, "Hello!", "Hi there")
     committed = await alice.until("turn_committed")
 
     assert committed["messages"][-1]["content"] == "Hello!"
@@ -103,11 +109,7 @@ async def test_a_failed_prefetch_is_read_again_by_the_builder(connect, start_wor
         return real(dialog_id)
 
     monkeypatch.setattr(turn_input, "load_dialog_context", flaky)
-    provider = ScriptedProvider([script_text("fine")])
-    await start_worker(provider)
-    alice = await connect(await make_token("alice"))
-    await alice.until("ready")
-    await alice.send({"type": "message", "content": "Hi", "client_msg_id": "m-1"})
+    _, alice = await send_one(connect, start_worker, "fine")
     committed = await alice.until("turn_committed")
 
     assert committed["messages"][-1]["content"] == "fine"
@@ -120,11 +122,7 @@ async def test_a_failed_read_after_a_failed_prefetch_fails_the_turn_as_before(co
         raise DatabaseError("disk I/O error")
 
     monkeypatch.setattr(turn_input, "load_dialog_context", broken)
-    provider = ScriptedProvider([script_text("never")])
-    await start_worker(provider)
-    alice = await connect(await make_token("alice"))
-    await alice.until("ready")
-    await alice.send({"type": "message", "content": "Hi", "client_msg_id": "m-1"})
+    provider, alice = await send_one(connect, start_worker, "never")
     final = await alice.until("turn_updated", lambda f: f["turn"]["status"] != "running")
     assert final["turn"]["status"] == "failed"
     assert provider.requests == [], "nothing was sent to the model"
