@@ -239,7 +239,9 @@ class DialogExecutor:
             with contextlib.suppress(DatabaseError):
                 await run_storage(storage.mark_notices_sent, [t["inbox_id"] for t in told])
             self.worker.reported_turns.difference_update(t["turn_id"] for t in told)
-        while not self.lease_lost and not self.worker.stopping and not self.storage_failed:
+        # A turn the claim already started runs even if a shutdown began meanwhile (it is then
+        # ended as cancelled, never left ``started``); the claim starts none once it has begun.
+        while first is not None or (not self.lease_lost and not self.worker.stopping and not self.storage_failed):
             self.poked.clear()
             try:
                 if first is not None:

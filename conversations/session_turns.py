@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from conversations import storage
 from conversations.sessions import Session, SessionManager
-from conversations.storage_runner import run_storage
+from conversations.storage_runner import close_if_broken, run_storage
 
 log = logging.getLogger(__name__)
 
@@ -44,25 +44,28 @@ def begin_turn(
     try:
         return replace(start, prefetched=prefetch(start))
     except Exception:  # noqa: BLE001 - read again (and reported) by the builder
+        close_if_broken()
         log.debug("dialog %s: the turn input prefetch failed; the builder reads it", dialog_id, exc_info=True)
         return start
 
 
 def claim_and_begin(
     dialog_id: str, worker_id: str, lease_ms: int, takeover: storage.Takeover | None, known: dict,
-    prefetch: Prefetch | None,
+    prefetch: Prefetch | None, may_begin: Callable[[], bool] = lambda: True,
 ) -> tuple[storage.DialogClaim | None, storage.TurnStart | None]:
     """``storage.claim_dialog``, then the first turn's :func:`begin_turn` under the new epoch:
     what a worker does when a dialog wakes, in one storage trip. The turn is begun only when
-    the claim found no interrupted turns (their notices go out first) and is None when it was
-    not; then the executor starts it itself (and reports a failure the claim swallowed here).
-    Runs on a storage thread."""
+    the claim found no interrupted turns (their notices go out first) and ``may_begin()`` still
+    says so (a worker that began shutting down leaves the message queued for the next one); it
+    is None when it was not: then the executor starts it itself (and reports a failure the claim
+    swallowed here). Runs on a storage thread."""
     claim = storage.claim_dialog(dialog_id, worker_id, lease_ms, takeover=takeover)
-    if claim is None or claim.interrupted != []:
+    if claim is None or claim.interrupted != [] or not may_begin():
         return claim, None
     try:
         return claim, begin_turn(dialog_id, worker_id, claim.epoch, known, prefetch)
     except Exception:  # noqa: BLE001 - the executor's own start meets (and reports) it again
+        close_if_broken()
         log.debug("dialog %s: the first turn start after the claim failed; retried by the executor", dialog_id,
                   exc_info=True)
         return claim, None

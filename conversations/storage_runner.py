@@ -51,10 +51,15 @@ def _call(fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
     try:
         return fn(*args, **kwargs)
     except DatabaseError:
-        # A broken connection must not poison the next call on this thread.
-        if connection.connection is not None and not connection.is_usable():
-            connection.close()
+        close_if_broken()
         raise
+
+
+def close_if_broken() -> None:
+    """Close this thread's connection if it broke, so that the next call opens a new one: for a
+    storage function that catches a ``DatabaseError`` itself and goes on."""
+    if connection.connection is not None and not connection.is_usable():
+        connection.close()
 
 
 async def run_storage(fn: Callable[..., T], *args: Any, retry: bool = True, **kwargs: Any) -> T:

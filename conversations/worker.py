@@ -318,7 +318,7 @@ class AgentWorker:
         try:
             claim, first = await run_storage(
                 claim_and_begin, dialog_id, self.worker_id, lease_ms, takeover,
-                known_state(self.sessions, dialog_id), executor.prefetch,
+                known_state(self.sessions, dialog_id), executor.prefetch, lambda: not self.stopping,
             )
             if claim is None:
                 return  # another live worker owns it

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -235,6 +236,20 @@ async def test_recovery_rebuilds_through_the_same_path_with_a_smaller_window():
     assert_once(second.messages, "You are PicoBot.")
     assert SUMMARY in second.messages[0].text
     assert second.messages[-1].text.startswith("What now?" + RUNTIME_CONTEXT_MARKER)
+
+
+async def test_recovery_reads_the_dialog_state_again_instead_of_what_the_turn_start_prefetched():
+    dialog = await seed(20, chars=800)
+    stale = {"dialog": {"state_version": 999, "auto_compact_failures": 0, "plan": "[>] an old plan"}, "memory": None}
+    start = replace(await start_of(dialog.id), prefetched=stale)
+    build = builder(ScriptedProvider([script_text(SUMMARY)]))
+    first = await build.prepare(start)
+    assert first.base_state_version == 999, "the first request uses what the start read"
+
+    second = await build.recover_after_overflow(start, first)
+
+    assert second.base_state_version == (await reload(dialog.id)).state_version != 999
+    assert "an old plan" not in second.messages[-1].text
 
 
 def test_only_an_overflow_before_anything_was_shown_is_recovered():
