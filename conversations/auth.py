@@ -43,7 +43,7 @@ from django.utils.crypto import constant_time_compare
 
 from conversations.middleware_base import SyncAndAsyncMiddleware
 from conversations.models import ApiToken, now_ms
-from conversations.storage_runner import run_storage
+from conversations.storage.runner import run_storage
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ SESSION_TOKEN_KEY = "picobot_api_token_id"
 REVOCATION_CHECK_SECONDS = 2.0
 """How often a process checks the tokens of its open token-authenticated WebSockets (one query
 for all of them)."""
-CLOSE_REVOKED = 4401  # = conversations.consumers.CLOSE_UNAUTHORIZED
+CLOSE_REVOKED = 4401  # = conversations.chat.consumer.CLOSE_UNAUTHORIZED
 
 
 def create_token(user: Any, name: str = "") -> str:

@@ -130,7 +130,7 @@ class InboxMessage(models.Model):
     error = models.TextField(blank=True, default="")
     # How the turn ended, as its terminal snapshot showed it: completed / cancelled / failed ("" while
     # it runs, and for rows older than this column). With the turn's rows it rebuilds the terminal
-    # snapshot for a connection whose copy the channel layer dropped (``conversations.reconcile``).
+    # snapshot for a connection whose copy the channel layer dropped (``conversations.chat.reconcile``).
     outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True, default="")
     started_at = models.BigIntegerField(null=True, blank=True)
     finished_at = models.BigIntegerField(null=True, blank=True)

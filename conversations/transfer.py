@@ -21,7 +21,7 @@ An import is exact or refused whole (README): :func:`load_json` reads standard J
 would not have written: NUL characters and lone surrogates anywhere (PostgreSQL cannot store the
 first; the app replaces it with U+FFFD on its own writes, so no export holds one), non-finite
 numbers, unknown fields, values outside the columns, ``media_refs`` other than the images a user
-message can carry (``conversations.media``).
+message can carry (``conversations.agent.media``).
 
 Titles are taken as the app could have stored them, not by today's ``/rename`` rules: a
 non-empty line of at most 200 characters without leading, trailing or repeated whitespace (every
@@ -50,12 +50,12 @@ from django.db import transaction
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import QuerySet
 
-from conversations.media import MediaError, validate_media
+from conversations.agent.media import MediaError, validate_media
 from conversations.models import Dialog, Message, Plan, now_ms
 
 EXPORT_FORMAT = "picobot-export"
 EXPORT_VERSION = 1
-# cli_chat chats are per user: their chat_id is the owner's user id (conversations.consumers).
+# cli_chat chats are per user: their chat_id is the owner's user id (conversations.chat.consumer).
 CLI_CHAT_CHANNEL = "cli_chat"
 
 DIALOG_FIELDS = (
@@ -609,7 +609,7 @@ def _validate_title(d: dict, where: str) -> None:
 
 def _validate_media(m: dict, where: str) -> None:
     """``media_refs`` as the app writes them: only on user messages, each item exactly
-    ``{mime_type, data}`` as ``conversations.media.validate_media`` accepts a message's media
+    ``{mime_type, data}`` as ``conversations.agent.media.validate_media`` accepts a message's media
     (PNG, JPEG, GIF or WebP whose bytes match, base64, at most 8 items and 5 MiB in all)."""
     media = m.get("media_refs") or []
     at = f"{where}.media_refs"

@@ -5,7 +5,7 @@ connection can miss a turn's terminal snapshot or its ``turn_committed`` while t
 was committed. A :class:`ConvergenceLedger` per connection remembers the turns it has reason to
 expect an end of — a running snapshot passed, ``ready.running`` listed it, or the connection
 acknowledged its message — and which of the two end frames went out. A turn that is quiet for
-``quiet_seconds`` becomes *due*: its owner (``conversations.reconcile``) reads its state from the
+``quiet_seconds`` becomes *due*: its owner (``conversations.chat.reconcile``) reads its state from the
 database and sends what is missing; a turn still running is looked at again later, with the
 quiet period doubled each time (up to ``max_quiet_seconds``) so a long tool call costs a few reads.
 

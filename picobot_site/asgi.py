@@ -2,7 +2,7 @@
 
 ``daphne picobot_site.asgi:application`` serves HTTP and WebSocket; the agent worker consumer
 (``picobot.agent`` channel) is run by ``manage.py serve`` (embedded) or ``manage.py runagent``
-(scale-out) through ``conversations.worker`` — both reach it through the channel layer (DESIGN §2).
+(scale-out) through ``conversations.runtime.worker`` — both reach it through the channel layer (DESIGN §2).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
 from conversations.auth import ChatAuthMiddleware  # noqa: E402
-from conversations.consumers import ChatConsumer, UnknownPathConsumer  # noqa: E402
+from conversations.chat.consumer import ChatConsumer, UnknownPathConsumer  # noqa: E402
 
 websocket_urlpatterns = [
     path("ws/chat/", ChatConsumer.as_asgi()),

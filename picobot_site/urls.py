@@ -6,8 +6,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from conversations import views
 from conversations.api import api
+from conversations.chat import views
 
 urlpatterns = [
     path("", views.chat_page, name="chat"),

@@ -44,6 +44,6 @@ def django_db_setup(django_db_setup: None) -> object:
     """pytest-django's test database, plus: the storage threads' connections close before it is
     dropped (PostgreSQL refuses to drop a database with open sessions)."""
     yield
-    from conversations.storage_runner import shutdown_storage_threads
+    from conversations.storage.runner import shutdown_storage_threads
 
     shutdown_storage_threads()

@@ -25,7 +25,7 @@ from ninja.utils import check_csrf
 
 from conversations.api.errors import ApiError
 from conversations.auth import user_for_token
-from conversations.storage_runner import run_storage
+from conversations.storage.runner import run_storage
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 from channels.layers import get_channel_layer
 
-from conversations.consumers import placeholder_snapshot
-from conversations.worker import WORKERS_GROUP, request_stop
+from conversations.chat.consumer import placeholder_snapshot
+from conversations.runtime.worker import WORKERS_GROUP, request_stop
 
 log = logging.getLogger("conversations.api")
 

@@ -23,7 +23,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Path, Query, Status
 
-from conversations import notify, storage
+from conversations import storage
+from conversations.agent.inbound import InboundMessage, is_blank
 from conversations.api import live, queries
 from conversations.api.auth import api_auth
 from conversations.api.errors import ApiError, install_error_handlers, limit_body
@@ -45,16 +46,16 @@ from conversations.api.schemas import (
     StopOut,
     TurnOut,
 )
-from conversations.commands import start_compaction, welcome
-from conversations.consumers import STOP_ACK_SECONDS
-from conversations.inbound import InboundMessage, is_blank
+from conversations.chat import notify
+from conversations.chat.commands import start_compaction, welcome
+from conversations.chat.consumer import STOP_ACK_SECONDS
+from conversations.chat.notify import session_changed
 from conversations.models import now_ms
-from conversations.notify import session_changed
-from conversations.runtime import get_provider
-from conversations.sessions import session_manager
-from conversations.storage_runner import run_storage
-from conversations.supervisor import SupervisorClosedError
-from conversations.worker import request_stop, wake_dialog
+from conversations.runtime.provider import get_provider
+from conversations.runtime.sessions import session_manager
+from conversations.runtime.supervisor import SupervisorClosedError
+from conversations.runtime.worker import request_stop, wake_dialog
+from conversations.storage.runner import run_storage
 
 log = logging.getLogger("conversations.api")
 

@@ -1,7 +1,7 @@
 """Storage service functions: every transaction boundary of a dialog lives here (DESIGN §3).
 
 All functions are synchronous and touch the DB; async callers go through
-``conversations.storage_runner.run_storage`` (own thread pool, bounded retry). Persist first,
+``conversations.storage.runner.run_storage`` (own thread pool, bounded retry). Persist first,
 notify later: nothing here talks to the channel layer. Callers outside use the package namespace
 (``storage.commit_turn``), so a test can replace one function for every outside caller.
 

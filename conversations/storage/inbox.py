@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from conversations.inbound import InboundMessage
+from conversations.agent.inbound import InboundMessage
 from conversations.models import InboxMessage, now_ms
 from conversations.storage import sql
 from conversations.storage.dialogs import resolve_dialog

@@ -2,7 +2,7 @@
 
 A lease is ``(lease_owner, lease_epoch, lease_expires_at)`` on the dialog row. Its holder renews
 every lease it owns in one statement (``renew_worker_leases``, from the worker's own thread:
-``conversations.lease_keeper``), so a live process keeps its dialogs however busy its event loop
+``conversations.runtime.lease_keeper``), so a live process keeps its dialogs however busy its event loop
 is; a lease lapses only when its owner stopped renewing (dead, hung, or cut off from the
 database), and only then may another worker claim it: after seeing it lapsed and unchanged
 for a while (``claim_lease(takeover=…)``). Every state write checks the epoch.

@@ -3,7 +3,7 @@
 The channel layer may drop any message (DESIGN §2), a turn's terminal snapshot and its
 ``turn_committed`` included. What they said is durable: the inbox row's ``status``, ``outcome``
 and ``error``, and the turn's history rows. ``turn_states`` reads exactly that for the turns a
-connection watches, so the connection can send what it missed (``conversations.reconcile``).
+connection watches, so the connection can send what it missed (``conversations.chat.reconcile``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conversations.models import Dialog, Message
-from conversations.sessions import history_row_to_protocol
+from conversations.runtime.sessions import history_row_to_protocol
 from providers.unicode_text import scrub_value
 
 DEFAULT_TITLE = "New chat"
@@ -55,7 +55,7 @@ def scrub_text(value: Any) -> Any:
 def message_to_protocol(row: Message) -> dict:
     """A history row as PROTOCOL §1 "History message" (``provider_state``, ``media_refs`` and a
     tool call's ``raw_arguments`` never leave): ``history_row_to_protocol`` of its history form, the
-    one projection the runtime sessions use too (``conversations.sessions``)."""
+    one projection the runtime sessions use too (``conversations.runtime.sessions``)."""
     return history_row_to_protocol(message_to_history_row(row))
 
 

@@ -33,7 +33,7 @@ from django.db.models import Q
 
 from conversations.models import MemoryItem, now_ms
 from conversations.storage import scrub_text, sql
-from conversations.storage_runner import run_storage
+from conversations.storage.runner import run_storage
 from conversations.tools.registry import Tool, ToolContext, ToolError
 
 CONTENT_MAX_CHARS = 2000

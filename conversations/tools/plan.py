@@ -17,7 +17,7 @@ from django.db import IntegrityError
 
 from conversations.models import Dialog, Plan, now_ms
 from conversations.storage import scrub_text
-from conversations.storage_runner import run_storage
+from conversations.storage.runner import run_storage
 from conversations.tools.registry import Tool, ToolContext, ToolError
 
 MAX_STEPS = 20

@@ -34,8 +34,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 
-from conversations.turn_failures import describe_exception, new_ref
-from conversations.turn_failures import log_safe as _log_safe
+from conversations.agent.failures import describe_exception, new_ref
+from conversations.agent.failures import log_safe as _log_safe
 from providers.base import ToolArgumentsError, ToolCall
 from providers.messages import ToolDefinition
 from providers.unicode_text import fix_surrogates

@@ -138,6 +138,6 @@ class CliChatSender:
         layer_message = {"type": FRAME_MESSAGE_TYPE, "json": text}
         if message.turn_id:
             # It stands in for the turn's final: a connection that has the final drops it, one
-            # that lacks it looks the turn up first (``conversations.reconcile``).
+            # that lacks it looks the turn up first (``conversations.chat.reconcile``).
             layer_message["fallback_for"] = message.turn_id
         await self.channel_layer.group_send(chat_group(message.channel, message.chat_id), layer_message)

@@ -21,8 +21,8 @@ from conversations import storage
 from conversations.api import live, routes
 from conversations.api.errors import MAX_BODY_BYTES
 from conversations.models import ApiToken, ChatState, Dialog, InboxMessage, now_ms
-from conversations.runtime import set_provider
-from conversations.supervisor import TaskSupervisor
+from conversations.runtime.provider import set_provider
+from conversations.runtime.supervisor import TaskSupervisor
 from providers.testing import ScriptedProvider
 from tests.api.conftest import ApiClient, user_with_token
 
@@ -455,7 +455,7 @@ async def test_compact(alice, monkeypatch):
     try:
         closed = TaskSupervisor("closed")
         await closed.close(timeout=1)
-        monkeypatch.setattr("conversations.supervisor.control_supervisor", lambda: closed)
+        monkeypatch.setattr("conversations.runtime.supervisor.control_supervisor", lambda: closed)
         assert_error(await alice.post(f"/dialogs/{sid}/compact"), 503, "unavailable")
         monkeypatch.undo()
         # Started in the background (the outcome is a chat notification): see test_websocket_parity.

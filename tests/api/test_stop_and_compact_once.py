@@ -10,13 +10,14 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations import commands, storage
+from conversations import storage
 from conversations.api import live, routes
-from conversations.executor import open_cli_chat_sink
+from conversations.chat import commands
 from conversations.models import Dialog, InboxMessage, Message
-from conversations.runtime import set_provider
-from conversations.supervisor import control_supervisor, reset_control_supervisor
-from conversations.worker import request_stop
+from conversations.runtime.executor import open_cli_chat_sink
+from conversations.runtime.provider import set_provider
+from conversations.runtime.supervisor import control_supervisor, reset_control_supervisor
+from conversations.runtime.worker import request_stop
 from providers.testing import ScriptedProvider, script_text
 from tests.api.conftest import ApiClient
 
@@ -182,7 +183,7 @@ def blocked_compaction(monkeypatch):
         await state["release"].wait()
         return Outcome()
 
-    monkeypatch.setattr("conversations.compaction_service.compact_dialog", compact_dialog)
+    monkeypatch.setattr("conversations.context.compaction_service.compact_dialog", compact_dialog)
     set_provider(ScriptedProvider([]))  # a model that could summarise (not the offline replay)
     yield state
     set_provider(None)

@@ -15,7 +15,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from conversations.models import InboxMessage
-from conversations.supervisor import control_supervisor, reset_control_supervisor
+from conversations.runtime.supervisor import control_supervisor, reset_control_supervisor
 from providers.testing import ScriptedProvider, script_text
 from tests.api.conftest import ApiClient
 

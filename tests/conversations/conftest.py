@@ -11,8 +11,8 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from conversations.auth import create_token, get_or_create_user
-from conversations.runtime import set_provider
-from conversations.worker import AgentWorker
+from conversations.runtime.provider import set_provider
+from conversations.runtime.worker import AgentWorker
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +30,7 @@ def fast_picobot(settings: object) -> None:
 @pytest.fixture(autouse=True)
 def fresh_runtime_sessions() -> None:
     """Each test starts with an empty process-wide runtime session cache (seed 004 §5)."""
-    from conversations.sessions import reset_session_manager
+    from conversations.runtime.sessions import reset_session_manager
 
     reset_session_manager()
 

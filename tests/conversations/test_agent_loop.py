@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from conversations.agent_loop import AgentLoop
-from conversations.history import repair_tool_pairs
+from conversations.agent.loop import AgentLoop
+from conversations.context.history import repair_tool_pairs
 from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import ReasoningDelta, TextDelta, TextSegmentFinished, ToolFinished, ToolStarted
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart, UsageChunk

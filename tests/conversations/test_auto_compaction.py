@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations.compaction import (
+from conversations.context.compaction import (
     MAX_CONSECUTIVE_FAILURES,
     PRUNED_RESULT,
     SUMMARY_INSTRUCTIONS,
@@ -25,9 +25,9 @@ from conversations.compaction import (
     microcompact,
     should_compact,
 )
-from conversations.compaction_service import compact_dialog
+from conversations.context.compaction_service import compact_dialog
+from conversations.context.tokens import estimate_messages, estimate_request
 from conversations.models import Dialog, Message
-from conversations.tokens import estimate_messages, estimate_request
 from conversations.tools.registry import ToolRegistry
 from providers.base import LLMProvider, ProviderRequest
 from providers.chunks import ProviderChunk

@@ -19,10 +19,10 @@ from channels.db import database_sync_to_async
 from django.db import OperationalError
 
 from conversations import storage
-from conversations.executor import open_cli_chat_sink
+from conversations.agent.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.models import Dialog, InboxMessage, Message
+from conversations.runtime.executor import open_cli_chat_sink
 from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
-from conversations.turn_rows import CANCELLED_TOOL_RESULT
 from providers.chunks import ReasoningDelta, TextDelta
 from providers.errors import AuthenticationError, OverloadedError, ProviderConnectionError, ServerError
 from providers.openai_compat import OpenAICompatProvider
@@ -354,7 +354,7 @@ async def test_failure_row_a_commit_storage_refuses_is_never_completed_and_says_
         raise OperationalError("disk I/O error; dsn postgres://app:hunter2@db/picobot")
 
     monkeypatch.setattr(storage, "commit_turn", broken_commit)
-    caplog.set_level(logging.WARNING, logger="conversations.executor")
+    caplog.set_level(logging.WARNING, logger="conversations.runtime.executor")
     client, _, _ = await begin(connect, start_worker, ScriptedProvider([script_text("forty two")]))
     turn = await terminal(client)
     notice = await client.until("notification")
@@ -380,7 +380,7 @@ async def test_failure_row_a_fatal_tool_error_fails_the_turn_and_keeps_its_cause
         raise ToolFatalError("vault unreachable at https://admin:pw0rd@vault.internal")
 
     tools = ToolRegistry([Tool("vault", "secrets", {"type": "object", "properties": {}}, vault)])
-    caplog.set_level(logging.WARNING, logger="conversations.executor")
+    caplog.set_level(logging.WARNING, logger="conversations.runtime.executor")
     client, _, _ = await begin(
         connect, start_worker, ScriptedProvider([script_tool_call("call_v", "vault", {})]), tools=tools
     )
@@ -414,7 +414,7 @@ async def test_failure_row_the_turn_deadline_keeps_the_shown_text_interrupted(co
 
 async def test_failure_row_an_internal_error_shows_only_its_ref(connect, start_worker, caplog):
     chunks = [TextDelta("Before"), RuntimeError("boom; key sk-live-0123456789abcdef leaked")]
-    caplog.set_level(logging.WARNING, logger="conversations.executor")
+    caplog.set_level(logging.WARNING, logger="conversations.runtime.executor")
     client, _, _ = await begin(connect, start_worker, ScriptedProvider([chunks]))
     turn = await terminal(client)
     ref = REF.search(turn["error"]).group(1)

@@ -175,8 +175,8 @@ async def test_frames_over_the_websocket_budget_are_cut_to_fit_and_the_socket_st
     than Daphne sends (it closed every socket of the chat with 1011). Frames now fit the budget,
     with the longest strings cut and marked; the database keeps the whole text."""
     budget = 40_000
-    monkeypatch.setattr("conversations.consumers.MAX_OUTGOING_FRAME_BYTES", budget)
-    monkeypatch.setattr("conversations.consumers._FIT_CHECK_CHARS", budget // 4)
+    monkeypatch.setattr("conversations.chat.consumer.MAX_OUTGOING_FRAME_BYTES", budget)
+    monkeypatch.setattr("conversations.chat.consumer._FIT_CHECK_CHARS", budget // 4)
     answer = "word " * 30_000  # 150 000 characters
     await start_worker(ScriptedProvider([script_text(answer)]))
     client = await connect(await make_token())
@@ -263,7 +263,7 @@ async def test_a_turn_left_started_by_a_dead_process_is_reported_interrupted(con
 async def test_connections_stay_in_their_chat_group_past_the_layers_group_expiry(connect, settings):
     import asyncio
 
-    from conversations.notify import publish_notification
+    from conversations.chat.notify import publish_notification
 
     # Layers drop group members after group_expiry (24 h in production): shrink it to 1 s.
     settings.CHANNEL_LAYERS = {

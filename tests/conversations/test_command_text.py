@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conversations.command_text import render_text
+from conversations.chat.command_text import render_text
 
 
 def test_sessions_render_as_a_numbered_list_with_the_active_one_marked():

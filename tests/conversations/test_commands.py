@@ -318,7 +318,7 @@ async def test_compact_failure_is_reported_and_changes_nothing(connect, start_wo
 
 
 async def test_compact_with_the_offline_replay_provider_says_a_model_is_needed(connect):
-    from conversations.runtime import set_provider
+    from conversations.runtime.provider import set_provider
     from providers.replay import ReplayProvider
 
     set_provider(ReplayProvider())

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from conversations import storage
 from conversations.auth import get_or_create_user
-from conversations.compaction import (
+from conversations.context.compaction import (
     SUMMARY_INSTRUCTIONS,
     build_summary_request,
     choose_boundary,
     clean_summary,
 )
-from conversations.compaction_service import CompactionError, compact_dialog
+from conversations.context.compaction_service import CompactionError, compact_dialog
 from conversations.models import Dialog, Message, now_ms
 from providers.base import LLMProvider, ProviderRequest
 from providers.chunks import ProviderChunk

@@ -9,8 +9,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from conversations import storage
+from conversations.agent.inbound import InboundMessage, ReplyTo
 from conversations.auth import get_or_create_user
-from conversations.inbound import InboundMessage, ReplyTo
 from conversations.models import ChatState, Dialog, InboxMessage, Message, now_ms
 from providers.testing import ScriptedProvider, script_text
 from tests.conversations.conftest import make_token
@@ -248,8 +248,8 @@ async def test_the_client_is_told_about_an_idle_reset_before_the_ack(connect, st
 @pytest.mark.django_db(transaction=True)
 async def test_the_channel_context_reaches_the_turns_sink_untouched(start_worker):
     """Seed 000 §10.1: the opaque context goes to the turn's sink; the core never reads it."""
-    from conversations.executor import open_cli_chat_sink
-    from conversations.worker import wake_dialog
+    from conversations.runtime.executor import open_cli_chat_sink
+    from conversations.runtime.worker import wake_dialog
 
     opened: list[storage.TurnStart] = []
     sink_opened = asyncio.Event()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conversations.consumers import ChatConsumer
+from conversations.chat.consumer import ChatConsumer
 from providers.testing import ScriptedProvider, script_text
 from tests.conversations.conftest import make_token
 

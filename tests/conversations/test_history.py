@@ -7,7 +7,12 @@ import logging
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conversations.history import INTERRUPTED_RESULT, build_turn_input, repair_tool_pairs, row_to_message
+from conversations.context.history import (
+    INTERRUPTED_RESULT,
+    build_turn_input,
+    repair_tool_pairs,
+    row_to_message,
+)
 from providers.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 
@@ -116,7 +121,7 @@ def test_an_assistant_row_that_carries_nothing_is_skipped():
 
 
 def test_a_corrupt_provider_state_is_ignored_without_raising(caplog):
-    with caplog.at_level(logging.WARNING, logger="conversations.history"):
+    with caplog.at_level(logging.WARNING, logger="conversations.context.history"):
         message = row_to_message(assistant("fine", reasoning="r", provider_state="not a dict", id="m-1"))
 
     assert message.content == [ThinkingBlock("r"), TextBlock("fine")]

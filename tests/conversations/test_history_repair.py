@@ -2,7 +2,7 @@
 
 A crash (or an old bug) can leave a dialog whose history breaks the tool-call pairing providers
 insist on: an assistant tool call with no result, a tool result with no call, or a result that a
-user row separated from its call. ``conversations.history.repair_tool_pairs`` mends the *request*
+user row separated from its call. ``conversations.context.history.repair_tool_pairs`` mends the *request*
 (the stored history stays as it is). Here the turn runs through the whole chain — WebSocket
 consumer, agent worker, executor, a real ``OpenAICompatProvider`` over HTTP — against a local
 OpenAI-compatible server that answers HTTP 400, like OpenAI does, to any request whose pairing is
@@ -16,7 +16,7 @@ import json
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations.history import INTERRUPTED_RESULT, row_to_message
+from conversations.context.history import INTERRUPTED_RESULT, row_to_message
 from conversations.models import Dialog, Message
 from conversations.storage import message_to_history_row
 from providers.base import ProviderRequest

@@ -14,7 +14,7 @@ import threading
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations.agent_loop import AgentLoop
+from conversations.agent.loop import AgentLoop
 from conversations.models import Message as MessageRow
 from conversations.tools import default_registry
 from conversations.tools import registry as registry_module

@@ -14,12 +14,12 @@ from channels.db import database_sync_to_async
 
 from conversations import storage
 from conversations.auth import get_or_create_user
-from conversations.compaction import rows_to_keep
-from conversations.compaction_service import compact_dialog, summary_budget
-from conversations.history import row_to_message
+from conversations.context.compaction import rows_to_keep
+from conversations.context.compaction_service import compact_dialog, summary_budget
+from conversations.context.history import row_to_message
+from conversations.context.tokens import REQUEST_OVERHEAD, estimate_message, estimate_messages
 from conversations.models import Dialog, Message
 from conversations.storage.shapes import message_to_history_row
-from conversations.tokens import REQUEST_OVERHEAD, estimate_message, estimate_messages
 from providers.testing import ScriptedProvider, script_text
 
 CHANNEL = "cli_chat"

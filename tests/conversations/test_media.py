@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from conversations.media import MAX_MEDIA_BYTES, MediaError, validate_media
+from conversations.agent.media import MAX_MEDIA_BYTES, MediaError, validate_media
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 16).decode()
 JPEG = base64.b64encode(b"\xff\xd8\xff\xe0" + b"\x00" * 16).decode()

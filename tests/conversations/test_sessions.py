@@ -16,12 +16,12 @@ import pytest
 from channels.db import database_sync_to_async
 from django.conf import settings as django_settings
 
-from conversations import sessions as sessions_module
 from conversations import storage
 from conversations.auth import get_or_create_user
-from conversations.history import build_turn_input
+from conversations.context.history import build_turn_input
 from conversations.models import Dialog, Message
-from conversations.sessions import Session, SessionManager, history_row_to_protocol
+from conversations.runtime import sessions as sessions_module
+from conversations.runtime.sessions import Session, SessionManager, history_row_to_protocol
 from providers.chunks import Done, ProviderStateChunk
 from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.testing import ScriptedProvider, script_text, script_tool_call
@@ -192,12 +192,12 @@ def test_the_cleanup_loop_logs_evictions_and_survives_a_failing_pass(monkeypatch
 
     manager.clock = flaky_clock
     monkeypatch.setattr(sessions_module, "asyncio", SimpleNamespace(sleep=fake_sleep))
-    caplog.set_level(logging.INFO, logger="conversations.sessions")
+    caplog.set_level(logging.INFO, logger="conversations.runtime.sessions")
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(manager.run_cleanup(3600))
     assert sleeps == [3600, 3600, 3600]
     assert "a" not in manager
-    levels = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "conversations.sessions"]
+    levels = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "conversations.runtime.sessions"]
     assert levels[0][0] == logging.ERROR and "cleanup failed" in levels[0][1]
     assert levels[1][0] == logging.INFO and "evicted 1 idle runtime session" in levels[1][1] and "a" in levels[1][1]
 

@@ -10,9 +10,10 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import OperationalError
 
-from conversations import consumers, storage
-from conversations.executor import open_cli_chat_sink
+from conversations import storage
+from conversations.chat import consumer as consumers
 from conversations.models import Dialog, InboxMessage
+from conversations.runtime.executor import open_cli_chat_sink
 from providers.testing import ScriptedProvider, script_text
 from tests.conversations.conftest import make_token
 

@@ -16,11 +16,11 @@ import time
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations import agent_loop
-from conversations.agent_loop import AgentLoop
+from conversations.agent import loop as agent_loop
+from conversations.agent.loop import AgentLoop
+from conversations.agent.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.models import Message as MessageRow
 from conversations.tools.registry import Tool, ToolRegistry
-from conversations.turn_rows import CANCELLED_TOOL_RESULT
 from delivery.events import ToolFinished
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart
 from providers.messages import Message
@@ -69,7 +69,7 @@ async def quick(arguments: dict) -> str:
 
 async def test_a_cancelled_loop_abandons_a_tool_that_swallows_its_cancellation(caplog, monkeypatch):
     monkeypatch.setattr(agent_loop, "CANCEL_GRACE_SECONDS", 0.05)
-    caplog.set_level(logging.WARNING, logger="conversations.agent_loop")
+    caplog.set_level(logging.WARNING, logger="conversations.agent.loop")
     stubborn = StubbornTool()
     events: list = []
     quick_finished = asyncio.Event()

@@ -6,7 +6,7 @@ import pytest
 from django.db import OperationalError
 
 from conversations import storage
-from conversations.sessions import session_manager
+from conversations.runtime.sessions import session_manager
 from providers.testing import ScriptedProvider, script_text
 from tests.conversations.conftest import make_token
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from conversations.supervisor import (
+from conversations.runtime.supervisor import (
     SupervisorClosedError,
     TaskSupervisor,
     close_control_supervisor,
@@ -30,7 +30,7 @@ async def test_a_failing_task_is_logged_with_its_name_and_never_raises_to_the_sp
     async def boom() -> None:
         raise ValueError("kaputt")
 
-    with caplog.at_level(logging.ERROR, logger="conversations.supervisor"):
+    with caplog.at_level(logging.ERROR, logger="conversations.runtime.supervisor"):
         task = supervisor.spawn(boom(), name="title:d1")
         assert await task is None
     assert len(supervisor) == 0
@@ -49,7 +49,7 @@ async def test_a_task_past_its_timeout_is_cancelled_with_a_warning(caplog):
         finally:
             finished.append(True)
 
-    with caplog.at_level(logging.WARNING, logger="conversations.supervisor"):
+    with caplog.at_level(logging.WARNING, logger="conversations.runtime.supervisor"):
         await supervisor.spawn(slow(), name="slow", timeout=0.01)
     assert finished == [True]
     assert "slow" in caplog.text and "0.01 s" in caplog.text
@@ -90,7 +90,7 @@ async def test_close_is_bounded_when_a_task_refuses_to_stop(caplog):
 
     task = supervisor.spawn(stubborn(), name="stubborn")
     await entered.wait()
-    with caplog.at_level(logging.WARNING, logger="conversations.supervisor"):
+    with caplog.at_level(logging.WARNING, logger="conversations.runtime.supervisor"):
         assert await supervisor.close(timeout=0.01) == 1
     assert "stubborn" in caplog.text
     release.set()
@@ -122,7 +122,7 @@ async def test_a_task_cancelled_by_someone_else_is_not_an_error(caplog):
 
     task = supervisor.spawn(work(), name="cancel-me")
     await entered.wait()
-    with caplog.at_level(logging.WARNING, logger="conversations.supervisor"):
+    with caplog.at_level(logging.WARNING, logger="conversations.runtime.supervisor"):
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

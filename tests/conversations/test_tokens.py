@@ -1,4 +1,4 @@
-"""Token estimates (``conversations.tokens``; seed 002 Task 6 §6a–§6b): pure, no database."""
+"""Token estimates (``conversations.context.tokens``; seed 002 Task 6 §6a–§6b): pure, no database."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conversations.tokens import (
+from conversations.context.tokens import (
     ASCII_CHARS_PER_TOKEN,
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD,

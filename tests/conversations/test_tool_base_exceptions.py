@@ -19,7 +19,7 @@ import sys
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations.agent_loop import AgentLoop
+from conversations.agent.loop import AgentLoop
 from conversations.models import Message as MessageRow
 from conversations.tools.registry import Tool, ToolRegistry
 from providers.base import ToolCall

@@ -12,8 +12,8 @@ import types
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from conversations.runtime.worker import AgentWorker
 from conversations.tools import Tool, ToolRegistry, default_registry
-from conversations.worker import AgentWorker
 from providers.base import ToolCall
 from providers.testing import ScriptedProvider
 

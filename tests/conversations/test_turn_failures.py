@@ -9,9 +9,7 @@ import re
 
 import pytest
 
-from conversations.agent_loop import AgentLoop
-from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
-from conversations.turn_failures import (
+from conversations.agent.failures import (
     DEFAULT_MESSAGES,
     TurnFailedError,
     TurnFailure,
@@ -24,6 +22,8 @@ from conversations.turn_failures import (
     provider_failure_lead,
     redact,
 )
+from conversations.agent.loop import AgentLoop
+from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import TextDelta
 from delivery.turn import TurnController, TurnStatus
 from providers.chunks import ReasoningDelta as ReasoningChunk

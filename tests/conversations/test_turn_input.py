@@ -22,14 +22,13 @@ from channels.db import database_sync_to_async
 from django.conf import settings as django_settings
 from django.db.models import F
 
-from conversations import storage, turn_input
-from conversations.agent_loop import AgentResult, TurnMessage
+from conversations import storage
+from conversations.agent.loop import AgentResult, TurnMessage
 from conversations.auth import get_or_create_user
-from conversations.compaction import SUMMARY_INSTRUCTIONS
-from conversations.models import Dialog, InboxMessage, Message, Plan
-from conversations.storage import TurnStart, message_to_history_row
-from conversations.tokens import estimate_request
-from conversations.turn_input import (
+from conversations.context import turn_input
+from conversations.context.compaction import SUMMARY_INSTRUCTIONS
+from conversations.context.tokens import estimate_request
+from conversations.context.turn_input import (
     TOO_LONG,
     ContextPreparationError,
     PreparedInput,
@@ -37,6 +36,8 @@ from conversations.turn_input import (
     overflowed_before_output,
     run_with_overflow_recovery,
 )
+from conversations.models import Dialog, InboxMessage, Message, Plan
+from conversations.storage import TurnStart, message_to_history_row
 from providers.chunks import TextDelta
 from providers.errors import ContextOverflowError, OverloadedError
 from providers.messages import RUNTIME_CONTEXT_MARKER

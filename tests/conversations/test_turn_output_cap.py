@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations.agent_loop import AgentLoop
+from conversations.agent.failures import TurnFailure, TurnFailurePresenter
+from conversations.agent.loop import AgentLoop
 from conversations.models import Message as MessageRow
 from conversations.tools.registry import Tool, ToolRegistry
-from conversations.turn_failures import TurnFailure, TurnFailurePresenter
 from delivery.events import ReasoningDelta, TextDelta
 from providers.chunks import Done
 from providers.chunks import ReasoningDelta as ReasoningChunk

@@ -17,10 +17,13 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import OperationalError
 
-from conversations import storage, turn_input
-from conversations.agent_loop import AgentResult
+from conversations import storage
+from conversations.agent.failures import TurnFailure, TurnFailurePresenter, redact
+from conversations.agent.loop import AgentResult
+from conversations.agent.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.auth import get_or_create_user
-from conversations.compaction import (
+from conversations.context import turn_input
+from conversations.context.compaction import (
     MAX_SUMMARY_CHARS,
     TRUNCATED_RESULT,
     clean_summary,
@@ -28,14 +31,12 @@ from conversations.compaction import (
     summary_token_cap,
     truncate_tool_results,
 )
-from conversations.compaction_service import CompactionError, RowsSummary, compact_dialog
+from conversations.context.compaction_service import CompactionError, RowsSummary, compact_dialog
+from conversations.context.tokens import estimate_messages, estimate_request
+from conversations.context.turn_input import TOO_LONG, TurnInputBuilder, overflowed_before_output
 from conversations.models import Dialog, InboxMessage, Message
 from conversations.storage import TurnStart, message_to_history_row
-from conversations.tokens import estimate_messages, estimate_request
 from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
-from conversations.turn_failures import TurnFailure, TurnFailurePresenter, redact
-from conversations.turn_input import TOO_LONG, TurnInputBuilder, overflowed_before_output
-from conversations.turn_rows import CANCELLED_TOOL_RESULT
 from delivery.events import ToolStarted
 from delivery.presentation import PresentationPolicy, serialize_snapshot
 from delivery.turn import MAX_ARGUMENTS_BYTES, TurnController, TurnPhase
@@ -113,7 +114,7 @@ LEAKS = ("Traceback", "gateway.py", "10.1.2.3", "10.0.0.7", "SECRET123", "admin"
 async def test_a_plain_text_500_body_never_reaches_the_user_and_is_logged_on_one_redacted_line(
     connect, start_worker, caplog
 ):
-    caplog.set_level(logging.WARNING, logger="conversations.executor")
+    caplog.set_level(logging.WARNING, logger="conversations.runtime.executor")
     response = SSEResponse(500, {"content-type": "text/plain"}, [PLAIN_500.encode()], chunked=False)
     async with LocalSSEServer([response]) as server:
         provider = OpenAICompatProvider(server.base_url, "sk-test", "test-model", max_retries=0)

@@ -13,10 +13,10 @@ import logging
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations.compaction_service import CompactionError, summarise
+from conversations.context.compaction_service import CompactionError, summarise
 from conversations.models import Dialog
-from conversations.supervisor import TaskSupervisor
-from conversations.title_service import TitleService
+from conversations.runtime.supervisor import TaskSupervisor
+from conversations.titles.service import TitleService
 from providers.base import AssistantResponse, ProviderRequest
 from providers.chunks import Done, TextDelta
 from providers.messages import Message
@@ -52,7 +52,7 @@ async def test_a_summary_that_did_not_finish_normally_is_refused(finish_reason, 
     request = ProviderRequest(messages=[Message.user("x")])
 
     with (
-        caplog.at_level(logging.WARNING, logger="conversations.compaction_service"),
+        caplog.at_level(logging.WARNING, logger="conversations.context.compaction_service"),
         pytest.raises(CompactionError) as raised,
     ):
         await summarise("d", provider, request, 5)
@@ -80,7 +80,7 @@ async def test_a_title_is_taken_only_from_an_answer_that_finished_normally(finis
     supervisor = TaskSupervisor("test")
     service = TitleService(provider, supervisor, after_n=2, on_first=False, timeout=5)
 
-    with caplog.at_level(logging.WARNING, logger="conversations.title_service"):
+    with caplog.at_level(logging.WARNING, logger="conversations.titles.service"):
         service.schedule(dialog.id)
         assert await supervisor.drain(timeout=5)
     await supervisor.close(timeout=1)

@@ -23,7 +23,7 @@ class Command(PicoBotCommand):
         parser.add_argument("--worker-id", default="", help="stable worker id (default host:pid)")
 
     def handle(self, *args: object, worker_id: str, **options: object) -> None:
-        from conversations.runtime import get_provider
+        from conversations.runtime.provider import get_provider
         from conversations.tools import default_registry
 
         require_database()  # unmigrated or unreachable: one line now, not a log of failing scans
@@ -39,8 +39,8 @@ class Command(PicoBotCommand):
         asyncio.run(self._run(worker_id))
 
     async def _run(self, worker_id: str) -> None:
-        from conversations.supervisor import close_control_supervisor
-        from conversations.worker import AgentWorker, default_worker_id
+        from conversations.runtime.supervisor import close_control_supervisor
+        from conversations.runtime.worker import AgentWorker, default_worker_id
 
         worker = AgentWorker(worker_id or default_worker_id("runagent"))
         stopped = asyncio.Event()

@@ -34,13 +34,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError, CommandParser
 
-from conversations.bootstrap import ensure_first_user, undo_first_user
 from conversations.management.commands._common import (
     PicoBotCommand,
     apply_switch_interval,
     bounded_int,
     require_database,
 )
+from conversations.runtime.bootstrap import ensure_first_user, undo_first_user
 
 MAX_WS_MESSAGE_BYTES = 9 * 1024 * 1024  # an 8 MiB media frame plus JSON overhead (PROTOCOL §1)
 
@@ -79,12 +79,12 @@ class Command(PicoBotCommand):
         from channels.layers import get_channel_layer
         from daphne.server import Server
 
-        from conversations.consumers import process_connections_group
+        from conversations.chat.consumer import process_connections_group
         from conversations.management.commands._http_guard import install_body_limit
         from conversations.management.commands._ws_guard import install_output_bound
-        from conversations.runtime import get_provider
-        from conversations.supervisor import close_control_supervisor
-        from conversations.worker import AgentWorker, default_worker_id
+        from conversations.runtime.provider import get_provider
+        from conversations.runtime.supervisor import close_control_supervisor
+        from conversations.runtime.worker import AgentWorker, default_worker_id
         from picobot_site.asgi import application
 
         worker: AgentWorker | None = None

@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from conversations.runtime import provider_info
+from conversations.runtime.provider import provider_info
 
 
 @login_required

@@ -1,7 +1,7 @@
 """Token estimates of provider messages, without a tokenizer (seed 002 Task 6 §6a–§6b).
 
 Every number here is a count of **tokens**. The estimate decides when a turn's input is
-compacted (``conversations.turn_input``); it has to be cheap (it runs over the whole input of
+compacted (``conversations.context.turn_input``); it has to be cheap (it runs over the whole input of
 every turn) and on the safe side (a request that is estimated to fit but does not costs an
 overflow round trip, seed 000 §7.2), so it errs towards too many tokens.
 

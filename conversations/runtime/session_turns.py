@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from conversations import storage
-from conversations.sessions import Session, SessionManager
-from conversations.storage_runner import close_if_broken, run_storage
+from conversations.runtime.sessions import Session, SessionManager
+from conversations.storage.runner import close_if_broken, run_storage
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ It runs on the control path (a task of ``supervisor.control_supervisor()``), not
 executor: a running turn goes on, and its rows land after the boundary. Two compactions of one
 dialog race safely: the second commit sees a moved ``summary_seq`` and is discarded.
 
-Automatic compaction (``conversations.turn_input.TurnInputBuilder``, seed 002 §6d) reuses
+Automatic compaction (``conversations.context.turn_input.TurnInputBuilder``, seed 002 §6d) reuses
 :func:`summarise_rows` on the rows the turn already holds, and stores its result with
 :func:`commit_auto_summary` (conditional on the dialog's ``state_version``, seed 000 §7.1) or
 counts a failure with :func:`record_auto_compact_failure` (three in a row switch it off until a
@@ -33,7 +33,8 @@ from django.conf import settings
 from django.db.models import F
 
 from conversations import storage
-from conversations.compaction import (
+from conversations.agent.failures import one_line
+from conversations.context.compaction import (
     choose_boundary,
     clean_summary,
     fit_summary_request,
@@ -42,9 +43,8 @@ from conversations.compaction import (
     summary_too_large,
 )
 from conversations.models import Dialog
+from conversations.storage.runner import run_storage
 from conversations.storage.shapes import scrub_text
-from conversations.storage_runner import run_storage
-from conversations.turn_failures import one_line
 from providers.base import LLMProvider, ProviderRequest
 from providers.errors import ProviderError
 

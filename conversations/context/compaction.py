@@ -14,8 +14,8 @@ paging is unchanged), only the model stops seeing them verbatim.
   rows to fold in; it carries visible text and tool activity, never reasoning (DESIGN §6).
 * :func:`clean_summary` — the usable summary in the model's answer, or None.
 
-Used by the manual ``/compact`` (``conversations.compaction_service``); automatic compaction
-(``conversations.turn_input``) reuses the same four functions, plus:
+Used by the manual ``/compact`` (``conversations.context.compaction_service``); automatic compaction
+(``conversations.context.turn_input``) reuses the same four functions, plus:
 
 * :func:`should_compact` — whether a request estimate passes the share of the context window
   that triggers compaction, unless :data:`MAX_CONSECUTIVE_FAILURES` failures stopped it (seed
@@ -32,7 +32,7 @@ Used by the manual ``/compact`` (``conversations.compaction_service``); automati
 * :func:`summary_token_cap` — how long a summary may be (the request asks for it with
   ``max_tokens``; :func:`clean_summary` cuts a runaway answer at :data:`MAX_SUMMARY_CHARS`).
 
-Token figures are estimates (``conversations.tokens``).
+Token figures are estimates (``conversations.context.tokens``).
 
 Pure module: no Django, no I/O.
 """
@@ -42,9 +42,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from conversations.history import row_to_message
-from conversations.titles import strip_reasoning
-from conversations.tokens import (
+from conversations.context.history import row_to_message
+from conversations.context.tokens import (
     REQUEST_OVERHEAD,
     estimate_block,
     estimate_message,
@@ -52,6 +51,7 @@ from conversations.tokens import (
     estimate_request,
     estimate_text,
 )
+from conversations.titles.rules import strip_reasoning
 from providers.base import ProviderRequest
 from providers.messages import Message, ToolResultBlock
 
@@ -99,7 +99,7 @@ def rows_to_keep(rows: list[dict], keep_messages: int, target: int, *, fixed: in
 
     Returns:
         A row count, 0 … ``min(keep_messages, len(rows))`` (0 when even the newest row alone
-        does not fit). Pure; estimates only (``conversations.tokens``).
+        does not fit). Pure; estimates only (``conversations.context.tokens``).
     """
     budget = (target - fixed) // 2
     kept = used = 0

@@ -2,7 +2,7 @@
 
 ``AgentWorkerConsumer`` receives layer messages and only routes them (a handler that awaited a
 turn would block every dialog, DESIGN §2). ``AgentWorker`` owns the per-dialog executor tasks, the
-lease keeper (a thread: ``conversations.lease_keeper``) and the inbox scan that finds work whose
+lease keeper (a thread: ``conversations.runtime.lease_keeper``) and the inbox scan that finds work whose
 wake-up message was lost or that a dead worker left behind. Layer messages only *wake*; duplicates and losses are harmless.
 
 Layer message types:
@@ -29,15 +29,15 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from conversations import storage
-from conversations.consumer_base import LoopDispatch, dispatch_channels
-from conversations.executor import DialogExecutor, open_cli_chat_sink, split_session_id
-from conversations.lease_keeper import LeaseKeeper
-from conversations.runtime import get_provider
-from conversations.session_turns import claim_and_begin, known_state
-from conversations.sessions import SessionManager, session_manager
-from conversations.storage_runner import run_storage
-from conversations.supervisor import TaskSupervisor
-from conversations.title_service import TitleService
+from conversations.chat.consumer_base import LoopDispatch, dispatch_channels
+from conversations.runtime.executor import DialogExecutor, open_cli_chat_sink, split_session_id
+from conversations.runtime.lease_keeper import LeaseKeeper
+from conversations.runtime.provider import get_provider
+from conversations.runtime.session_turns import claim_and_begin, known_state
+from conversations.runtime.sessions import SessionManager, session_manager
+from conversations.runtime.supervisor import TaskSupervisor
+from conversations.storage.runner import run_storage
+from conversations.titles.service import TitleService
 from conversations.tools import ToolRegistry, default_registry
 from delivery.load import LoopLagGauge
 from delivery.outbound import OutboundDispatcher

@@ -26,7 +26,7 @@ from django.db import (
     connections,
 )
 
-from conversations.turn_failures import redact
+from conversations.agent.failures import redact
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -28,17 +28,17 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from conversations import storage
-from conversations.commands import announce, handle_command, idle_reset_notice, welcome
-from conversations.consumer_base import LoopDispatch
-from conversations.inbound import InboundMessage, is_blank
-from conversations.media import MediaError, validate_media
+from conversations.agent.inbound import InboundMessage, is_blank
+from conversations.agent.media import MediaError, validate_media
+from conversations.chat.commands import announce, handle_command, idle_reset_notice, welcome
+from conversations.chat.consumer_base import LoopDispatch
+from conversations.chat.notify import dumps, interrupted_notice, session_changed
+from conversations.chat.reconcile import TurnReconciler
 from conversations.models import now_ms
-from conversations.notify import dumps, interrupted_notice, session_changed
-from conversations.reconcile import TurnReconciler
-from conversations.runtime import provider_info
-from conversations.sessions import session_manager
-from conversations.storage_runner import run_storage
-from conversations.worker import WORKERS_GROUP, request_stop, wake_dialog
+from conversations.runtime.provider import provider_info
+from conversations.runtime.sessions import session_manager
+from conversations.runtime.worker import WORKERS_GROUP, request_stop, wake_dialog
+from conversations.storage.runner import run_storage
 from delivery.convergence import ConvergenceLedger
 from delivery.flow import SnapshotCreditWindow
 from delivery.frame_budget import fit_frame

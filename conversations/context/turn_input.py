@@ -7,7 +7,7 @@ memory — appended once to the last user message (``history.build_turn_input``;
 active plan (``models.Plan``) and memory recall (a hook; none by default) are fetched
 concurrently (seed 000 §8: ``tokio::join!`` → ``asyncio.gather``).
 
-Context budget (seed 002 §6, DESIGN §6). The request is estimated (``conversations.tokens``) and
+Context budget (seed 002 §6, DESIGN §6). The request is estimated (``conversations.context.tokens``) and
 compared with ``share × window`` tokens (``PICOBOT_COMPACT_THRESHOLD`` ×
 ``PICOBOT_LLM_CONTEXT_WINDOW``). Past it, in order, until it fits:
 
@@ -51,8 +51,9 @@ from typing import Protocol
 from django.conf import settings
 from django.db import DatabaseError
 
-from conversations.agent_loop import AgentResult
-from conversations.compaction import (
+from conversations.agent.failures import TurnFailedError, TurnFailure, TurnFailureKind
+from conversations.agent.loop import AgentResult
+from conversations.context.compaction import (
     MAX_CONSECUTIVE_FAILURES,
     choose_boundary,
     drop_oldest_turns,
@@ -61,18 +62,17 @@ from conversations.compaction import (
     rows_to_keep,
     should_compact,
 )
-from conversations.compaction_service import (
+from conversations.context.compaction_service import (
     CompactionError,
     commit_auto_summary,
     record_auto_compact_failure,
     summarise_rows,
 )
-from conversations.history import build_turn_input
+from conversations.context.history import build_turn_input
+from conversations.context.tokens import REQUEST_OVERHEAD, estimate_messages, estimate_tools
 from conversations.storage import TurnStart, sql
-from conversations.storage_runner import run_storage
-from conversations.tokens import REQUEST_OVERHEAD, estimate_messages, estimate_tools
+from conversations.storage.runner import run_storage
 from conversations.tools.plan import plan_from_row, render_plan
-from conversations.turn_failures import TurnFailedError, TurnFailure, TurnFailureKind
 from providers.base import LLMProvider
 from providers.errors import ContextOverflowError
 from providers.messages import Message, ToolDefinition

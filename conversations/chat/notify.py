@@ -81,7 +81,7 @@ async def publish_turn_committed(channel: str, chat_id: str, session_id: str, co
 
     The layer message names the turn and its user row (``committed_turn_id``,
     ``committed_inbox_id``): each connection sends one ``turn_committed`` per turn, this one or
-    the one it rebuilt after the layer dropped this (``conversations.reconcile``).
+    the one it rebuilt after the layer dropped this (``conversations.chat.reconcile``).
     """
     first = commit.messages[0] if commit.messages else {}
     meta = {"committed_turn_id": first.get("turn_id"), "committed_inbox_id": first.get("id")} if first else None

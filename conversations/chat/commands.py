@@ -21,11 +21,12 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from conversations import notify, storage
-from conversations.notify import session_changed
-from conversations.sessions import session_manager
-from conversations.storage_runner import run_storage
-from conversations.worker import request_stop
+from conversations import storage
+from conversations.chat import notify
+from conversations.chat.notify import session_changed
+from conversations.runtime.sessions import session_manager
+from conversations.runtime.worker import request_stop
+from conversations.storage.runner import run_storage
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,7 @@ async def _stop(client: CommandClient, channel: str, argument: str, session_id: 
 
 async def _compact(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
     _no_argument(argument)
-    from conversations.supervisor import SupervisorClosedError
+    from conversations.runtime.supervisor import SupervisorClosedError
 
     target = await _target(client, channel, session_id)
     try:
@@ -231,7 +232,7 @@ async def start_compaction(channel: str, chat_id: str, dialog_id: str) -> bool:
     False (nothing started, no model call) while one runs — fifteen ``/compact`` in a row are one
     paid summary call, not fifteen. Raises SupervisorClosedError while the server shuts down.
     """
-    from conversations.supervisor import control_supervisor
+    from conversations.runtime.supervisor import control_supervisor
 
     stamp = await run_storage(storage.claim_compaction, dialog_id, compaction_claim_ms())
     if stamp is None:
@@ -257,8 +258,8 @@ async def start_compaction(channel: str, chat_id: str, dialog_id: str) -> bool:
 
 async def compact_and_report(channel: str, chat_id: str, dialog_id: str) -> None:
     """Run a manual compaction and tell the chat how it went (seed 004 §7 ``/compact``)."""
-    from conversations.compaction_service import CompactionError, compact_dialog
-    from conversations.runtime import get_provider
+    from conversations.context.compaction_service import CompactionError, compact_dialog
+    from conversations.runtime.provider import get_provider
 
     try:
         outcome = await compact_dialog(dialog_id, get_provider())  # keep/timeout from settings

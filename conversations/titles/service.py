@@ -24,10 +24,11 @@ import logging
 
 from django.conf import settings
 
-from conversations import notify, storage
-from conversations.storage_runner import run_storage
-from conversations.supervisor import SupervisorClosedError, TaskSupervisor
-from conversations.titles import build_title_request, clean_title
+from conversations import storage
+from conversations.chat import notify
+from conversations.runtime.supervisor import SupervisorClosedError, TaskSupervisor
+from conversations.storage.runner import run_storage
+from conversations.titles.rules import build_title_request, clean_title
 from providers.base import LLMProvider
 from providers.errors import ProviderError
 

@@ -23,9 +23,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from conversations import notify, storage
+from conversations import storage
+from conversations.chat import notify
 from conversations.models import InboxMessage
-from conversations.storage_runner import run_storage
+from conversations.storage.runner import run_storage
 from conversations.tools.registry import result_preview
 from delivery.convergence import ConvergenceLedger, Due
 from delivery.events import ReasoningDelta, TextDelta, TextSegmentFinished, ToolFinished, ToolStarted

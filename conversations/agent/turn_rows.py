@@ -2,13 +2,13 @@
 
 Pure helpers of the turn committer: no I/O. ``turn_rows`` shapes what ``storage.commit_turn``
 writes; ``complete_tool_chains`` keeps a cancelled turn's tool chain valid. (Provider failures in
-user words moved to :mod:`conversations.turn_failures`, seed 000 §13.)
+user words moved to :mod:`conversations.agent.failures`, seed 000 §13.)
 """
 
 from __future__ import annotations
 
-from conversations.agent_loop import TurnMessage
-from conversations.history import reasoning_of
+from conversations.agent.loop import TurnMessage
+from conversations.context.history import reasoning_of
 from conversations.models import Message
 from providers.messages import Message as ProviderMessage
 from providers.messages import ToolUseBlock

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from django.db import connections
 
 from conversations import storage
-from conversations.turn_failures import redact
+from conversations.agent.failures import redact
 
 log = logging.getLogger(__name__)
 

@@ -22,19 +22,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import DatabaseError
 
-from conversations import notify, storage
-from conversations.agent_loop import (
-    DEFAULT_MAX_CALLS_PER_RESPONSE,
-    DEFAULT_MAX_TURN_OUTPUT_CHARS,
-    AgentLoop,
-    AgentResult,
-)
-from conversations.models import InboxMessage, Message
-from conversations.session_turns import adopt_start, remember_commit, start_turn
-from conversations.storage_runner import run_storage
-from conversations.tools.memory import recall_for_turn, recall_memories
-from conversations.tools.registry import ToolContext, ToolFatalError
-from conversations.turn_failures import (
+from conversations import storage
+from conversations.agent.failures import (
     TurnFailedError,
     TurnFailure,
     TurnFailureKind,
@@ -43,7 +32,15 @@ from conversations.turn_failures import (
     log_failure,
     log_safe,
 )
-from conversations.turn_input import (
+from conversations.agent.loop import (
+    DEFAULT_MAX_CALLS_PER_RESPONSE,
+    DEFAULT_MAX_TURN_OUTPUT_CHARS,
+    AgentLoop,
+    AgentResult,
+)
+from conversations.agent.turn_rows import complete_tool_chains, turn_rows
+from conversations.chat import notify
+from conversations.context.turn_input import (
     ContextPreparationError,
     Publish,
     TurnInputBuilder,
@@ -51,7 +48,11 @@ from conversations.turn_input import (
     prefetch_turn_input,
     run_with_overflow_recovery,
 )
-from conversations.turn_rows import complete_tool_chains, turn_rows
+from conversations.models import InboxMessage, Message
+from conversations.runtime.session_turns import adopt_start, remember_commit, start_turn
+from conversations.storage.runner import run_storage
+from conversations.tools.memory import recall_for_turn, recall_memories
+from conversations.tools.registry import ToolContext, ToolFatalError
 from delivery.failures import record_delivery_failure
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy
@@ -61,7 +62,7 @@ from delivery.turn_delivery import DeliveryOutcome, FailureReport, TurnDelivery
 from providers.errors import ContextOverflowError
 
 if TYPE_CHECKING:
-    from conversations.worker import AgentWorker
+    from conversations.runtime.worker import AgentWorker
 
 log = logging.getLogger(__name__)
 
@@ -479,7 +480,7 @@ class DialogExecutor:
             messages.append(result.partial)
             status = Message.CompletionStatus.CANCELLED if cancelled else Message.CompletionStatus.INTERRUPTED
         error = self.presenter.present(failure) if failure is not None else ""
-        # What the terminal snapshot will show, kept with the commit (``conversations.reconcile``).
+        # What the terminal snapshot will show, kept with the commit (``conversations.chat.reconcile``).
         if cancelled:
             outcome, shown_error = InboxMessage.Outcome.CANCELLED, self.cancel_reason
         elif failure is not None:

@@ -1,0 +1,1 @@
+"""The agent runtime: the worker, per-dialog executors, runtime sessions, the task supervisor, leases, start-up."""

@@ -1,0 +1,1 @@
+"""Dialog titles: the pure rules and the background title service."""
