@@ -44,9 +44,9 @@ from django.utils.safestring import mark_safe
 from conversations import storage
 from conversations.admin_fields import StorableJSONField
 from conversations.auth import create_token
-from conversations.chat import notify
-from conversations.chat.notify import session_changed
 from conversations.models import ApiToken, ChatState, Dialog, InboxMessage, MemoryItem, Message, Plan, now_ms
+from conversations.runtime import notify
+from conversations.runtime.notify import session_changed
 from conversations.tools.memory import normalize_tags
 from conversations.transfer import clean_plan_content
 from picobot_site.admin_safety import SafeLookupsMixin

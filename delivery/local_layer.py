@@ -100,7 +100,7 @@ class LocalChannelLayer(InMemoryChannelLayer):
 
     def receive_nowait(self, channel: str) -> dict | None:
         """The next unexpired message of ``channel`` if one is queued, else None (never waits):
-        a consumer drains a backlog in one go (``conversations.chat.consumer_base.dispatch_channels``)."""
+        a consumer drains a backlog in one go (``conversations.runtime.consumer_base.dispatch_channels``)."""
         queue = self.channels.get(channel)
         while queue is not None and not queue.empty():
             expires_at, message = queue.get_nowait()

@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
 .venv/bin/ruff check .
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest "$@"

@@ -1,1 +1,1 @@
-"""The agent's pure turn logic: the agent loop, turn failures and their presenter, turn rows, inbound messages, media."""
+"""The agent's pure turn logic (no Django): the agent loop, turn failures and their presenter, inbound messages, media."""

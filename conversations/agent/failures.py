@@ -20,7 +20,8 @@ What goes where (seed 000 §13: "raw provider/storage errors only in the safe lo
   line (newlines, ANSI and bidi escaped: :func:`log_safe`), so neither a body nor a tool's
   message nor a traceback can forge log lines.
 
-Pure module apart from :func:`configured_secrets` (which reads Django settings lazily).
+Pure module: the deployment's secrets come from the sources registered with
+:func:`add_secret_source` (the Django app registers its settings: ``conversations.apps``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import logging
 import re
 import secrets
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -300,14 +301,25 @@ def redact(text: str, known: Iterable[str] = ()) -> str:
     return text
 
 
-def configured_secrets() -> tuple[str, ...]:
-    """The secrets this deployment is configured with (the LLM API key, Django's SECRET_KEY)."""
-    try:
-        from django.conf import settings
+_secret_sources: list[Callable[[], Iterable[str]]] = []
 
-        values = (settings.PICOBOT.get("LLM_API_KEY") or "", getattr(settings, "SECRET_KEY", "") or "")
-    except Exception:  # settings not configured (a pure unit test): nothing known to hide
-        return ()
+
+def add_secret_source(source: Callable[[], Iterable[str]]) -> None:
+    """Register a callable that returns secrets of this deployment (read at every redaction, so
+    a changed setting counts); registering the same callable again does nothing."""
+    if source not in _secret_sources:
+        _secret_sources.append(source)
+
+
+def configured_secrets() -> tuple[str, ...]:
+    """The secrets this deployment is configured with (the LLM API key, Django's SECRET_KEY), from
+    the registered sources; a source that fails gives nothing (a unit test without settings)."""
+    values: list[str] = []
+    for source in _secret_sources:
+        try:
+            values.extend(source())
+        except Exception:  # noqa: BLE001, S112 - nothing known to hide from it
+            continue
     return tuple(v for v in values if isinstance(v, str) and v)
 
 

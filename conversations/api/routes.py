@@ -46,11 +46,11 @@ from conversations.api.schemas import (
     StopOut,
     TurnOut,
 )
-from conversations.chat import notify
 from conversations.chat.commands import start_compaction, welcome
 from conversations.chat.consumer import STOP_ACK_SECONDS
-from conversations.chat.notify import session_changed
 from conversations.models import now_ms
+from conversations.runtime import notify
+from conversations.runtime.notify import session_changed
 from conversations.runtime.provider import get_provider
 from conversations.runtime.sessions import session_manager
 from conversations.runtime.supervisor import SupervisorClosedError

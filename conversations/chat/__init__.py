@@ -1,1 +1,1 @@
-"""The WebSocket chat: the consumer, slash commands and their text, notifications, convergence, the WebUI page."""
+"""The WebSocket chat: the consumer, slash commands and their text, convergence, the WebUI page."""

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from conversations import storage
-from conversations.chat import notify
-from conversations.chat.notify import session_changed
+from conversations.runtime import notify
+from conversations.runtime.notify import session_changed
 from conversations.runtime.sessions import session_manager
 from conversations.runtime.worker import request_stop
 from conversations.storage.runner import run_storage

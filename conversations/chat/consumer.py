@@ -31,10 +31,10 @@ from conversations import storage
 from conversations.agent.inbound import InboundMessage, is_blank
 from conversations.agent.media import MediaError, validate_media
 from conversations.chat.commands import announce, handle_command, idle_reset_notice, welcome
-from conversations.chat.consumer_base import LoopDispatch
-from conversations.chat.notify import dumps, interrupted_notice, session_changed
 from conversations.chat.reconcile import TurnReconciler
 from conversations.models import now_ms
+from conversations.runtime.consumer_base import LoopDispatch
+from conversations.runtime.notify import dumps, interrupted_notice, session_changed
 from conversations.runtime.provider import provider_info
 from conversations.runtime.sessions import session_manager
 from conversations.runtime.worker import WORKERS_GROUP, request_stop, wake_dialog

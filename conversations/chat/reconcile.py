@@ -24,8 +24,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from conversations import storage
-from conversations.chat import notify
 from conversations.models import InboxMessage
+from conversations.runtime import notify
 from conversations.storage.runner import run_storage
 from conversations.tools.registry import result_preview
 from delivery.convergence import ConvergenceLedger, Due

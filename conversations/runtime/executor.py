@@ -38,8 +38,6 @@ from conversations.agent.loop import (
     AgentLoop,
     AgentResult,
 )
-from conversations.agent.turn_rows import complete_tool_chains, turn_rows
-from conversations.chat import notify
 from conversations.context.turn_input import (
     ContextPreparationError,
     Publish,
@@ -49,7 +47,9 @@ from conversations.context.turn_input import (
     run_with_overflow_recovery,
 )
 from conversations.models import InboxMessage, Message
+from conversations.runtime import notify
 from conversations.runtime.session_turns import adopt_start, remember_commit, start_turn
+from conversations.runtime.turn_rows import complete_tool_chains, turn_rows
 from conversations.storage.runner import run_storage
 from conversations.tools.memory import recall_for_turn, recall_memories
 from conversations.tools.registry import ToolContext, ToolFatalError

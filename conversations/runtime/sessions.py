@@ -27,48 +27,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from conversations.storage.shapes import history_row_to_protocol
+
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
 # PROTOCOL §1 "History message": the fields a client may see, in this order.
-PROTOCOL_FIELDS = (
-    "id",
-    "seq",
-    "role",
-    "content",
-    "reasoning",
-    "tool_calls",
-    "tool_call_id",
-    "tool_name",
-    "is_error",
-    "turn_id",
-    "iteration",
-    "completion_status",
-    "created_at",
-)
-
-
-def _protocol_tool_call(call: object) -> object:
-    # ``raw_arguments`` (invalid argument text kept for the model) is server-only: clients get
-    # PROTOCOL's ``{id, name, arguments: {…}}``.
-    if isinstance(call, dict) and "raw_arguments" in call:
-        return {k: v for k, v in call.items() if k != "raw_arguments"}
-    return call
-
-
-def history_row_to_protocol(row: dict) -> dict:
-    """A history-form row as PROTOCOL §1 "History message".
-
-    Keeps exactly ``PROTOCOL_FIELDS`` (missing ones become None): ``provider_state``,
-    ``media_refs`` and anything else server-only are dropped, and each tool call loses its
-    ``raw_arguments``. Never mutates ``row``.
-    """
-    out = {name: row.get(name) for name in PROTOCOL_FIELDS}
-    out["tool_calls"] = [_protocol_tool_call(c) for c in row.get("tool_calls") or []]
-    return out
-
-
 @dataclass
 class Session:
     """The runtime projection of one live dialog (seed 004 §5; DESIGN §3 "the runtime object").

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conversations.models import Dialog, Message
-from conversations.runtime.sessions import history_row_to_protocol
 from providers.unicode_text import scrub_value
 
 DEFAULT_TITLE = "New chat"
@@ -50,6 +49,43 @@ def scrub_text(value: Any) -> Any:
     value cannot overflow the stack here.
     """
     return scrub_value(value)
+
+
+PROTOCOL_FIELDS = (
+    "id",
+    "seq",
+    "role",
+    "content",
+    "reasoning",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "is_error",
+    "turn_id",
+    "iteration",
+    "completion_status",
+    "created_at",
+)
+
+
+def _protocol_tool_call(call: object) -> object:
+    # ``raw_arguments`` (invalid argument text kept for the model) is server-only: clients get
+    # PROTOCOL's ``{id, name, arguments: {…}}``.
+    if isinstance(call, dict) and "raw_arguments" in call:
+        return {k: v for k, v in call.items() if k != "raw_arguments"}
+    return call
+
+
+def history_row_to_protocol(row: dict) -> dict:
+    """A history-form row as PROTOCOL §1 "History message".
+
+    Keeps exactly ``PROTOCOL_FIELDS`` (missing ones become None): ``provider_state``,
+    ``media_refs`` and anything else server-only are dropped, and each tool call loses its
+    ``raw_arguments``. Never mutates ``row``.
+    """
+    out = {name: row.get(name) for name in PROTOCOL_FIELDS}
+    out["tool_calls"] = [_protocol_tool_call(c) for c in row.get("tool_calls") or []]
+    return out
 
 
 def message_to_protocol(row: Message) -> dict:

@@ -1,1 +1,1 @@
-"""Dialog titles: the pure rules and the background title service."""
+"""Dialog titles: the pure rules (the service that runs them is conversations.runtime.titles)."""

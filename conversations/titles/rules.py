@@ -1,7 +1,7 @@
 """Dialog titles: the title request and the cleaning of the model's answer (seed 004 §5.4).
 
 A dialog whose title is still the default gets a generated one when its Nth user message is
-committed (DESIGN §6; ``conversations.titles.service`` runs it in the background, seed 000 §12).
+committed (DESIGN §6; ``conversations.runtime.titles`` runs it in the background, seed 000 §12).
 The model sees the first user/assistant rows' visible text only — never reasoning, tool calls or
 tool results (DESIGN §6: reasoning never leaves into other requests). Its answer is cleaned by
 :func:`clean_title`: think spans stripped, and a reasoning-only or unterminated-think answer

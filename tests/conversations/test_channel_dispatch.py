@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from channels.layers import InMemoryChannelLayer
 
-from conversations.chat.consumer_base import dispatch_channels
+from conversations.runtime.consumer_base import dispatch_channels
 from delivery.local_layer import LocalChannelLayer
 
 

@@ -263,7 +263,7 @@ async def test_a_turn_left_started_by_a_dead_process_is_reported_interrupted(con
 async def test_connections_stay_in_their_chat_group_past_the_layers_group_expiry(connect, settings):
     import asyncio
 
-    from conversations.chat.notify import publish_notification
+    from conversations.runtime.notify import publish_notification
 
     # Layers drop group members after group_expiry (24 h in production): shrink it to 1 s.
     settings.CHANNEL_LAYERS = {

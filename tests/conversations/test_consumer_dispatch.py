@@ -6,7 +6,7 @@ import pytest
 
 
 async def test_loop_dispatch_calls_the_handler_on_the_loop_and_refuses_unknown_types():
-    from conversations.chat.consumer_base import LoopDispatch
+    from conversations.runtime.consumer_base import LoopDispatch
 
     class Consumer(LoopDispatch):
         def __init__(self) -> None:

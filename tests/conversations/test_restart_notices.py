@@ -16,8 +16,8 @@ from channels.db import database_sync_to_async
 
 from conversations import storage
 from conversations.auth import get_or_create_user
-from conversations.chat.notify import INTERRUPTED_NOTICE, RECOVERY_REVISION, interrupted_notice_id
 from conversations.models import Dialog, InboxMessage
+from conversations.runtime.notify import INTERRUPTED_NOTICE, RECOVERY_REVISION, interrupted_notice_id
 from providers.testing import ScriptedProvider
 from tests.conversations.conftest import make_token
 

@@ -21,7 +21,8 @@ from conversations.auth import get_or_create_user
 from conversations.context.history import build_turn_input
 from conversations.models import Dialog, Message
 from conversations.runtime import sessions as sessions_module
-from conversations.runtime.sessions import Session, SessionManager, history_row_to_protocol
+from conversations.runtime.sessions import Session, SessionManager
+from conversations.storage.shapes import PROTOCOL_FIELDS, history_row_to_protocol
 from providers.chunks import Done, ProviderStateChunk
 from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.testing import ScriptedProvider, script_text, script_tool_call
@@ -216,7 +217,7 @@ def test_history_rows_lose_provider_state_media_and_raw_arguments_in_protocol_fo
     assert "provider_state" not in out and "media_refs" not in out
     assert out["tool_calls"] == [{"id": "c1", "name": "current_time", "arguments": {}}]
     assert data["tool_calls"][0]["raw_arguments"] == "{not json", "the held row is not mutated"
-    assert set(out) == set(sessions_module.PROTOCOL_FIELDS)
+    assert set(out) == set(PROTOCOL_FIELDS)
 
 
 def memory_seqs(page: dict | None) -> list[int] | None:

@@ -11,11 +11,11 @@ from channels.db import database_sync_to_async
 
 from conversations import storage
 from conversations.auth import get_or_create_user
-from conversations.chat import notify
 from conversations.models import Dialog, Message, now_ms
+from conversations.runtime import notify
 from conversations.runtime.supervisor import TaskSupervisor
+from conversations.runtime.titles import TitleService
 from conversations.titles.rules import MAX_TITLE_CHARS, TITLE_INSTRUCTIONS, build_title_request, clean_title
-from conversations.titles.service import TitleService
 from providers.base import LLMProvider, ProviderRequest
 from providers.chunks import ProviderChunk
 from providers.errors import ServerError
@@ -266,7 +266,7 @@ async def test_a_user_rename_while_the_title_is_generated_wins_and_the_late_titl
     await database_sync_to_async(
         lambda: Dialog.objects.filter(pk=dialog.pk).update(title="My own title", title_is_default=False)
     )()
-    with caplog.at_level(logging.INFO, logger="conversations.titles.service"):
+    with caplog.at_level(logging.INFO, logger="conversations.runtime.titles"):
         gate.set()
         assert await supervisor.drain(timeout=5)
 
@@ -346,7 +346,7 @@ async def test_a_provider_error_while_titling_is_a_warning_and_the_dialog_keeps_
     client = await connect(await make_token())
     ready = await client.until("ready")
 
-    with caplog.at_level(logging.WARNING, logger="conversations.titles.service"):
+    with caplog.at_level(logging.WARNING, logger="conversations.runtime.titles"):
         await send_and_commit(client, "first", "e-1")
         await send_and_commit(client, "second", "e-2")  # the title attempt starts after this commit
         third = await send_and_commit(client, "third", "e-3")

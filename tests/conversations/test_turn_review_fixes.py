@@ -20,7 +20,6 @@ from django.db import OperationalError
 from conversations import storage
 from conversations.agent.failures import TurnFailure, TurnFailurePresenter, redact
 from conversations.agent.loop import AgentResult
-from conversations.agent.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.auth import get_or_create_user
 from conversations.context import turn_input
 from conversations.context.compaction import (
@@ -35,6 +34,7 @@ from conversations.context.compaction_service import CompactionError, RowsSummar
 from conversations.context.tokens import estimate_messages, estimate_request
 from conversations.context.turn_input import TOO_LONG, TurnInputBuilder, overflowed_before_output
 from conversations.models import Dialog, InboxMessage, Message
+from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.storage import TurnStart, message_to_history_row
 from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import ToolStarted

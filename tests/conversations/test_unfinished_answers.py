@@ -16,7 +16,7 @@ from channels.db import database_sync_to_async
 from conversations.context.compaction_service import CompactionError, summarise
 from conversations.models import Dialog
 from conversations.runtime.supervisor import TaskSupervisor
-from conversations.titles.service import TitleService
+from conversations.runtime.titles import TitleService
 from providers.base import AssistantResponse, ProviderRequest
 from providers.chunks import Done, TextDelta
 from providers.messages import Message
@@ -80,7 +80,7 @@ async def test_a_title_is_taken_only_from_an_answer_that_finished_normally(finis
     supervisor = TaskSupervisor("test")
     service = TitleService(provider, supervisor, after_n=2, on_first=False, timeout=5)
 
-    with caplog.at_level(logging.WARNING, logger="conversations.titles.service"):
+    with caplog.at_level(logging.WARNING, logger="conversations.runtime.titles"):
         service.schedule(dialog.id)
         assert await supervisor.drain(timeout=5)
     await supervisor.close(timeout=1)

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import websockets
 
-from conversations.chat.notify import INTERRUPTED_NOTICE, RECOVERY_REVISION, interrupted_notice_id
 from conversations.context.history import INTERRUPTED_RESULT
+from conversations.runtime.notify import INTERRUPTED_NOTICE, RECOVERY_REVISION, interrupted_notice_id
 from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.testing import (
     LocalSSEServer,

@@ -25,7 +25,7 @@ import logging
 from django.conf import settings
 
 from conversations import storage
-from conversations.chat import notify
+from conversations.runtime import notify
 from conversations.runtime.supervisor import SupervisorClosedError, TaskSupervisor
 from conversations.storage.runner import run_storage
 from conversations.titles.rules import build_title_request, clean_title
