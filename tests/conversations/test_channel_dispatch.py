@@ -64,3 +64,27 @@ async def test_a_failing_handler_ends_the_loop_with_its_error_and_cancels_the_re
     with pytest.raises(ValueError, match="No handler"):
         await asyncio.wait_for(dispatch_channels(layer, ["agent", "own.1"], dispatch), 5)
     assert not any(q._getters for q in layer.channels.values()), "no receive left waiting"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_worker_restarts_its_consumer_after_a_bad_message_and_keeps_the_backlog(start_worker):
+    from channels.layers import get_channel_layer
+
+    from conversations.runtime.worker import AGENT_CHANNEL, WORKERS_GROUP
+    from providers.testing import ScriptedProvider
+
+    worker = await start_worker(ScriptedProvider([]))
+    layer = get_channel_layer()
+    woken: list[str] = []
+    worker.wake = lambda dialog_id, **_: woken.append(dialog_id)
+    first_channel = worker.consumer_channel
+    await layer.send(AGENT_CHANNEL, {"type": "dialog.input", "dialog_id": "a"})
+    await layer.send(AGENT_CHANNEL, {"type": "no.such.handler"})
+    await layer.send(AGENT_CHANNEL, {"type": "dialog.input", "dialog_id": "b"})
+    for _ in range(200):  # the restart waits 0.5 s first
+        if "b" in woken:
+            break
+        await asyncio.sleep(0.05)
+    assert woken == ["a", "b"], "the message after the bad one was kept for the restarted consumer"
+    assert worker.consumer_channel != first_channel
+    assert worker.consumer_channel in layer.groups[WORKERS_GROUP], "the new channel joined the workers group"

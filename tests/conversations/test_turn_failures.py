@@ -455,3 +455,18 @@ def test_a_logged_traceback_is_one_bounded_line_that_keeps_its_head_and_tail(cap
     [line] = [r.getMessage() for r in caplog.records]
     assert "\n" not in line and len(line) < 8200
     assert "Traceback (most recent call last):\\n" in line and line.endswith("y" * 100)
+
+
+def test_configured_secrets_come_from_the_registered_sources_a_failing_one_gives_nothing(settings, monkeypatch):
+    from conversations.agent import failures
+
+    settings.PICOBOT = {**settings.PICOBOT, "LLM_API_KEY": "sk-live-key-123456"}
+    assert "sk-live-key-123456" in configured_secrets(), "the app registers its settings at start-up"
+
+    def broken() -> list[str]:
+        raise RuntimeError("settings are not configured")
+
+    monkeypatch.setattr(failures, "_secret_sources", [broken, lambda: ["", "extra-secret-42", None]])
+    assert configured_secrets() == ("extra-secret-42",)
+    monkeypatch.setattr(failures, "_secret_sources", [])
+    assert configured_secrets() == (), "a pure unit test without Django knows no secrets"
