@@ -7,7 +7,7 @@ filter, a raw-id field's lookup) raised a 500 there while SQLite answered "not f
 it up front gives one clear answer on both databases; under ``/api/`` the API's middleware
 turns it into the JSON error ``bad_request`` (JSON bodies are the API's own validation). JSON
 escapes (``"\\u0000"``) in the admin's JSON fields are that field's form error
-(``conversations.admin_fields``).
+(``conversations.admin.fields``).
 """
 
 from __future__ import annotations

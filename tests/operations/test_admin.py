@@ -218,7 +218,7 @@ def test_a_rename_in_the_admin_is_announced_to_the_chats_clients(staff_client, a
     async def publish_frame(channel, chat_id, frame, **_):
         published.append((channel, chat_id, frame))
 
-    monkeypatch.setattr("conversations.admin.notify.publish_frame", publish_frame)
+    monkeypatch.setattr("conversations.admin.dialogs.notify.publish_frame", publish_frame)
     dialog = make_dialog(alice, active=True)
     url = f"{DIALOGS}{dialog.pk}/change/"
     response = staff_client.post(url, change_form_data(staff_client.get(url), title="From the admin"))

@@ -1,12 +1,14 @@
 """Admin form fields for JSON columns: only what the database can store goes in (Django glue).
 
+A model admin with editable JSON columns sets ``formfield_overrides = STORABLE_JSON``.
+
 Django's ``forms.JSONField`` reads ``NaN``/``Infinity``, keeps the last of duplicate keys and
 lets ``"\\u0000"`` and ``"\\ud800"`` escapes through: PostgreSQL then refuses the write (a 500 in
 the admin), SQLite stores a lone surrogate that later breaks every page showing the value. This
 field applies the import's rules instead (``transfer.loads_strict`` and
 ``transfer.check_storable_json``): such input is a form error naming the place. A form shown
-again with errors shows the text as typed, and a stored value that holds a lone surrogate (from
-before these rules) is shown with U+FFFD instead of failing the page.
+again with errors shows the text as typed, and a stored value that holds a lone surrogate (one
+written without these rules) is shown with U+FFFD instead of failing the page.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 from typing import Any
 
 from django import forms
+from django.db import models
 from django.forms.fields import InvalidJSONInput
 
 from conversations.transfer import TransferError, check_storable_json, loads_strict
@@ -53,3 +56,8 @@ class StorableJSONField(forms.JSONField):
         if isinstance(value, InvalidJSONInput):
             return value
         return fix_surrogates(json.dumps(value, ensure_ascii=False, cls=self.encoder))
+
+
+STORABLE_JSON = {models.JSONField: {"form_class": StorableJSONField}}
+"""``formfield_overrides`` for a model admin: its editable JSON columns take only what the database
+can store."""

@@ -1,0 +1,12 @@
+"""PicoBot in the Django admin: dialogs and their history, messages, the inbox, API tokens, memory
+items and plans (DESIGN §3 data model, §8 "secrets never in admin list pages", §9 the admin is
+staff-only — Django's admin site already refuses non-staff users).
+
+Importing this package registers every model admin (Django's autodiscovery imports
+``conversations.admin``). The rules they keep — lean change lists, read-only rows, safe lookups,
+storable JSON, writes through storage — are in ``README.md`` here.
+"""
+
+from conversations.admin import dialogs, memory, messages, plans, tokens
+
+__all__ = ["dialogs", "memory", "messages", "plans", "tokens"]
