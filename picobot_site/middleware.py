@@ -3,7 +3,7 @@
 ``NulRefusingMiddleware`` answers 400 to a request whose path or query string holds a NUL
 character (``%00``), and to a form post to the admin with one in any field. PostgreSQL cannot
 hold NUL in text, so such a value reaching a query (an admin change page id, a changelist
-filter, a raw-id field's lookup) raised a 500 there while SQLite answered "not found". Refusing
+filter, a raw-id field's lookup) would be a 500 there where SQLite answers "not found". Refusing
 it up front gives one clear answer on both databases; under ``/api/`` the API's middleware
 turns it into the JSON error ``bad_request`` (JSON bodies are the API's own validation). JSON
 escapes (``"\\u0000"``) in the admin's JSON fields are that field's form error
@@ -16,7 +16,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponseBadRequest
 
-from conversations.middleware_base import SyncAndAsyncMiddleware
+from conversations.auth.middleware import SyncAndAsyncMiddleware
 
 ADMIN_PREFIX = "/admin/"
 

@@ -115,7 +115,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # A WebUI session logged in with an API token ends when that token is revoked.
-    "conversations.auth.RevokedTokenSessionMiddleware",
+    "conversations.auth.middleware.RevokedTokenSessionMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -213,7 +213,7 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
     # The WebUI login also accepts an API token as the password (users made by createtoken).
-    "conversations.auth.ApiTokenBackend",
+    "conversations.auth.backends.ApiTokenBackend",
 ]
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"

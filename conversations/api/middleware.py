@@ -21,7 +21,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponseBase
 
 from conversations.api.errors import HTTP_ERROR_CODES, error_response
-from conversations.middleware_base import SyncAndAsyncMiddleware
+from conversations.auth.middleware import SyncAndAsyncMiddleware
 
 API_PREFIX = "/api/"
 

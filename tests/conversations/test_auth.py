@@ -145,7 +145,7 @@ async def test_a_password_session_is_not_ended_by_revoking_one_of_the_users_toke
 
 @pytest.mark.parametrize("how", ["bearer", "session"])
 async def test_an_open_websocket_is_closed_when_its_token_is_revoked(monkeypatch, how):
-    monkeypatch.setattr("conversations.auth.REVOCATION_CHECK_SECONDS", 0.1)
+    monkeypatch.setattr("conversations.auth.websocket.REVOCATION_CHECK_SECONDS", 0.1)
     token = await make_token("iris")
     if how == "bearer":
         headers = [(b"authorization", f"Bearer {token}".encode())]
@@ -179,7 +179,7 @@ async def test_an_open_password_session_websocket_is_closed_when_its_user_is_dea
     """Deactivation (README: "their tokens and sessions stop working at once") and a password
     change (Django ends the user's HTTP sessions) end the open sockets of a password login too;
     another user's socket stays."""
-    monkeypatch.setattr("conversations.auth.REVOCATION_CHECK_SECONDS", 0.1)
+    monkeypatch.setattr("conversations.auth.websocket.REVOCATION_CHECK_SECONDS", 0.1)
     jill = await session_cookie("jill")
     kept_cookie = await session_cookie("kate")
 

@@ -1,4 +1,4 @@
-"""conversations.auth._RevocableReceive: a revoked credential ends its socket's receive without a
+"""conversations.auth.websocket._RevocableReceive: a revoked credential ends its socket's receive without a
 task per frame (PROTOCOL §1: 4401 when the credential dies while the socket is open)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-from conversations.auth import CLOSE_REVOKED, _RevocableReceive
+from conversations.auth.websocket import CLOSE_REVOKED, _RevocableReceive
 
 
 class Pipe:

@@ -2,7 +2,7 @@
 
 A revoked token stops working at once for new WebSocket connections and REST calls (every request
 checks it); a WebUI session logged in with it is logged out on its next request, and open
-WebSockets using it are closed by their server within ``conversations.auth.REVOCATION_CHECK_SECONDS``
+WebSockets using it are closed by their server within ``conversations.auth.websocket.REVOCATION_CHECK_SECONDS``
 (each server checks the tokens of its open sockets: nothing needs to reach it from here). The row
 stays (prefix, dates) for the record.
 """

@@ -1,23 +1,16 @@
-"""Authentication for WebSocket and REST (DESIGN §9, PROTOCOL §1 "Authentication").
+"""WebSocket authentication (DESIGN §9, PROTOCOL §1 "Authentication"; Channels glue).
 
-API tokens are random strings shown once; only their SHA-256 hash and an 8-character prefix are
-stored (``ApiToken``). A WebSocket authenticates by ``Authorization: Bearer <token>`` or
-``?token=<token>`` (no Origin needed), or by the Django session cookie, which is accepted only from
-an allowed Origin (cross-site WebSocket hijacking).
+``ChatAuthMiddleware`` sets ``scope["user"]`` and ``scope["auth_method"]`` (``"token"``,
+``"session"`` or None: anonymous, refused by the consumer with 4401). A socket authenticates by
+``Authorization: Bearer <token>`` or ``?token=<token>`` (no Origin needed), or by the Django
+session cookie, accepted only from an allowed Origin (``origin_allowed``: cross-site WebSocket
+hijacking). A token that does not match never falls back to the cookie.
 
-Revoking a token (``manage.py revoketoken``, the admin) ends everything it opened:
-
-* REST and new WebSockets check the token on every request / handshake;
-* a WebUI session logged in *with* a token (``ApiTokenBackend``) remembers the token's id
-  (``SESSION_TOKEN_KEY``); ``RevokedTokenSessionMiddleware`` logs such a session out on its next
-  request once the token is revoked, and a WebSocket handshake with it is refused;
-* open WebSockets authenticated by a token (directly or through such a session) are closed with
-  code 4401 within ``REVOCATION_CHECK_SECONDS``: one query per process checks the tokens of all
-  its open sockets (``ChatAuthMiddleware``).
-
-Deactivating (or deleting) a user ends all of it too, and so does a password change for the
-sockets of a password login (Django's session hash, as for its own HTTP sessions): those
-sockets are watched by ``(user id, session hash)`` in the same periodic check.
+An open socket stays open only while its credential holds: a token while unrevoked and its user
+active; a session logged in with a token while that token does; a password login while its user
+is active and the password unchanged (Django's session hash). One task per event loop checks the
+credentials of all its sockets every ``REVOCATION_CHECK_SECONDS`` (at most two queries) and
+closes a dead one's sockets with ``CLOSE_REVOKED``.
 """
 
 from __future__ import annotations
@@ -25,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import weakref
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -33,120 +25,25 @@ from urllib.parse import parse_qs, urlparse
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.contrib.auth import HASH_SESSION_KEY, alogout, get_user_model, logout
-from django.contrib.auth.backends import BaseBackend
+from django.contrib.auth import HASH_SESSION_KEY
 from django.contrib.auth.models import AnonymousUser
-from django.contrib.auth.signals import user_logged_in
-from django.dispatch import receiver
 from django.http.request import split_domain_port, validate_host
-from django.utils.crypto import constant_time_compare
 
-from conversations.middleware_base import SyncAndAsyncMiddleware
-from conversations.models import ApiToken, now_ms
+from conversations.auth.tokens import (
+    SESSION_TOKEN_KEY,
+    Credential,
+    dead_credentials,
+    live_token,
+    token_is_live,
+)
 from conversations.storage.runner import run_storage
 
 log = logging.getLogger(__name__)
 
-TOKEN_PREFIX_CHARS = 8
-SESSION_TOKEN_KEY = "picobot_api_token_id"
-"""Session key holding the id of the API token a WebUI session logged in with (none: a password)."""
 REVOCATION_CHECK_SECONDS = 2.0
-"""How often a process checks the tokens of its open token-authenticated WebSockets (one query
-for all of them)."""
+"""How often a process checks the credentials of its open WebSockets (one query for all the
+tokens, one for all the password sessions)."""
 CLOSE_REVOKED = 4401  # = conversations.chat.consumer.CLOSE_UNAUTHORIZED
-
-
-def create_token(user: Any, name: str = "") -> str:
-    """Create and return a new raw API token for ``user`` (touches the DB; shown once)."""
-    raw = "pb_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(
-        user=user, name=name, prefix=raw[:TOKEN_PREFIX_CHARS], token_hash=ApiToken.hash_token(raw)
-    )
-    return raw
-
-
-def live_token(raw: str) -> ApiToken | None:
-    """The unrevoked token ``raw`` of an active user (its ``user`` loaded), or None; stamps its
-    ``last_used_at``. Touches the DB."""
-    if not raw or len(raw) > 200:
-        return None
-    token = (
-        ApiToken.objects.select_related("user")
-        .filter(token_hash=ApiToken.hash_token(raw), revoked_at__isnull=True)
-        .first()
-    )
-    if token is None or not token.user.is_active:
-        return None
-    ApiToken.objects.filter(pk=token.pk).update(last_used_at=now_ms())
-    return token
-
-
-def user_for_token(raw: str) -> Any | None:
-    """The active user owning the unrevoked token ``raw``, or None. Touches the DB."""
-    token = live_token(raw)
-    return token.user if token is not None else None
-
-
-def token_is_live(token_id: Any) -> bool:
-    """Whether the token with this id is unrevoked and its user active (one indexed query)."""
-    try:
-        pk = int(token_id)
-    except (TypeError, ValueError):
-        return False
-    return ApiToken.objects.filter(pk=pk, revoked_at__isnull=True, user__is_active=True).exists()
-
-
-def dead_tokens(token_ids: list[int]) -> set[int]:
-    """Which of these token ids are revoked (or their user deactivated, or gone): one query."""
-    live = set(
-        ApiToken.objects.filter(pk__in=token_ids, revoked_at__isnull=True, user__is_active=True)
-        .values_list("pk", flat=True)
-    )
-    return set(token_ids) - live
-
-
-Credential = tuple
-"""What keeps a WebSocket open: ``("token", token_id)`` or ``("session", user_id, session_hash)``."""
-
-
-def dead_credentials(credentials: list[Credential]) -> set[Credential]:
-    """Which of these credentials no longer hold: at most two queries for any number of them.
-
-    A token is dead when revoked or its user is inactive or gone (``dead_tokens``); a password
-    session when its user is inactive or gone, or its session hash no longer matches (the
-    password changed — Django then also ends the user's HTTP sessions).
-    """
-    tokens = [c[1] for c in credentials if c[0] == "token"]
-    sessions = [c for c in credentials if c[0] == "session"]
-    dead: set[Credential] = {("token", pk) for pk in dead_tokens(tokens)} if tokens else set()
-    if sessions:
-        users = {u.pk: u for u in get_user_model().objects.filter(pk__in={c[1] for c in sessions}, is_active=True)}
-        for credential in sessions:
-            user = users.get(credential[1])
-            if user is None or not constant_time_compare(credential[2] or "", user.get_session_auth_hash()):
-                dead.add(credential)
-    return dead
-
-
-def get_or_create_user(username: str) -> tuple[Any, bool]:
-    """Return ``(user, created)`` for ``username``; a new user has an unusable password.
-
-    The name is normalised as Django's login form does (NFKC: ``ｆｕｌｌ`` → ``full``) before the
-    lookup, so a user made here can always log in; an existing user stored under the exact,
-    unnormalised name (made before this rule) is still found first.
-    """
-    model = get_user_model()
-    user = model.objects.filter(username=username).first()
-    if user is not None:
-        return user, False
-    username = model.normalize_username(username)
-    user = model.objects.filter(username=username).first()
-    if user is not None:
-        return user, False
-    user = model(username=username)
-    user.set_unusable_password()
-    user.save()
-    return user, True
 
 
 def _header(scope: dict, name: bytes) -> str | None:
@@ -356,63 +253,3 @@ class ChatAuthMiddleware:
             return await self.inner(scope, receive, send)
         scope["auth_method"] = "session"
         return await self.session_stack(scope, receive, send)
-
-
-class ApiTokenBackend(BaseBackend):
-    """Django auth backend: log in to the WebUI with a username and one of its API tokens.
-
-    Lets a user created by ``manage.py createtoken`` (no password) use the WebUI; the token is
-    checked exactly like a WebSocket or REST token. ``BaseBackend`` adds the async variants
-    (``aget_user``: the async views' ``request.auser()``).
-    """
-
-    def authenticate(self, request: Any, username: str | None = None, password: str | None = None, **_: Any) -> Any:
-        if not username or not password:
-            return None
-        token = live_token(password)
-        if token is None or token.user.get_username() != username:
-            return None
-        user = token.user
-        user.picobot_token_id = token.pk  # kept in the session by remember_login_token()
-        return user
-
-    def get_user(self, user_id: Any) -> Any:
-        model = get_user_model()
-        user = model.objects.filter(pk=user_id).first()
-        return user if user is not None and user.is_active else None
-
-
-@receiver(user_logged_in, dispatch_uid="picobot-remember-login-token")
-def remember_login_token(sender: Any, request: Any, user: Any, **_: Any) -> None:
-    """Keep the id of the token a WebUI session logged in with (``ApiTokenBackend``), so that
-    revoking the token ends the session; a password login of the same session forgets it."""
-    session = getattr(request, "session", None)
-    if session is None:
-        return
-    token_id = getattr(user, "picobot_token_id", None)
-    if token_id is not None:
-        session[SESSION_TOKEN_KEY] = token_id
-    else:
-        session.pop(SESSION_TOKEN_KEY, None)
-
-
-class RevokedTokenSessionMiddleware(SyncAndAsyncMiddleware):
-    """Log out a session whose login token was revoked (or whose user was deactivated), on its
-    next request: one indexed query, and only for sessions logged in with a token. Goes after
-    ``AuthenticationMiddleware``. Sync and async capable (no thread hop for async views)."""
-
-    def __call__(self, request: Any) -> Any:
-        if self.is_async:
-            return self.__acall__(request)
-        session = getattr(request, "session", None)
-        token_id = session.get(SESSION_TOKEN_KEY) if session is not None else None
-        if token_id is not None and not token_is_live(token_id):
-            logout(request)
-        return self.get_response(request)
-
-    async def __acall__(self, request: Any) -> Any:
-        session = getattr(request, "session", None)
-        token_id = await session.aget(SESSION_TOKEN_KEY) if session is not None else None
-        if token_id is not None and not await database_sync_to_async(token_is_live)(token_id):
-            await alogout(request)
-        return await self.get_response(request)

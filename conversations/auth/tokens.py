@@ -1,0 +1,115 @@
+"""API tokens and the credentials that keep a connection open (DESIGN §9; touches the DB).
+
+A token is ``"pb_"`` + 43 random URL-safe characters, shown once; only its SHA-256 hash and its
+first ``TOKEN_PREFIX_CHARS`` characters are stored (``ApiToken``). A token is live while it is
+unrevoked and its user active. A credential names what keeps a WebSocket open (``Credential``);
+``dead_credentials`` checks any number of them in at most two queries. ``get_or_create_user``
+makes the users ``manage.py createtoken`` hands tokens to.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils.crypto import constant_time_compare
+
+from conversations.models import ApiToken, now_ms
+
+TOKEN_PREFIX_CHARS = 8
+SESSION_TOKEN_KEY = "picobot_api_token_id"
+"""Session key holding the id of the API token a WebUI session logged in with (none: a password)."""
+
+
+def create_token(user: Any, name: str = "") -> str:
+    """Create and return a new raw API token for ``user`` (touches the DB; shown once)."""
+    raw = "pb_" + secrets.token_urlsafe(32)
+    ApiToken.objects.create(
+        user=user, name=name, prefix=raw[:TOKEN_PREFIX_CHARS], token_hash=ApiToken.hash_token(raw)
+    )
+    return raw
+
+
+def live_token(raw: str) -> ApiToken | None:
+    """The unrevoked token ``raw`` of an active user (its ``user`` loaded), or None; stamps its
+    ``last_used_at``. Touches the DB."""
+    if not raw or len(raw) > 200:
+        return None
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(token_hash=ApiToken.hash_token(raw), revoked_at__isnull=True)
+        .first()
+    )
+    if token is None or not token.user.is_active:
+        return None
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=now_ms())
+    return token
+
+
+def user_for_token(raw: str) -> Any | None:
+    """The active user owning the unrevoked token ``raw``, or None. Touches the DB."""
+    token = live_token(raw)
+    return token.user if token is not None else None
+
+
+def token_is_live(token_id: Any) -> bool:
+    """Whether the token with this id is unrevoked and its user active (one indexed query)."""
+    try:
+        pk = int(token_id)
+    except (TypeError, ValueError):
+        return False
+    return ApiToken.objects.filter(pk=pk, revoked_at__isnull=True, user__is_active=True).exists()
+
+
+def dead_tokens(token_ids: list[int]) -> set[int]:
+    """Which of these token ids are revoked (or their user deactivated, or gone): one query."""
+    live = set(
+        ApiToken.objects.filter(pk__in=token_ids, revoked_at__isnull=True, user__is_active=True)
+        .values_list("pk", flat=True)
+    )
+    return set(token_ids) - live
+
+
+Credential = tuple
+"""What keeps a WebSocket open: ``("token", token_id)`` or ``("session", user_id, session_hash)``."""
+
+
+def dead_credentials(credentials: list[Credential]) -> set[Credential]:
+    """Which of these credentials no longer hold: at most two queries for any number of them.
+
+    A token is dead when revoked or its user is inactive or gone (``dead_tokens``); a password
+    session when its user is inactive or gone, or its session hash no longer matches (the
+    password changed — Django then also ends the user's HTTP sessions).
+    """
+    tokens = [c[1] for c in credentials if c[0] == "token"]
+    sessions = [c for c in credentials if c[0] == "session"]
+    dead: set[Credential] = {("token", pk) for pk in dead_tokens(tokens)} if tokens else set()
+    if sessions:
+        users = {u.pk: u for u in get_user_model().objects.filter(pk__in={c[1] for c in sessions}, is_active=True)}
+        for credential in sessions:
+            user = users.get(credential[1])
+            if user is None or not constant_time_compare(credential[2] or "", user.get_session_auth_hash()):
+                dead.add(credential)
+    return dead
+
+
+def get_or_create_user(username: str) -> tuple[Any, bool]:
+    """Return ``(user, created)`` for ``username``; a new user has an unusable password.
+
+    The name is normalised as Django's login form does (NFKC: ``ｆｕｌｌ`` → ``full``) before the
+    lookup, so a user made here can always log in; a user stored under the exact, unnormalised
+    name is still found first.
+    """
+    model = get_user_model()
+    user = model.objects.filter(username=username).first()
+    if user is not None:
+        return user, False
+    username = model.normalize_username(username)
+    user = model.objects.filter(username=username).first()
+    if user is not None:
+        return user, False
+    user = model(username=username)
+    user.set_unusable_password()
+    user.save()
+    return user, True
