@@ -1,14 +1,9 @@
-"""Agent tools: the registry (validation, timeouts, error results) and the built-in tools.
+"""Agent tools: the built-in tools and :func:`default_registry` (DESIGN §6; ``tools/README.md``).
 
-Built-in (issue 6 "Tools", DESIGN §6): ``current_time``, ``memory_save`` / ``memory_search``
-(``tools/memory.py``), ``plan_update`` / ``plan_get`` (``tools/plan.py``) and ``http_fetch``
-(``tools/http_fetch.py``). Memory and plan tools need the turn's :class:`ToolContext`: run the
-turn on ``registry.bind(ToolContext(...))``; unbound, they answer with an error result.
-
-Operators (and tests) add tools with plugin modules: ``PICOBOT_TOOL_MODULES`` is a comma list of
-dotted module paths (``settings.PICOBOT["TOOL_MODULES"]``); each module has a
-``register(registry)`` function that calls ``registry.register(Tool(...))`` (issue 5: the
-end-to-end restart test plugs in a tool that sleeps until the process is killed).
+Built-in: ``current_time``, ``memory_save`` / ``memory_search``, ``plan_update`` / ``plan_get``
+and ``http_fetch``. Memory and plan tools need the turn's :class:`ToolContext`: run the turn on
+``registry.bind(ToolContext(...))``. Plugin modules named by ``PICOBOT_TOOL_MODULES`` add more
+through their ``register(registry)``. The registry itself is ``conversations.agent.tool_registry``.
 """
 
 from __future__ import annotations
@@ -19,8 +14,7 @@ from collections.abc import Iterable
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from conversations.tools.builtin import current_time_tool
-from conversations.tools.registry import (
+from conversations.agent.tool_registry import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     DEFAULT_MAX_CONCURRENT_CALLS,
     DEFAULT_RESULT_MAX_CHARS,
@@ -32,6 +26,7 @@ from conversations.tools.registry import (
     ToolOutcome,
     ToolRegistry,
 )
+from conversations.tools.builtin import current_time_tool
 
 SETTING = "PICOBOT_TOOL_MODULES"
 
@@ -52,8 +47,8 @@ def default_registry(modules: Iterable[str] | None = None) -> ToolRegistry:
             ``register`` failed; the message names ``PICOBOT_TOOL_MODULES`` and the module, so a
             bad path stops the server at start-up (the worker builds its registry then).
     """
-    # Imported here: memory/plan import the models, and this package is imported by pure modules
-    # (the agent loop) that must load before Django's app registry is ready.
+    # Imported here: memory/plan import the models, and importing this package (or the pure parts
+    # of http_fetch) must not need Django's app registry.
     from conversations.tools.http_fetch import http_fetch_tool
     from conversations.tools.memory import memory_tools
     from conversations.tools.plan import plan_tools

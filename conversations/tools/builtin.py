@@ -1,11 +1,11 @@
-"""Built-in tool ``current_time`` (issue 2); memory, plan and http_fetch live in their own modules."""
+"""The built-in tool ``current_time`` (pure); memory, plan and http_fetch live in their own modules."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from conversations.tools.registry import Tool, ToolError
+from conversations.agent.tool_registry import Tool, ToolError
 
 TIMEZONE_MAX_CHARS = 64
 """Longer than any IANA name (the longest has about 30 characters)."""

@@ -1,22 +1,10 @@
 """``memory_save`` / ``memory_search``: the owner's long-term memory (``MemoryItem``; seed 000 §7.1).
 
-Scope: a dialog with an owner reads and writes that user's items only (from any of their chats);
-an ownerless dialog reads and writes the ownerless items of its own ``(channel, chat_id)``.
-
-Search is full-text, picked by ``connection.vendor`` at run time:
-
-- PostgreSQL: ``SearchVector``/``SearchQuery`` (``simple`` configuration, web-search syntax)
-  ranks with ``ts_rank``; substring matches of the query's terms are candidates too, because the
-  ``simple`` parser does not split CJK text into words.
-- Any other database (SQLite): a portable path: candidates are the items containing any query term
-  (``icontains``), newest first.
-
-Terms are the query's words, lower-cased, plus overlapping character pairs of CJK runs (``"喜欢咖啡"``
-→ ``喜欢, 欢咖, 咖啡``). At most ``CANDIDATES`` rows are read and ranked in Python by the share of
-terms matched, term frequency, a whole-phrase bonus and the database rank; ties go to the newest.
-
-The sync functions here run on a storage thread (``run_storage``); the TurnInputBuilder may use
-:func:`search_memories` for recall too.
+A dialog with an owner reads and writes that user's items only; an ownerless dialog the ownerless
+items of its own ``(channel, chat_id)``. Search is full-text (PostgreSQL's text search, or a
+portable ``icontains`` path elsewhere), ranked in Python; CJK text is matched by character pairs
+(the rules: ``tools/README.md``). The sync functions here run on a storage thread
+(``run_storage``); the TurnInputBuilder uses :func:`recall_memories` for recall.
 """
 
 from __future__ import annotations
@@ -31,10 +19,10 @@ from typing import Any
 from django.db import connection
 from django.db.models import Q
 
+from conversations.agent.tool_registry import Tool, ToolContext, ToolError
 from conversations.models import MemoryItem, now_ms
 from conversations.storage import scrub_text, sql
 from conversations.storage.runner import run_storage
-from conversations.tools.registry import Tool, ToolContext, ToolError
 
 CONTENT_MAX_CHARS = 2000
 TAGS_MAX = 8

@@ -15,10 +15,10 @@ from typing import Any
 
 from django.db import IntegrityError
 
+from conversations.agent.tool_registry import Tool, ToolContext, ToolError
 from conversations.models import Dialog, Plan, now_ms
 from conversations.storage import scrub_text
 from conversations.storage.runner import run_storage
-from conversations.tools.registry import Tool, ToolContext, ToolError
 
 MAX_STEPS = 20
 STEP_MAX_CHARS = 300

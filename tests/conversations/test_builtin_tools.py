@@ -23,11 +23,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from channels.db import database_sync_to_async
+from conversations.agent.tool_registry import Tool
 
 from conversations.auth import get_or_create_user
 from conversations.models import Dialog, MemoryItem, Message, Plan
 from conversations.tools import ToolContext, ToolRegistry, default_registry
-from conversations.tools import http_fetch as http_fetch_module
 from conversations.tools.http_fetch import (
     FetchPolicy,
     FetchRefused,
@@ -36,9 +36,9 @@ from conversations.tools.http_fetch import (
     html_to_text,
     http_fetch_tool,
 )
+from conversations.tools.http_fetch import tool as http_fetch_module
 from conversations.tools.memory import MAX_LIMIT, memory_tools, search_terms
 from conversations.tools.plan import MAX_STEPS, STEP_MAX_CHARS, plan_tools, render_plan
-from conversations.tools.registry import Tool
 from providers.base import ToolCall
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart, UsageChunk
 from providers.messages import ToolResultBlock, Usage

@@ -105,10 +105,10 @@ async def test_a_corrupt_deflate_body_is_an_error_result(base):
 @pytest.mark.parametrize("step", [1, 2, 3, 7])
 @pytest.mark.parametrize("compress", [raw_deflate, zlib.compress])
 def test_deflate_is_detected_however_the_body_is_cut_into_reads(step, compress):
-    from conversations.tools.http_fetch import _Body
+    from conversations.tools.http_fetch.decoding import BodyReader
 
     data = compress(b"chunked deflate text " * 20)
-    body = _Body("deflate", 100_000)
+    body = BodyReader("deflate", 100_000)
     for start in range(0, len(data), step):
         assert body.feed(data[start : start + step])
 

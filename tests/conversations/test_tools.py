@@ -9,10 +9,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
-
-from conversations.tools import default_registry
-from conversations.tools.builtin import TIMEZONE_MAX_CHARS, current_time, current_time_tool
-from conversations.tools.registry import (
+from conversations.agent.tool_registry import (
     DEFAULT_MAX_CONCURRENT_CALLS,
     DEFAULT_RESULT_MAX_CHARS,
     PREVIEW_CHARS,
@@ -25,6 +22,9 @@ from conversations.tools.registry import (
     ToolRegistry,
     truncate_result,
 )
+
+from conversations.tools import default_registry
+from conversations.tools.builtin import TIMEZONE_MAX_CHARS, current_time, current_time_tool
 from providers.base import ToolCall
 
 
@@ -336,11 +336,11 @@ async def test_a_crash_is_logged_once_redacted_on_one_line_under_the_results_ref
                 "boom with key sk-SECRET1234567 and password=hunter2\n2026-01-01 ERROR forged: admin logged in\r"
             ) from exc
 
-    with caplog.at_level(logging.INFO, logger="conversations.tools.registry"):
+    with caplog.at_level(logging.INFO, logger="conversations.agent.tool_registry"):
         outcome = await ToolRegistry([make_tool(crash)]).run(call("probe"))
 
     ref = re.fullmatch(r"Error: probe failed: RuntimeError \(ref ([0-9a-f]{8})\)", outcome.content).group(1)
-    records = [r for r in caplog.records if r.name == "conversations.tools.registry"]
+    records = [r for r in caplog.records if r.name == "conversations.agent.tool_registry"]
     assert len(records) == 1 and records[0].levelno == logging.ERROR
     assert records[0].exc_info is None  # no raw traceback appended by the handler
     logged = records[0].getMessage()

@@ -17,10 +17,9 @@ import threading
 
 import pytest
 
-from conversations.tools import http_fetch
-from conversations.tools.http_fetch import decode_body, html_to_text, page_text, text_codec
+from conversations.tools.http_fetch import decode_body, html_text, html_to_text, page_text, text_codec
 
-_TRACED = {http_fetch.__file__, html.__file__, html.parser.__file__, _markupbase.__file__}
+_TRACED = {html_text.__file__, html.__file__, html.parser.__file__, _markupbase.__file__}
 
 
 def lines_executed(function, *args) -> int:
@@ -138,7 +137,7 @@ def test_a_stopped_reduction_ends_early():
     stop = threading.Event()
     stop.set()
 
-    with pytest.raises(http_fetch._Stopped):
+    with pytest.raises(html_text._Stopped):
         html_to_text("<i>x</i>" * 10_000, stop)
 
 
