@@ -23,8 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from channels.db import database_sync_to_async
-from conversations.agent.tool_registry import Tool
 
+from conversations.agent.tool_registry import Tool
 from conversations.auth import get_or_create_user
 from conversations.models import Dialog, MemoryItem, Message, Plan
 from conversations.tools import ToolContext, ToolRegistry, default_registry
