@@ -51,11 +51,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx2  # noqa: E402
 from httpx_sse import aconnect_sse  # noqa: E402
-
-from providers.base import ProviderRequest, StreamAccumulator  # noqa: E402
+from providers.base import StreamAccumulator  # noqa: E402
 from providers.messages import Message  # noqa: E402
 from providers.openai_compat import OpenAICompatProvider  # noqa: E402
 from providers.testing import LocalSSEServer, SSEResponse, split_events, split_every  # noqa: E402
+from providers.types import ProviderRequest  # noqa: E402
 
 MODEL = "deepseek-v4-flash"
 SSE_HEADERS = {"content-type": "text/event-stream"}

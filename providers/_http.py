@@ -6,7 +6,8 @@ module owns everything about the connection, so both vendors behave the same way
 * the httpx2 client is built here, once per provider (connect/write/pool timeouts), its
   connections on plain asyncio streams (``providers._asyncio_net``);
 * ``first_byte_timeout`` bounds the time from sending the request to the first body byte,
-  ``idle_timeout`` every later gap between reads (asyncio-level, like httpx's read timeout);
+  ``idle_timeout`` every later gap between reads (asyncio-level, like httpx's read timeout;
+  :mod:`providers._read_deadline`);
 * status and ``content-type`` are checked before any SSE parsing (SC-20, SC-21);
 * :meth:`HTTPStreamProvider._map_errors` is the one place httpx2 exceptions become
   :class:`~providers.errors.ProviderError`;
@@ -23,14 +24,16 @@ import logging
 import random
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
 from providers._asyncio_net import use_asyncio_network
-from providers._errorbody import error_from_http, error_from_non_sse, error_from_unframed, redact
-from providers.base import LLMProvider, ProviderRequest
+from providers._errorbody import error_from_http, error_from_non_sse, error_from_unframed
+from providers._read_deadline import ReadDeadline
+from providers._stream_base import StreamParser
+from providers.base import LLMProvider
 from providers.chunks import ProviderChunk, UsageChunk
 from providers.errors import (
     BadResponseError,
@@ -39,14 +42,15 @@ from providers.errors import (
     ProviderTimeoutError,
     StreamTruncatedError,
 )
-from providers.messages import normalise_endpoint
-from providers.sse import ServerSentEvent, SSEEventReader
+from providers.redaction import redact
+from providers.replay_identity import normalise_endpoint
+from providers.sse import SSEEventReader
+from providers.types import ProviderRequest
 from providers.unicode_text import fix_surrogates
 
-logger = logging.getLogger("picobot.providers")
+logger = logging.getLogger(__name__)
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
-
 
 
 def json_body(body: dict[str, Any]) -> bytes:
@@ -66,94 +70,6 @@ def json_body(body: dict[str, Any]) -> bytes:
     except UnicodeEncodeError:
         # Surrogates can only be inside JSON strings here, so repairing the whole text is exact.
         return fix_surrogates(text).encode("utf-8")
-
-class StreamParser(Protocol):
-    """A vendor's pure event → chunk mapper for one response.
-
-    Attributes:
-        error: set when the stream failed (in-band error, truncation); raised by the caller
-            after the chunks returned by :meth:`end` were yielded.
-        finished: a terminal event arrived; the caller stops reading.
-    """
-
-    error: ProviderError | None
-    finished: bool
-
-    def feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
-        """Chunks for one SSE event."""
-
-    def end(self, failure: ProviderError | None = None) -> list[ProviderChunk]:
-        """Trailing chunks at the end of the body (``Done`` only on success); sets ``error``."""
-
-
-class _ReadDeadline:
-    """A deadline for body reads that is cheap to move: one timer per idle period, not per read.
-
-    ``asyncio.timeout_at`` around every read pushes and cancels a timer-heap entry per SSE event;
-    with one event per read (how servers flush tokens) that was about a third of our parse time
-    (bench/bench_stream_parse.py). Here a read only records its deadline. The single pending
-    timer, when it fires, re-arms itself for a later deadline, or — if the task is still inside
-    that read — cancels the task, and :meth:`expired` turns the ``CancelledError`` into a timeout
-    with ``asyncio.timeout``'s own rule (``uncancel()`` count), so a real cancellation still wins.
-    The task is cancelled only while it awaits a read, never while the caller holds a chunk.
-    """
-
-    __slots__ = ("_loop", "_task", "_deadline", "_reading", "_fired", "_cancelling", "_handle", "_when")
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._task: asyncio.Task[Any] | None = None
-        self._deadline = 0.0
-        self._reading = False
-        self._fired = False
-        self._cancelling = 0
-        self._handle: asyncio.TimerHandle | None = None
-        self._when = 0.0
-
-    def start(self, deadline: float) -> None:
-        """A read begins and must end by loop time ``deadline``."""
-        # The current task each time: a caller may drive the stream from several tasks.
-        task = self._task = asyncio.current_task()
-        assert task is not None, "body reads run in a task"
-        self._cancelling = task.cancelling()
-        self._deadline = deadline
-        self._reading = True
-        self._fired = False
-        if self._handle is None or self._when > deadline:
-            if self._handle is not None:
-                self._handle.cancel()
-            self._arm(deadline)
-
-    def stop(self) -> None:
-        """The read ended (data, EOF or error)."""
-        self._reading = False
-
-    def expired(self) -> bool:
-        """After a ``CancelledError`` in a read: whether it was this deadline, alone."""
-        if not self._fired or self._task is None:
-            return False
-        self._fired = False
-        return self._task.uncancel() <= self._cancelling
-
-    def close(self) -> None:
-        """Drop the pending timer (idempotent)."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def _arm(self, when: float) -> None:
-        self._when = when
-        self._handle = self._loop.call_at(when, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._handle = None
-        if not self._reading or self._task is None:
-            return  # re-armed by the next read
-        if self._deadline > self._when:
-            self._arm(self._deadline)
-            return
-        self._fired = True
-        self._task.cancel()
 
 
 DEFAULT_MAX_CONNECTIONS = 1000
@@ -337,7 +253,7 @@ class HTTPStreamProvider(LLMProvider):
         """The chunks of each body read, as one (non-empty) list per read."""
         reader = SSEEventReader()
         byte_iter = response.aiter_bytes()
-        timer = _ReadDeadline()
+        timer = ReadDeadline()
         loop = asyncio.get_running_loop()
         deadline: float | None = first_byte_deadline
         head = bytearray()  # the body while no SSE event arrived (an unframed JSON error?)
@@ -390,7 +306,7 @@ class HTTPStreamProvider(LLMProvider):
     async def _next_read(
         self,
         byte_iter: AsyncIterator[bytes],
-        timer: _ReadDeadline,
+        timer: ReadDeadline,
         deadline: float,
         *,
         first_byte: bool,

@@ -1,8 +1,8 @@
 """Anthropic Messages provider (streaming).
 
 Streams ``POST {base}/v1/messages`` with ``x-api-key`` and ``anthropic-version``. The wire
-mapping is in :mod:`providers._anthropic_wire`; connection handling, timeouts, retries and HTTP
-error mapping in :mod:`providers._http`.
+mapping is in :mod:`providers._anthropic_request` and :mod:`providers._anthropic_stream`;
+connection handling, timeouts, retries and HTTP error mapping in :mod:`providers._http`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from typing import Any
 
 import httpx2
 
-from providers._anthropic_wire import DEFAULT_MAX_TOKENS, AnthropicStreamParser, build_messages_request
-from providers._http import DEFAULT_MAX_CONNECTIONS, HTTPStreamProvider, StreamParser
-from providers.base import ProviderRequest
+from providers._anthropic_request import DEFAULT_MAX_TOKENS, build_messages_request
+from providers._anthropic_stream import AnthropicStreamParser
+from providers._http import DEFAULT_MAX_CONNECTIONS, HTTPStreamProvider
+from providers._stream_base import StreamParser
+from providers.types import ProviderRequest
 
 ANTHROPIC_VERSION = "2023-06-01"
 MIN_THINKING_BUDGET = 1024  # the API's minimum budget_tokens
@@ -110,7 +112,7 @@ class AnthropicProvider(HTTPStreamProvider):
         }
 
     def build_body(self, request: ProviderRequest) -> dict[str, Any]:
-        """The Messages JSON body for ``request`` (pure; see :mod:`providers._anthropic_wire`)."""
+        """The Messages JSON body for ``request`` (pure; see :mod:`providers._anthropic_request`)."""
         max_tokens = request.max_tokens if request.max_tokens is not None else self.max_tokens
         return build_messages_request(
             request,

@@ -16,24 +16,12 @@
     @hooks.on_error
     async def alert(ctx: HookContext, error: ProviderError) -> None: ...
 
-Rules:
-    * Hooks run once per :meth:`LLMProvider.stream` call (one logical request), not per HTTP
-      retry: ``pre_request`` before the first attempt, then exactly one of ``post_request``
-      (the stream ended with ``Done``) or ``on_error`` (the caller gets a ``ProviderError``,
-      after the bounded retries). A stream the caller closes early or cancels runs neither.
-    * Pre-request hooks run in registration order; the first that returns :class:`Block` (or
-      raises :class:`~providers.errors.RequestBlockedError`) stops the call: nothing is sent,
-      the on-error hooks see the :class:`RequestBlockedError`, and ``stream()`` raises it
-      (never retried). A pre-request hook that raises anything else or overruns its timeout
-      blocks too: a broken policy must fail closed, not let requests through.
-    * Post-request hooks see the complete :class:`~providers.base.AssistantResponse` (text,
-      reasoning, tool calls, usage, finish reason) *before* the caller receives ``Done``.
-    * Post-request and on-error hooks only observe: their exceptions and timeouts are logged
-      and swallowed, they never change the outcome of the call.
-    * Hooks never see the API key, the headers or the base URL: :class:`HookContext` holds the
-      provider name, the model and the neutral request only.
-    * Every hook is bounded by a timeout (seconds; ``ProviderHooks.timeout`` unless registered
-      with its own).
+Hooks run once per ``stream()`` call, not per HTTP retry: ``pre_request`` first (a
+:class:`Block`, an exception or a timeout refuses the call with
+:class:`~providers.errors.RequestBlockedError`: fail closed), then exactly one of
+``post_request`` (saw ``Done``) or ``on_error``; those two only observe (failures are logged and
+swallowed). Every hook has a timeout (seconds) and sees a :class:`HookContext`, never the key,
+headers or base URL. The full rules are in ``providers/README.md`` ("Hooks").
 
 Pure module: no Django, no I/O of its own.
 """
@@ -45,14 +33,12 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from providers.errors import ProviderError, RequestBlockedError
+from providers.types import AssistantResponse, ProviderRequest
 
-if TYPE_CHECKING:
-    from providers.base import AssistantResponse, ProviderRequest
-
-logger = logging.getLogger("picobot.providers")
+logger = logging.getLogger(__name__)
 
 DEFAULT_HOOK_TIMEOUT = 5.0
 
@@ -82,7 +68,7 @@ class Block:
 
 
 PreRequestHook = Callable[[HookContext], Awaitable["Block | None"]]
-PostRequestHook = Callable[[HookContext, "AssistantResponse"], Awaitable[None]]
+PostRequestHook = Callable[[HookContext, AssistantResponse], Awaitable[None]]
 OnErrorHook = Callable[[HookContext, ProviderError], Awaitable[None]]
 
 H = TypeVar("H", PreRequestHook, PostRequestHook, OnErrorHook)

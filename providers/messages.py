@@ -1,7 +1,7 @@
 """Provider-neutral conversation messages (seed 002, FIX-B/FIX-C).
 
-A :class:`Message` is a role plus an ordered list of content blocks. Vendor modules map it to
-their wire format; storage keeps it through a lossless JSON form::
+A :class:`Message` is a role plus an ordered list of content blocks (:mod:`providers.blocks`).
+Vendor modules map it to their wire format; storage keeps it through a lossless JSON form::
 
     {"role": "assistant",
      "content": [{"type": "thinking", "text": "…", "signature": "…"},
@@ -10,13 +10,9 @@ their wire format; storage keeps it through a lossless JSON form::
      "provider_state": {"provider": "anthropic", "endpoint": "api.anthropic.com",
                         "blocks": […]}}                               # key omitted when None
 
-Block ``type`` values: ``text``, ``thinking``, ``redacted_thinking``, ``tool_use``,
-``tool_result``, ``image``. A ``tool_use`` whose argument text was not a JSON object has
-``arguments: {}`` and the text itself in ``raw_arguments`` (omitted otherwise).
-
 ``provider_state`` is opaque replay data of the endpoint that produced the message (seed 003
 §6.2); it never leaves the server. Its ``provider`` and ``endpoint`` keys are the producer's
-replay identity (:func:`replay_identity`); :func:`replays_to` decides whether a provider may get
+replay identity (:mod:`providers.replay_identity`), which decides whether a provider may get
 it back. Its optional ``blocks`` list is the response's block layout (see
 :meth:`Message.assistant`).
 
@@ -26,11 +22,21 @@ Pure module: no Django, no I/O.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import urlsplit
+
+from providers.blocks import (
+    ContentBlock,
+    ImageBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    block_from_dict,
+    block_to_dict,
+)
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
@@ -39,84 +45,6 @@ ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 # Marks the per-request runtime context (time, channel, title) that the gateway appends to the
 # last user message (seed 000 §7.1). It is never stored; the offline replay provider ignores it.
 RUNTIME_CONTEXT_MARKER = "\n\n[Runtime context: "
-
-#: The name a tool call is sent back with when the model's own name is one no provider accepts.
-UNNAMED_TOOL = "unnamed_tool"
-# OpenAI's function name rule (``^[a-zA-Z0-9_-]{1,64}$``: a request whose history holds another
-# name is refused with HTTP 400); Anthropic's tool names follow the same rule.
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-def sendable_tool_name(name: str) -> str:
-    """``name`` when providers accept it back in a request's history, else :data:`UNNAMED_TOOL`.
-
-    A model may call a tool with an empty, blank or malformed name (``""``, ``" "``,
-    ``functions.get_time``, 300 characters); such a call cannot run, and sent back as it is, every
-    later request of the dialog would be refused. History keeps the model's name (the tool block
-    shows it); the vendor request mappers send this instead. Pure; ``""`` and any name outside
-    ``[A-Za-z0-9_-]{1,64}`` give the placeholder.
-    """
-    return name if _TOOL_NAME.fullmatch(name) else UNNAMED_TOOL
-
-
-@dataclass(frozen=True, slots=True)
-class TextBlock:
-    """Visible text."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ThinkingBlock:
-    """Readable reasoning; ``signature`` is the vendor's integrity token (Anthropic), if any."""
-
-    text: str
-    signature: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RedactedThinkingBlock:
-    """Encrypted reasoning (Anthropic ``redacted_thinking``): replayed verbatim, never shown."""
-
-    data: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolUseBlock:
-    """A tool call made by the model; ``id`` is the model's call id, echoed by the result.
-
-    ``raw_arguments`` is the model's argument text when it was not a JSON object (``arguments``
-    is then ``{}``; the tool result tells the model so); None for valid arguments. It goes back
-    to the model in later requests where the wire format can carry it (OpenAI's string
-    ``arguments``), so the history shows what the model actually sent.
-    """
-
-    id: str
-    name: str
-    arguments: dict[str, Any]
-    raw_arguments: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResultBlock:
-    """The outcome of one tool call; ``tool_call_id`` is the id of the :class:`ToolUseBlock`."""
-
-    tool_call_id: str
-    content: str
-    is_error: bool = False
-    tool_name: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ImageBlock:
-    """An inline image: ``data`` is base64 (no ``data:`` prefix), ``mime_type`` e.g. image/png."""
-
-    mime_type: str
-    data: str
-
-
-ContentBlock = TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock | ImageBlock
-
 
 @dataclass(frozen=True, slots=True)
 class Message:
@@ -313,136 +241,6 @@ def _layout_blocks(provider_state: Any, text: str, calls: list[ToolUseBlock]) ->
         blocks.append(TextBlock(text))
     blocks.extend(c for c in calls if c.id not in placed)
     return blocks
-
-
-def normalise_endpoint(base_url: str) -> str:
-    """The replay endpoint of a base URL: lower-case host, non-default port, path without a
-    trailing slash; no scheme, credentials, query or fragment.
-
-    ``https://API.deepseek.com/v1/`` → ``api.deepseek.com/v1``; ``http://127.0.0.1:8080/v1`` →
-    ``127.0.0.1:8080/v1``. Two base URLs with the same endpoint reach the same API.
-    """
-    parts = urlsplit(base_url.strip())
-    host = (parts.hostname or "").lower()
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
-    netloc = f"[{host}]" if ":" in host else host
-    if port is not None and port != default:
-        netloc += f":{port}"
-    return netloc + parts.path.rstrip("/")
-
-
-def replay_identity(provider: str, endpoint: str | None) -> dict[str, str]:
-    """The identity keys a provider stamps on the ``provider_state`` it produces."""
-    identity = {"provider": provider}
-    if endpoint is not None:
-        identity["endpoint"] = endpoint
-    return identity
-
-
-def replays_to(state: Any, provider: str, endpoint: str | None) -> bool:
-    """Whether ``provider_state`` may be replayed to the provider ``provider`` at ``endpoint``.
-
-    Replay state is keyed by the endpoint, not only the provider name (seed 003 §6.2): two
-    OpenAI-compatible servers (DeepSeek, then OpenAI) are both ``openai``, and an Anthropic
-    signature is only valid at the API that signed it. State is replayed when both the name and
-    the endpoint match. A model change on the same endpoint keeps replay (signatures and
-    reasoning are valid across one API's models). State written before endpoints were recorded
-    (no ``endpoint`` key) matches only a provider without an endpoint — never an HTTP provider —
-    so it is read as "no replay": the same endpoint cannot be proven.
-    """
-    return (
-        isinstance(state, Mapping)
-        and state.get("provider") == provider
-        and state.get("endpoint") == endpoint
-    )
-
-
-# --- block (de)serialisation ------------------------------------------------------------------
-
-
-def block_to_dict(block: ContentBlock) -> dict[str, Any]:
-    """The dict form of one block, with its ``type`` discriminator."""
-    match block:
-        case TextBlock(text):
-            return {"type": "text", "text": text}
-        case ThinkingBlock(text, signature):
-            out: dict[str, Any] = {"type": "thinking", "text": text}
-            if signature is not None:
-                out["signature"] = signature
-            return out
-        case RedactedThinkingBlock(data):
-            return {"type": "redacted_thinking", "data": data}
-        case ToolUseBlock(id_, name, arguments, raw_arguments):
-            out = {"type": "tool_use", "id": id_, "name": name, "arguments": arguments}
-            if raw_arguments is not None:
-                out["raw_arguments"] = raw_arguments
-            return out
-        case ToolResultBlock(tool_call_id, content, is_error, tool_name):
-            out = {
-                "type": "tool_result",
-                "tool_call_id": tool_call_id,
-                "content": content,
-                "is_error": is_error,
-            }
-            if tool_name is not None:
-                out["tool_name"] = tool_name
-            return out
-        case ImageBlock(mime_type, data):
-            return {"type": "image", "mime_type": mime_type, "data": data}
-    raise TypeError(f"not a content block: {block!r}")
-
-
-def _field(
-    d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, *, optional: bool = False
-) -> Any:
-    value = d.get(key)
-    if value is None and optional:
-        return None
-    # bool is an int subclass: never accept it where a str/dict is expected, and vice versa.
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ValueError(f"{where}.{key} must be {names}, got {type(value).__name__}")
-    return value
-
-
-def block_from_dict(data: Any, where: str = "block") -> ContentBlock:
-    """Rebuild one block from its dict form.
-
-    Raises:
-        ValueError: not a block dict; names ``where`` and the bad field.
-    """
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{where} must be an object, got {type(data).__name__}")
-    kind = data.get("type")
-    if kind == "text":
-        return TextBlock(_field(data, "text", str, where))
-    if kind == "thinking":
-        return ThinkingBlock(
-            _field(data, "text", str, where), _field(data, "signature", str, where, optional=True)
-        )
-    if kind == "redacted_thinking":
-        return RedactedThinkingBlock(_field(data, "data", str, where))
-    if kind == "tool_use":
-        return ToolUseBlock(
-            _field(data, "id", str, where),
-            _field(data, "name", str, where),
-            _field(data, "arguments", dict, where),
-            _field(data, "raw_arguments", str, where, optional=True),
-        )
-    if kind == "tool_result":
-        return ToolResultBlock(
-            _field(data, "tool_call_id", str, where),
-            _field(data, "content", str, where),
-            bool(_field(data, "is_error", bool, where, optional=True)),
-            _field(data, "tool_name", str, where, optional=True),
-        )
-    if kind == "image":
-        return ImageBlock(_field(data, "mime_type", str, where), _field(data, "data", str, where))
-    raise ValueError(f"{where}.type {kind!r} is not a known content block type")
 
 
 def messages_to_json(messages: Sequence[Message]) -> str:

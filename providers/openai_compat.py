@@ -1,8 +1,8 @@
 """OpenAI-compatible Chat Completions provider (OpenAI, DeepSeek, OpenRouter, vLLM, Ollama…).
 
 Streams ``POST {base_url}/chat/completions`` (``base_url`` includes ``/v1``, as in the official
-SDK). The wire mapping is in :mod:`providers._openai_wire`; connection handling, timeouts,
-retries and HTTP error mapping in :mod:`providers._http`.
+SDK). The wire mapping is in :mod:`providers._openai_request` and :mod:`providers._openai_stream`;
+connection handling, timeouts, retries and HTTP error mapping in :mod:`providers._http`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from typing import Any
 
 import httpx2
 
-from providers._http import DEFAULT_MAX_CONNECTIONS, HTTPStreamProvider, StreamParser
-from providers._openai_wire import OpenAIStreamParser, build_chat_request
-from providers.base import ProviderRequest
+from providers._http import DEFAULT_MAX_CONNECTIONS, HTTPStreamProvider
+from providers._openai_request import build_chat_request
+from providers._openai_stream import OpenAIStreamParser
+from providers._stream_base import StreamParser
+from providers.types import ProviderRequest
 
 
 class OpenAICompatProvider(HTTPStreamProvider):
@@ -99,7 +101,7 @@ class OpenAICompatProvider(HTTPStreamProvider):
         return headers
 
     def build_body(self, request: ProviderRequest) -> dict[str, Any]:
-        """The Chat Completions JSON body for ``request`` (pure; see :mod:`providers._openai_wire`).
+        """The Chat Completions JSON body for ``request`` (pure; see :mod:`providers._openai_request`).
 
         ``reasoning_content`` goes back only on assistant tool-call messages whose
         ``provider_state`` this provider (same ``name`` and :attr:`endpoint`) produced after

@@ -29,10 +29,11 @@ from typing import Any
 
 import httpx2
 
-from providers.base import LLMProvider, ProviderRequest
+from providers.base import LLMProvider
 from providers.chunks import ProviderChunk
 from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.openai_compat import OpenAICompatProvider
+from providers.types import ProviderRequest
 
 DEFAULT_TRANSCRIPT_DIR = Path(__file__).resolve().parent / "transcripts"
 TRANSCRIPTS = ("offline_answer.sse", "time_tool_call.sse", "after_tool.sse")

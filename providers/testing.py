@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from providers._local_server import LocalSSEServer, RecordedRequest, SSEResponse
-from providers.base import LLMProvider, ProviderRequest
+from providers.base import LLMProvider
 from providers.chunks import (
     Done,
     ProviderChunk,
@@ -29,6 +29,7 @@ from providers.chunks import (
     UsageChunk,
 )
 from providers.messages import Usage
+from providers.types import ProviderRequest
 
 __all__ = [
     "LocalSSEServer",

@@ -46,7 +46,7 @@ WebSocket nor fill memory and history.
 A call with an empty or blank name is kept, shown and sent back as ``unnamed_tool``, with the
 error result "a tool call needs a name" (the registry's answer to the name as called), so the
 model can correct itself. Other names providers refuse back (``functions.get_time``) are kept as
-written and sent as ``unnamed_tool`` by the vendor request mappers (``messages.sendable_tool_name``).
+written and sent as ``unnamed_tool`` by the vendor request mappers (``blocks.sendable_tool_name``).
 
 Tool outcomes are recorded as each call finishes: a stop or a fatal tool error during a batch
 keeps the results that already came (shown ``completed``/``failed``); only the calls still
@@ -72,12 +72,14 @@ from delivery.events import (
     ToolStarted,
     TurnEvent,
 )
-from providers.base import LLMProvider, ProviderRequest, StreamAccumulator, ToolCall
+from providers.base import LLMProvider, StreamAccumulator
+from providers.blocks import UNNAMED_TOOL
 from providers.chunks import Done, ProviderChunk
 from providers.chunks import ReasoningDelta as ReasoningChunk
 from providers.chunks import TextDelta as TextChunk
 from providers.errors import ContextOverflowError, ProviderError, ResponseTooLongError
-from providers.messages import UNNAMED_TOOL, Message, Usage
+from providers.messages import Message, Usage
+from providers.types import ProviderRequest, ToolCall
 from providers.unicode_text import SurrogateMender, mend_error
 
 log = logging.getLogger(__name__)

@@ -52,8 +52,9 @@ from conversations.context.tokens import (
     estimate_text,
 )
 from conversations.titles.rules import strip_reasoning
-from providers.base import ProviderRequest
-from providers.messages import Message, ToolResultBlock
+from providers.blocks import ToolResultBlock
+from providers.messages import Message
+from providers.types import ProviderRequest
 
 SUMMARY_INSTRUCTIONS = (
     "You compress a conversation between a user and an AI assistant so that the assistant can "

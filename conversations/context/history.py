@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from providers.messages import RUNTIME_CONTEXT_MARKER, ImageBlock, Message, ThinkingBlock, ToolUseBlock
+from providers.blocks import ImageBlock, ThinkingBlock, ToolUseBlock
+from providers.messages import RUNTIME_CONTEXT_MARKER, Message
 
 log = logging.getLogger(__name__)
 

@@ -41,18 +41,17 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 
-from providers.json_depth import value_too_deep
-from providers.messages import (
+from providers.blocks import (
     ContentBlock,
     ImageBlock,
-    Message,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
-    ToolDefinition,
     ToolResultBlock,
     ToolUseBlock,
 )
+from providers.json_depth import value_too_deep
+from providers.messages import Message, ToolDefinition
 
 __all__ = [
     "ASCII_CHARS_PER_TOKEN",

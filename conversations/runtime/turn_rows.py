@@ -7,11 +7,12 @@ user words moved to :mod:`conversations.agent.failures`, seed 000 §13.)
 
 from __future__ import annotations
 
+from conversations.models import Message
+from providers.blocks import ToolUseBlock
+from providers.messages import Message as ProviderMessage
+
 from conversations.agent.loop import TurnMessage
 from conversations.context.history import reasoning_of
-from conversations.models import Message
-from providers.messages import Message as ProviderMessage
-from providers.messages import ToolUseBlock
 
 CANCELLED_TOOL_RESULT = "Error: the turn was stopped before this tool call returned a result."
 

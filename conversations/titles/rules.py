@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from providers.base import ProviderRequest
 from providers.messages import RUNTIME_CONTEXT_MARKER, Message
+from providers.types import ProviderRequest
 
 MAX_TITLE_CHARS = 80
 TITLE_INSTRUCTIONS = (

@@ -23,11 +23,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from channels.db import database_sync_to_async
-
 from conversations.agent.tool_registry import Tool
 from conversations.auth import get_or_create_user
 from conversations.models import Dialog, MemoryItem, Message, Plan
-from conversations.tools import ToolContext, ToolRegistry, default_registry
 from conversations.tools.http_fetch import (
     FetchPolicy,
     FetchRefused,
@@ -39,11 +37,14 @@ from conversations.tools.http_fetch import (
 from conversations.tools.http_fetch import tool as http_fetch_module
 from conversations.tools.memory import MAX_LIMIT, memory_tools, search_terms
 from conversations.tools.plan import MAX_STEPS, STEP_MAX_CHARS, plan_tools, render_plan
-from providers.base import ToolCall
+from providers.blocks import ToolResultBlock
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart, UsageChunk
-from providers.messages import ToolResultBlock, Usage
+from providers.messages import Usage
 from providers.testing import ScriptedProvider, script_text
+from providers.types import ToolCall
 from tests.conversations.conftest import make_token
+
+from conversations.tools import ToolContext, ToolRegistry, default_registry
 
 
 def call(name: str, arguments: dict | str = "{}", call_id: str = "call_1") -> ToolCall:

@@ -6,6 +6,8 @@ import logging
 
 from hypothesis import given
 from hypothesis import strategies as st
+from providers.blocks import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from providers.messages import Message
 
 from conversations.context.history import (
     INTERRUPTED_RESULT,
@@ -13,7 +15,6 @@ from conversations.context.history import (
     repair_tool_pairs,
     row_to_message,
 )
-from providers.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 
 def user(content: str) -> dict:

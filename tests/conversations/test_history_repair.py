@@ -15,18 +15,18 @@ import json
 
 import pytest
 from channels.db import database_sync_to_async
-
-from conversations.context.history import INTERRUPTED_RESULT, row_to_message
 from conversations.models import Dialog, Message
 from conversations.storage import message_to_history_row
-from providers.base import ProviderRequest
 from providers.errors import ProviderError
 from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.messages import Message as ProviderMessage
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import LocalSSEServer, RecordedRequest, SSEResponse
+from providers.types import ProviderRequest
 from tests.conversations.conftest import make_token
 from tests.conversations.streams import text_pieces
+
+from conversations.context.history import INTERRUPTED_RESULT, row_to_message
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -6,6 +6,15 @@ import json
 
 from hypothesis import given
 from hypothesis import strategies as st
+from providers.blocks import (
+    ImageBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from providers.messages import Message, ToolDefinition
 
 from conversations.context.tokens import (
     ASCII_CHARS_PER_TOKEN,
@@ -20,16 +29,6 @@ from conversations.context.tokens import (
     estimate_request,
     estimate_text,
     estimate_tools,
-)
-from providers.messages import (
-    ImageBlock,
-    Message,
-    RedactedThinkingBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolDefinition,
-    ToolResultBlock,
-    ToolUseBlock,
 )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from channels.db import database_sync_to_async
-
 from conversations.models import InboxMessage, Message
 from providers.chunks import Done, TextDelta
 from providers.errors import OverloadedError
@@ -145,7 +144,7 @@ async def test_reasoning_only_answer_completes_without_inventing_text(connect, s
 
 
 async def test_an_image_reaches_the_provider_with_the_runtime_context_in_the_same_message(connect, start_worker):
-    from providers.messages import ImageBlock, TextBlock
+    from providers.blocks import ImageBlock, TextBlock
 
     provider = ScriptedProvider([script_text("A red pixel.")])
     await start_worker(provider)

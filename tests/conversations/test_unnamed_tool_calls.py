@@ -15,15 +15,14 @@ import re
 
 import pytest
 from channels.db import database_sync_to_async
-
 from conversations.models import Message
-from providers._anthropic_wire import build_messages_request
-from providers._openai_wire import build_chat_request
-from providers.base import ProviderRequest
-from providers.messages import UNNAMED_TOOL, ToolUseBlock, sendable_tool_name
+from providers._anthropic_request import build_messages_request
+from providers._openai_request import build_chat_request
+from providers.blocks import UNNAMED_TOOL, ToolUseBlock, sendable_tool_name
 from providers.messages import Message as ProviderMessage
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import LocalSSEServer, RecordedRequest, SSEResponse
+from providers.types import ProviderRequest
 from tests.conversations.conftest import make_token
 from tests.conversations.streams import DONE, _chunk, text_pieces
 

@@ -12,12 +12,13 @@ import httpx2
 
 from providers._http import HTTPStreamProvider
 from providers.anthropic import AnthropicProvider
-from providers.base import AssistantResponse, ProviderRequest, StreamAccumulator
+from providers.base import StreamAccumulator
 from providers.chunks import ProviderChunk
 from providers.errors import ProviderError
 from providers.messages import Message
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import split_events, split_every
+from providers.types import AssistantResponse, ProviderRequest
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
 ANTHROPIC_CASES = frozenset({"SC-22", "SC-23", "SC-25", "SC-27", "RC-09", "RC-10", "RC-12"})

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from providers.base import AssistantResponse, StreamAccumulator, ToolArgumentsError, ToolCall
+from providers.base import StreamAccumulator
+from providers.blocks import TextBlock, ThinkingBlock, ToolUseBlock
 from providers.chunks import (
     Done,
     ProviderStateChunk,
@@ -15,7 +16,8 @@ from providers.chunks import (
     UsageChunk,
 )
 from providers.errors import StreamTruncatedError
-from providers.messages import TextBlock, ThinkingBlock, ToolUseBlock, Usage
+from providers.messages import Usage
+from providers.types import AssistantResponse, ToolArgumentsError, ToolCall
 
 
 def feed_all(chunks) -> StreamAccumulator:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from providers.blocks import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 from providers.chunks import TextDelta
-from providers.messages import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 from tests.providers._cases import (
     assert_matches,
     case_ids,

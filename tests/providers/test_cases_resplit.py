@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from providers.base import AssistantResponse
 from providers.chunks import ProviderChunk
 from providers.sse import SSEEventReader
 from providers.testing import LocalSSEServer, SSEResponse, split_events
+from providers.types import AssistantResponse
 from tests.providers._cases import (
     Case,
     assert_matches,

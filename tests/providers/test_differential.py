@@ -42,7 +42,7 @@ from anthropic import AsyncAnthropic
 from openai import APIError, AsyncOpenAI, RateLimitError
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from providers.messages import RedactedThinkingBlock, ThinkingBlock
+from providers.blocks import RedactedThinkingBlock, ThinkingBlock
 from providers.testing import LocalSSEServer, SSEResponse, split_events
 from tests.providers._cases import (
     ANTHROPIC_CASES,

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import httpx2
 import pytest
 
-from providers.base import AssistantResponse, ProviderRequest
 from providers.chunks import Done, TextDelta
 from providers.errors import OverloadedError, ProviderError, RequestBlockedError, StreamTruncatedError
-from providers.factory import build_provider
+from providers.factory import ProviderConfig, build_provider
 from providers.hooks import Block, HookContext, ProviderHooks
 from providers.messages import Message
 from providers.openai_compat import OpenAICompatProvider
@@ -22,6 +22,7 @@ from providers.testing import (
     script_text,
     sse_body,
 )
+from providers.types import AssistantResponse, ProviderRequest
 
 REQUEST = ProviderRequest([Message.user("hi")])
 SECRET = "sk-super-secret-key-0123456789"
@@ -268,17 +269,12 @@ def install_audit(hooks: ProviderHooks) -> None:
 
 
 async def test_the_factory_installs_hooks_named_in_llm_hooks() -> None:
-    config = {
-        "LLM_PROVIDER": "openai",
-        "LLM_MODEL": "m",
-        "LLM_BASE_URL": "http://127.0.0.1:9/v1",
-        "LLM_HOOKS": ["tests.providers.test_hooks.install_audit"],
-    }
+    config = ProviderConfig(provider="openai", model="m", base_url="http://127.0.0.1:9/v1", hooks=["tests.providers.test_hooks.install_audit"])
     provider = build_provider(config)
     with pytest.raises(RequestBlockedError, match="audit mode"):
         await provider.collect(REQUEST)
     await provider.aclose()
     with pytest.raises(ValueError, match="PICOBOT_LLM_HOOKS"):
-        build_provider({**config, "LLM_HOOKS": ["tests.providers.test_hooks.no_such_installer"]})
+        build_provider(replace(config, hooks=["tests.providers.test_hooks.no_such_installer"]))
     with pytest.raises(ValueError, match="PICOBOT_LLM_HOOKS"):
-        build_provider({**config, "LLM_HOOKS": ["not_a_module_anywhere.install"]})
+        build_provider(replace(config, hooks=["not_a_module_anywhere.install"]))

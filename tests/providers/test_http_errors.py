@@ -9,7 +9,6 @@ import time
 import httpx2
 import pytest
 
-from providers.base import ProviderRequest
 from providers.errors import (
     AuthenticationError,
     BadResponseError,
@@ -26,6 +25,7 @@ from providers.errors import (
 from providers.messages import Message
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import openai_events, sse_body
+from providers.types import ProviderRequest
 
 REQUEST = ProviderRequest([Message.user("hi")])
 

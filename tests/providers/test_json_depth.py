@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from providers._errorbody import error_info, parse_body
-from providers.base import AssistantResponse, ToolArgumentsError, ToolCall
 from providers.json_depth import MAX_JSON_DEPTH, text_too_deep, value_too_deep
 from providers.sse import event_json
+from providers.types import AssistantResponse, ToolArgumentsError, ToolCall
 
 
 def nested_lists(depth: int) -> str:

@@ -8,21 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from providers.messages import (
+from providers.blocks import (
     ImageBlock,
-    Message,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
-    ToolDefinition,
     ToolResultBlock,
     ToolUseBlock,
-    Usage,
-    messages_from_json,
-    messages_to_json,
-    normalise_endpoint,
-    replays_to,
 )
+from providers.messages import Message, ToolDefinition, Usage, messages_from_json, messages_to_json
+from providers.replay_identity import normalise_endpoint, replays_to
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),

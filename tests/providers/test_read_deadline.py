@@ -1,4 +1,4 @@
-"""The provider's read deadline (``providers._http._ReadDeadline``): first-byte and idle timeouts
+"""The provider's read deadline (``providers._read_deadline.ReadDeadline``): first-byte and idle timeouts
 bound each read only, never the caller's own time between chunks, and never turn a cancel into a
 timeout. Margins are wide (4× or more) so a loaded machine cannot flip a result."""
 from __future__ import annotations
@@ -9,12 +9,12 @@ import time
 import httpx2
 import pytest
 
-from providers.base import ProviderRequest
 from providers.chunks import TextDelta
 from providers.errors import ProviderTimeoutError
 from providers.messages import Message
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import openai_events, split_events, sse_body
+from providers.types import ProviderRequest
 
 REQUEST = ProviderRequest([Message.user("Hi")])
 STALLED_BODY = sse_body(openai_events("x y"))

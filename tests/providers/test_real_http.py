@@ -13,7 +13,6 @@ import time
 import httpx2
 import pytest
 
-from providers.base import ProviderRequest
 from providers.errors import (
     ProviderConnectionError,
     ProviderTimeoutError,
@@ -24,6 +23,7 @@ from providers.errors import (
 from providers.messages import Message
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import LocalSSEServer, SSEResponse, openai_events, split_every, sse_body
+from providers.types import ProviderRequest
 from tests.providers._cases import assert_matches, case_ids, load_case, make_provider, normalise, run_stream
 
 REQUEST = ProviderRequest([Message.user("Hi")])

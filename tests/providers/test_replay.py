@@ -6,11 +6,11 @@ import shutil
 
 import pytest
 
-from providers.base import ProviderRequest
 from providers.chunks import ReasoningDelta, TextDelta, ToolCallArgumentsDelta, ToolCallStart
 from providers.messages import Message, ToolDefinition
 from providers.replay import DEFAULT_TRANSCRIPT_DIR, TRANSCRIPTS, ReplayProvider, choose_transcript
 from providers.sse import iter_sse_events
+from providers.types import ProviderRequest
 
 TIME_TOOL = ToolDefinition(
     "current_time",

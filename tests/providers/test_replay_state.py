@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 
 from providers.anthropic import AnthropicProvider
-from providers.base import ProviderRequest
-from providers.messages import Message, ToolUseBlock
+from providers.blocks import ToolUseBlock
+from providers.messages import Message
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import LocalSSEServer, SSEResponse, openai_events, split_every, sse_body
+from providers.types import ProviderRequest
 
 REASONING = "The user wants the time. I should call current_time."
 SIG_1 = "U2lnbmF0dXJlT25lK2Zvci90aGlua2luZz0=" * 2

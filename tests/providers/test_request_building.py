@@ -8,19 +8,12 @@ import httpx2
 import pytest
 
 from providers.anthropic import AnthropicProvider
-from providers.base import ProviderRequest
+from providers.blocks import ImageBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 from providers.errors import AuthenticationError
-from providers.messages import (
-    ImageBlock,
-    Message,
-    RedactedThinkingBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolDefinition,
-    ToolUseBlock,
-)
+from providers.messages import Message, ToolDefinition
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import openai_events, sse_body
+from providers.types import ProviderRequest
 
 TOOL = ToolDefinition(
     "current_time", "Current time", {"type": "object", "properties": {"timezone": {"type": "string"}}}

@@ -8,7 +8,6 @@ import time
 import httpx2
 import pytest
 
-from providers.base import ProviderRequest
 from providers.chunks import TextDelta
 from providers.errors import (
     AuthenticationError,
@@ -20,6 +19,7 @@ from providers.errors import (
 from providers.messages import Message
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import openai_events, sse_body
+from providers.types import ProviderRequest
 
 REQUEST = ProviderRequest([Message.user("hi")])
 OK = sse_body(openai_events("fine"))

@@ -9,18 +9,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import httpx2
 import pytest
 
 from providers.anthropic import AnthropicProvider
-from providers.base import AssistantResponse
 from providers.chunks import ProviderChunk, ReasoningDelta, TextDelta
 from providers.errors import parse_retry_after
-from providers.factory import build_provider
+from providers.factory import ProviderConfig, build_provider
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import split_events, split_every, sse_body
+from providers.types import AssistantResponse
 from tests.providers._cases import run_stream
 
 SSE = {"content-type": "text/event-stream"}
@@ -297,9 +298,9 @@ async def test_openai_null_choices_and_delta_are_still_fine() -> None:
 
 
 def test_factory_turns_think_tags_off_for_anthropic_unless_asked() -> None:
-    base = {"LLM_PROVIDER": "anthropic", "LLM_MODEL": "claude", "LLM_API_KEY": "k", "LLM_THINK_TAGS": True}
+    base = ProviderConfig(provider="anthropic", model="claude", api_key="k", think_tags=True)
     assert build_provider(base).think_tags is False
-    assert build_provider({**base, "LLM_ANTHROPIC_THINK_TAGS": True}).think_tags is True
+    assert build_provider(replace(base, anthropic_think_tags=True)).think_tags is True
     assert AnthropicProvider("http://x", "k", "m").think_tags is False
 
 
@@ -531,9 +532,9 @@ async def test_anthropic_arguments_for_a_tool_use_that_never_started_fail_the_st
 
 
 def test_anthropic_requests_with_thinking_never_carry_a_temperature():
-    from providers._anthropic_wire import build_messages_request
-    from providers.base import ProviderRequest
+    from providers._anthropic_request import build_messages_request
     from providers.messages import Message
+    from providers.types import ProviderRequest
 
     request = ProviderRequest([Message.user("hi")], temperature=0.2)
     with_thinking = build_messages_request(request, model="c", max_tokens=4096, thinking_budget=2048)

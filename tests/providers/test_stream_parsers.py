@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from providers._anthropic_wire import AnthropicStreamParser
-from providers._openai_wire import OpenAIStreamParser
+from providers._anthropic_stream import AnthropicStreamParser
+from providers._openai_stream import OpenAIStreamParser
 from providers.base import StreamAccumulator
 from providers.chunks import Done, ProviderStateChunk, ReasoningDelta, TextDelta
 from providers.errors import BadResponseError, ContextOverflowError, InBandError, StreamTruncatedError

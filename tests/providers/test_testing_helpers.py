@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from providers.base import ProviderRequest
 from providers.chunks import Done, TextDelta
 from providers.errors import OverloadedError, RateLimitedError
 from providers.messages import Message
@@ -20,6 +19,7 @@ from providers.testing import (
     split_every,
     sse_body,
 )
+from providers.types import ProviderRequest
 
 REQUEST = ProviderRequest([Message.user("hi")])
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from providers._http import json_body
-from providers.base import StreamAccumulator, ToolCall
+from providers.base import StreamAccumulator
 from providers.chunks import (
     Done,
     ProviderStateChunk,
@@ -20,6 +20,7 @@ from providers.chunks import (
 )
 from providers.errors import AuthenticationError
 from providers.messages import Usage
+from providers.types import ToolCall
 from providers.unicode_text import (
     SurrogateMender,
     fix_surrogates,

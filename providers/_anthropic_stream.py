@@ -1,20 +1,8 @@
-"""Anthropic Messages wire format: request mapping and stream parsing (pure).
+"""Anthropic Messages stream parsing (pure): ``message_start``, ``content_block_start/delta/stop``,
+``message_delta``, ``message_stop``, ``ping``, ``error`` events → chunks.
 
-Request (``POST {base}/v1/messages``)::
-
-    {"model", "max_tokens", "stream": true, "system"?: str,
-     "messages": [{"role": "user" | "assistant", "content": [block, ...]}],   # roles alternate
-     "tools"?: [{"name", "description", "input_schema"}], "temperature"?, "thinking"?}
-
-Neutral tool results (role ``tool``) become ``tool_result`` blocks of a user turn; consecutive
-turns of one role are merged. An assistant message's blocks go out in its content order (the
-stored layout: interleaved thinking stays interleaved). Thinking blocks are replayed (text +
-signature, redacted data) only for assistant messages whose ``provider_state`` comes from this
-provider at this endpoint (``replays_to``; seed 003 §6.2). A call whose argument text was not a
-JSON object goes back with ``input: {}`` (the API takes objects only).
-
-Stream: ``message_start``, ``content_block_start/delta/stop``, ``message_delta``,
-``message_stop``, ``ping``, ``error``; see :class:`AnthropicStreamParser`.
+See :class:`AnthropicStreamParser` for the rules; the request side is
+:mod:`providers._anthropic_request`.
 """
 
 from __future__ import annotations
@@ -24,8 +12,7 @@ import logging
 from typing import Any
 
 from providers._errorbody import clean_message, error_info
-from providers._wire_base import StreamParserBase
-from providers.base import ProviderRequest
+from providers._stream_base import StreamParserBase
 from providers.chunks import (
     Done,
     ProviderChunk,
@@ -42,100 +29,12 @@ from providers.errors import (
     ProviderTimeoutError,
     StreamTruncatedError,
 )
-from providers.messages import (
-    ImageBlock,
-    Message,
-    RedactedThinkingBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    Usage,
-    replay_identity,
-    replays_to,
-    sendable_tool_name,
-)
+from providers.messages import Usage
+from providers.replay_identity import replay_identity
 from providers.sse import ServerSentEvent, event_json
 from providers.think import ThinkTagSplitter
 
-logger = logging.getLogger("picobot.providers")
-DEFAULT_MAX_TOKENS = 4096
-
-
-def build_messages_request(
-    request: ProviderRequest,
-    *,
-    model: str,
-    max_tokens: int | None = None,
-    provider_name: str = "anthropic",
-    endpoint: str | None = None,
-    thinking_budget: int | None = None,
-) -> dict[str, Any]:
-    """The JSON body for ``request`` (see the module docstring)."""
-    system = "\n\n".join(m.text for m in request.messages if m.role == "system" and m.text)
-    turns: list[dict[str, Any]] = []
-    for message in request.messages:
-        if message.role == "system":
-            continue
-        role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message, provider_name, endpoint)
-        if not blocks:
-            continue
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens or DEFAULT_MAX_TOKENS,
-        "messages": turns,
-        "stream": True,
-    }
-    if system:
-        body["system"] = system
-    if request.tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": t.parameters}
-            for t in request.tools
-        ]
-    # With extended thinking Anthropic accepts only the default temperature (1): never send another.
-    if request.temperature is not None and not thinking_budget:
-        body["temperature"] = request.temperature
-    if thinking_budget:
-        body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
-    return body
-
-
-def _blocks(message: Message, provider_name: str, endpoint: str | None) -> list[dict[str, Any]]:
-    replay = replays_to(message.provider_state, provider_name, endpoint)
-    out: list[dict[str, Any]] = []
-    for block in message.content:
-        if isinstance(block, TextBlock):
-            if block.text.strip():  # SC-25: the API rejects empty text blocks
-                out.append({"type": "text", "text": block.text})
-        elif isinstance(block, ThinkingBlock):
-            if replay and block.signature:
-                out.append({"type": "thinking", "thinking": block.text, "signature": block.signature})
-        elif isinstance(block, RedactedThinkingBlock):
-            if replay:
-                out.append({"type": "redacted_thinking", "data": block.data})
-        elif isinstance(block, ToolUseBlock):
-            # A malformed name kept in history would get the request refused (messages.sendable_tool_name).
-            name = sendable_tool_name(block.name)
-            out.append({"type": "tool_use", "id": block.id, "name": name, "input": block.arguments})
-        elif isinstance(block, ToolResultBlock):
-            result: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": block.tool_call_id,
-                "content": block.content,
-            }
-            if block.is_error:
-                result["is_error"] = True
-            out.append(result)
-        elif isinstance(block, ImageBlock):
-            source = {"type": "base64", "media_type": block.mime_type, "data": block.data}
-            out.append({"type": "image", "source": source})
-    return out
+logger = logging.getLogger(__name__)
 
 
 class _Block:
@@ -181,8 +80,8 @@ class AnthropicStreamParser(StreamParserBase):
           its input may be cut short, and a call never runs on a guess). A block started twice,
           or a stream with no block and no stop reason → :class:`BadResponseError`. A tool_use
           without a name is passed on with ``name ""`` (the agent loop answers it with an error
-          result and sends it back under a placeholder name: ``messages.sendable_tool_name``). ``error`` events → :class:`InBandError`. ``ping`` is
-          ignored.
+          result and sends it back under a placeholder name: ``blocks.sendable_tool_name``).
+          ``error`` events → :class:`InBandError`. ``ping`` is ignored.
     """
 
     def __init__(
@@ -207,7 +106,6 @@ class AnthropicStreamParser(StreamParserBase):
         self._started: set[int] = set()
         self._calls = 0
         self._stopped = False
-
 
     def _feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
         data = event.data.strip()
@@ -322,8 +220,6 @@ class AnthropicStreamParser(StreamParserBase):
         return layout if replayable or interleaved else None
 
     # --- internals ----------------------------------------------------------------------------
-
-
 
     def _usage(self, usage: Any, *, start: bool) -> None:
         if not isinstance(usage, dict):

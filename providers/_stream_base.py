@@ -1,11 +1,15 @@
-"""What both vendors' stream parsers share: the no-exception ``feed`` guard and how a stream
-error is recorded (pure; the provider raises ``parser.error`` after yielding the partial chunks).
+"""The stream parser contract and what both vendors' parsers share (pure).
+
+:class:`StreamParser` is what :mod:`providers._http` drives: SSE events in, chunks out, never an
+exception mid-stream. :class:`StreamParserBase` gives both vendors the no-exception ``feed``
+guard and records a stream error in ``parser.error``; the provider raises it after yielding the
+partial chunks.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from httpx_sse import ServerSentEvent
 
@@ -13,7 +17,26 @@ from providers._errorbody import is_context_overflow, is_retryable_code
 from providers.chunks import ProviderChunk
 from providers.errors import BadResponseError, ContextOverflowError, InBandError, ProviderError
 
-logger = logging.getLogger("providers")
+logger = logging.getLogger(__name__)
+
+
+class StreamParser(Protocol):
+    """A vendor's pure event → chunk mapper for one response.
+
+    Attributes:
+        error: set when the stream failed (in-band error, truncation); raised by the caller
+            after the chunks returned by :meth:`end` were yielded.
+        finished: a terminal event arrived; the caller stops reading.
+    """
+
+    error: ProviderError | None
+    finished: bool
+
+    def feed(self, event: ServerSentEvent) -> list[ProviderChunk]:
+        """Chunks for one SSE event."""
+
+    def end(self, failure: ProviderError | None = None) -> list[ProviderChunk]:
+        """Trailing chunks at the end of the body (``Done`` only on success); sets ``error``."""
 
 
 class StreamParserBase:
