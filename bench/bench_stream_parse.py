@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx2  # noqa: E402
 from httpx_sse import aconnect_sse  # noqa: E402
+
 from providers.base import StreamAccumulator  # noqa: E402
 from providers.messages import Message  # noqa: E402
 from providers.openai_compat import OpenAICompatProvider  # noqa: E402

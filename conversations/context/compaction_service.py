@@ -29,17 +29,11 @@ import logging
 import secrets
 from dataclasses import dataclass
 
-from conversations.agent.failures import one_line
-from conversations.models import Dialog
-from conversations.storage.runner import run_storage
-from conversations.storage.shapes import scrub_text
 from django.conf import settings
 from django.db.models import F
-from providers.base import LLMProvider
-from providers.errors import ProviderError
-from providers.types import ProviderRequest
 
 from conversations import storage
+from conversations.agent.failures import one_line
 from conversations.context.compaction import (
     choose_boundary,
     clean_summary,
@@ -48,6 +42,12 @@ from conversations.context.compaction import (
     summary_token_cap,
     summary_too_large,
 )
+from conversations.models import Dialog
+from conversations.storage.runner import run_storage
+from conversations.storage.shapes import scrub_text
+from providers.base import LLMProvider
+from providers.errors import ProviderError
+from providers.types import ProviderRequest
 
 log = logging.getLogger(__name__)
 

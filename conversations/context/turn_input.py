@@ -48,17 +48,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
-from conversations.agent.failures import TurnFailedError, TurnFailure, TurnFailureKind
-from conversations.storage import TurnStart, sql
-from conversations.storage.runner import run_storage
-from conversations.tools.plan import plan_from_row, render_plan
 from django.conf import settings
 from django.db import DatabaseError
-from providers.base import LLMProvider
-from providers.errors import ContextOverflowError
-from providers.messages import Message, ToolDefinition
-from providers.unicode_text import fix_surrogates
 
+from conversations.agent.failures import TurnFailedError, TurnFailure, TurnFailureKind
 from conversations.agent.loop import AgentResult
 from conversations.context.compaction import (
     MAX_CONSECUTIVE_FAILURES,
@@ -77,6 +70,13 @@ from conversations.context.compaction_service import (
 )
 from conversations.context.history import build_turn_input
 from conversations.context.tokens import REQUEST_OVERHEAD, estimate_messages, estimate_tools
+from conversations.storage import TurnStart, sql
+from conversations.storage.runner import run_storage
+from conversations.tools.plan import plan_from_row, render_plan
+from providers.base import LLMProvider
+from providers.errors import ContextOverflowError
+from providers.messages import Message, ToolDefinition
+from providers.unicode_text import fix_surrogates
 
 log = logging.getLogger(__name__)
 

@@ -7,6 +7,7 @@ Built lazily from ``settings.PICOBOT`` (DESIGN §8); tests swap the provider wit
 from __future__ import annotations
 
 from django.conf import settings
+
 from providers.base import LLMProvider
 
 _provider: LLMProvider | None = None

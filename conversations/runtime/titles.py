@@ -22,15 +22,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from conversations.runtime.supervisor import SupervisorClosedError, TaskSupervisor
-from conversations.storage.runner import run_storage
-from conversations.titles.rules import build_title_request, clean_title
 from django.conf import settings
-from providers.base import LLMProvider
-from providers.errors import ProviderError
 
 from conversations import storage
 from conversations.runtime import notify
+from conversations.runtime.supervisor import SupervisorClosedError, TaskSupervisor
+from conversations.storage.runner import run_storage
+from conversations.titles.rules import build_title_request, clean_title
+from providers.base import LLMProvider
+from providers.errors import ProviderError
 
 log = logging.getLogger(__name__)
 

@@ -7,12 +7,11 @@ user words moved to :mod:`conversations.agent.failures`, seed 000 §13.)
 
 from __future__ import annotations
 
+from conversations.agent.loop import TurnMessage
+from conversations.context.history import reasoning_of
 from conversations.models import Message
 from providers.blocks import ToolUseBlock
 from providers.messages import Message as ProviderMessage
-
-from conversations.agent.loop import TurnMessage
-from conversations.context.history import reasoning_of
 
 CANCELLED_TOOL_RESULT = "Error: the turn was stopped before this tool call returned a result."
 

@@ -26,12 +26,17 @@ from collections.abc import Awaitable, Callable
 
 from channels.consumer import AsyncConsumer
 from channels.layers import get_channel_layer
+from django.conf import settings
+
+from conversations import storage
 from conversations.runtime.consumer_base import LoopDispatch, dispatch_channels
 from conversations.runtime.executor import DialogExecutor, open_cli_chat_sink, split_session_id
 from conversations.runtime.lease_keeper import LeaseKeeper
+from conversations.runtime.provider import get_provider
 from conversations.runtime.session_turns import claim_and_begin, known_state
 from conversations.runtime.sessions import SessionManager, session_manager
 from conversations.runtime.supervisor import TaskSupervisor
+from conversations.runtime.titles import TitleService
 from conversations.storage.runner import run_storage
 from conversations.tools import ToolRegistry, default_registry
 from delivery.load import LoopLagGauge
@@ -39,12 +44,7 @@ from delivery.outbound import OutboundDispatcher
 from delivery.platforms.cli_chat import CliChatSender
 from delivery.presentation import PresentationPolicy, serialize_snapshot
 from delivery.sinks import TurnSink
-from django.conf import settings
 from providers.base import LLMProvider
-
-from conversations import storage
-from conversations.runtime.provider import get_provider
-from conversations.runtime.titles import TitleService
 
 log = logging.getLogger(__name__)
 

@@ -31,10 +31,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from conversations.agent.failures import describe_exception, new_ref
-from conversations.agent.failures import log_safe as _log_safe
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
+
+from conversations.agent.failures import describe_exception, new_ref
+from conversations.agent.failures import log_safe as _log_safe
 from providers.messages import ToolDefinition
 from providers.types import ToolArgumentsError, ToolCall
 from providers.unicode_text import fix_surrogates

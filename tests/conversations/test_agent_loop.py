@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
+from conversations.agent.loop import AgentLoop
+from conversations.context.history import repair_tool_pairs
+from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import ReasoningDelta, TextDelta, TextSegmentFinished, ToolFinished, ToolStarted
 from providers.blocks import ToolResultBlock, ToolUseBlock
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart, UsageChunk
@@ -13,10 +17,6 @@ from providers.chunks import TextDelta as TextChunk
 from providers.errors import OverloadedError
 from providers.messages import Message, Usage
 from providers.testing import ScriptedProvider, script_text, script_tool_call
-
-from conversations.agent.loop import AgentLoop
-from conversations.context.history import repair_tool_pairs
-from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 
 INPUT = [Message.system("You are PicoBot."), Message.user("What is the weather?")]
 ANY_OBJECT = {"type": "object", "properties": {}}

@@ -15,15 +15,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 from channels.db import database_sync_to_async
-from conversations.models import Dialog, Message
-from providers.base import LLMProvider
-from providers.blocks import ToolResultBlock, ToolUseBlock
-from providers.chunks import ProviderChunk
-from providers.messages import RUNTIME_CONTEXT_MARKER
-from providers.messages import Message as ProviderMessage
-from providers.testing import ScriptedProvider, script_text
-from providers.types import ProviderRequest
-from tests.conversations.conftest import make_token
 
 from conversations.context.compaction import (
     MAX_CONSECUTIVE_FAILURES,
@@ -36,7 +27,16 @@ from conversations.context.compaction import (
 )
 from conversations.context.compaction_service import compact_dialog
 from conversations.context.tokens import estimate_messages, estimate_request
+from conversations.models import Dialog, Message
 from conversations.tools.registry import ToolRegistry
+from providers.base import LLMProvider
+from providers.blocks import ToolResultBlock, ToolUseBlock
+from providers.chunks import ProviderChunk
+from providers.messages import RUNTIME_CONTEXT_MARKER
+from providers.messages import Message as ProviderMessage
+from providers.testing import ScriptedProvider, script_text
+from providers.types import ProviderRequest
+from tests.conversations.conftest import make_token
 
 # --- should_compact ---------------------------------------------------------------------------------
 

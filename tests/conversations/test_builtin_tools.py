@@ -23,9 +23,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from channels.db import database_sync_to_async
+
 from conversations.agent.tool_registry import Tool
 from conversations.auth import get_or_create_user
 from conversations.models import Dialog, MemoryItem, Message, Plan
+from conversations.tools import ToolContext, ToolRegistry, default_registry
 from conversations.tools.http_fetch import (
     FetchPolicy,
     FetchRefused,
@@ -43,8 +45,6 @@ from providers.messages import Usage
 from providers.testing import ScriptedProvider, script_text
 from providers.types import ToolCall
 from tests.conversations.conftest import make_token
-
-from conversations.tools import ToolContext, ToolRegistry, default_registry
 
 
 def call(name: str, arguments: dict | str = "{}", call_id: str = "call_1") -> ToolCall:

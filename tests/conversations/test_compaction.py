@@ -8,19 +8,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 from channels.db import database_sync_to_async
-from conversations.auth import get_or_create_user
-from conversations.models import Dialog, Message, now_ms
 from hypothesis import given
 from hypothesis import strategies as st
-from providers.base import LLMProvider
-from providers.chunks import ProviderChunk
-from providers.errors import OverloadedError
-from providers.messages import RUNTIME_CONTEXT_MARKER
-from providers.testing import ScriptedProvider, script_text
-from providers.types import ProviderRequest
-from tests.conversations.conftest import make_token
 
 from conversations import storage
+from conversations.auth import get_or_create_user
 from conversations.context.compaction import (
     SUMMARY_INSTRUCTIONS,
     build_summary_request,
@@ -28,6 +20,14 @@ from conversations.context.compaction import (
     clean_summary,
 )
 from conversations.context.compaction_service import CompactionError, compact_dialog
+from conversations.models import Dialog, Message, now_ms
+from providers.base import LLMProvider
+from providers.chunks import ProviderChunk
+from providers.errors import OverloadedError
+from providers.messages import RUNTIME_CONTEXT_MARKER
+from providers.testing import ScriptedProvider, script_text
+from providers.types import ProviderRequest
+from tests.conversations.conftest import make_token
 
 CHANNEL = "cli_chat"
 

@@ -13,9 +13,12 @@ import json
 
 import pytest
 from channels.db import database_sync_to_async
+
+from conversations.context.tokens import estimate_block
 from conversations.models import Message
 from conversations.runtime.sessions import reset_session_manager
 from conversations.storage.shapes import scrub_text
+from conversations.tools.registry import Tool, ToolRegistry
 from delivery.turn import shown_arguments
 from providers.blocks import ToolUseBlock
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart
@@ -31,9 +34,6 @@ from providers.testing import (
     sse_body,
 )
 from tests.conversations.test_lone_surrogates import finished, start
-
-from conversations.context.tokens import estimate_block
-from conversations.tools.registry import Tool, ToolRegistry
 
 ANY_OBJECT = {"type": "object", "properties": {}}
 

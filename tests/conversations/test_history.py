@@ -6,8 +6,6 @@ import logging
 
 from hypothesis import given
 from hypothesis import strategies as st
-from providers.blocks import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from providers.messages import Message
 
 from conversations.context.history import (
     INTERRUPTED_RESULT,
@@ -15,6 +13,8 @@ from conversations.context.history import (
     repair_tool_pairs,
     row_to_message,
 )
+from providers.blocks import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from providers.messages import Message
 
 
 def user(content: str) -> dict:

@@ -15,6 +15,8 @@ import json
 
 import pytest
 from channels.db import database_sync_to_async
+
+from conversations.context.history import INTERRUPTED_RESULT, row_to_message
 from conversations.models import Dialog, Message
 from conversations.storage import message_to_history_row
 from providers.errors import ProviderError
@@ -25,8 +27,6 @@ from providers.testing import LocalSSEServer, RecordedRequest, SSEResponse
 from providers.types import ProviderRequest
 from tests.conversations.conftest import make_token
 from tests.conversations.streams import text_pieces
-
-from conversations.context.history import INTERRUPTED_RESULT, row_to_message
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

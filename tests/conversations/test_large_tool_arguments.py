@@ -13,16 +13,9 @@ import threading
 
 import pytest
 from channels.db import database_sync_to_async
-from conversations.models import Message as MessageRow
-from delivery.events import ToolStarted
-from providers.blocks import ToolUseBlock
-from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart
-from providers.messages import Message
-from providers.testing import ScriptedProvider, script_text
-from providers.types import ToolCall
-from tests.conversations.test_lone_surrogates import finished, start
 
 from conversations.agent.loop import AgentLoop
+from conversations.models import Message as MessageRow
 from conversations.tools import default_registry
 from conversations.tools import registry as registry_module
 from conversations.tools.registry import (
@@ -33,6 +26,13 @@ from conversations.tools.registry import (
     quick_limits,
     validate_arguments,
 )
+from delivery.events import ToolStarted
+from providers.blocks import ToolUseBlock
+from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart
+from providers.messages import Message
+from providers.testing import ScriptedProvider, script_text
+from providers.types import ToolCall
+from tests.conversations.test_lone_surrogates import finished, start
 
 ANY_OBJECT = {"type": "object", "properties": {}}
 TAGGED = {

@@ -4,6 +4,7 @@ later turn's runtime context, for the same owner only."""
 from __future__ import annotations
 
 import pytest
+
 from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.testing import ScriptedProvider, script_text, script_tool_call
 from tests.conversations.conftest import make_token

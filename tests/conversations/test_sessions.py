@@ -14,19 +14,19 @@ from types import SimpleNamespace
 
 import pytest
 from channels.db import database_sync_to_async
+from django.conf import settings as django_settings
+
+from conversations import storage
 from conversations.auth import get_or_create_user
+from conversations.context.history import build_turn_input
 from conversations.models import Dialog, Message
+from conversations.runtime import sessions as sessions_module
 from conversations.runtime.sessions import Session, SessionManager
 from conversations.storage.shapes import PROTOCOL_FIELDS, history_row_to_protocol
-from django.conf import settings as django_settings
 from providers.chunks import Done, ProviderStateChunk
 from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.testing import ScriptedProvider, script_text, script_tool_call
 from tests.conversations.conftest import make_token
-
-from conversations import storage
-from conversations.context.history import build_turn_input
-from conversations.runtime import sessions as sessions_module
 
 CHANNEL = "cli_chat"
 LEASE_MS = 15_000

@@ -15,17 +15,17 @@ import time
 
 import pytest
 from channels.db import database_sync_to_async
+
+from conversations.agent import loop as agent_loop
+from conversations.agent.loop import AgentLoop
 from conversations.models import Message as MessageRow
+from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
+from conversations.tools.registry import Tool, ToolRegistry
 from delivery.events import ToolFinished
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart
 from providers.messages import Message
 from providers.testing import ScriptedProvider, script_text
 from tests.conversations.test_lone_surrogates import finished, start
-
-from conversations.agent import loop as agent_loop
-from conversations.agent.loop import AgentLoop
-from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
-from conversations.tools.registry import Tool, ToolRegistry
 
 ANY_OBJECT = {"type": "object", "properties": {}}
 

@@ -8,20 +8,20 @@ from collections.abc import AsyncIterator
 
 import pytest
 from channels.db import database_sync_to_async
+
+from conversations import storage
 from conversations.auth import get_or_create_user
 from conversations.models import Dialog, Message, now_ms
+from conversations.runtime import notify
 from conversations.runtime.supervisor import TaskSupervisor
+from conversations.runtime.titles import TitleService
+from conversations.titles.rules import MAX_TITLE_CHARS, TITLE_INSTRUCTIONS, build_title_request, clean_title
 from providers.base import LLMProvider
 from providers.chunks import ProviderChunk
 from providers.errors import ServerError
 from providers.testing import ScriptedProvider, script_text
 from providers.types import ProviderRequest
 from tests.conversations.conftest import make_token
-
-from conversations import storage
-from conversations.runtime import notify
-from conversations.runtime.titles import TitleService
-from conversations.titles.rules import MAX_TITLE_CHARS, TITLE_INSTRUCTIONS, build_title_request, clean_title
 
 CHANNEL = "cli_chat"
 

@@ -6,15 +6,6 @@ import json
 
 from hypothesis import given
 from hypothesis import strategies as st
-from providers.blocks import (
-    ImageBlock,
-    RedactedThinkingBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-)
-from providers.messages import Message, ToolDefinition
 
 from conversations.context.tokens import (
     ASCII_CHARS_PER_TOKEN,
@@ -30,6 +21,15 @@ from conversations.context.tokens import (
     estimate_text,
     estimate_tools,
 )
+from providers.blocks import (
+    ImageBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from providers.messages import Message, ToolDefinition
 
 
 def test_ascii_text_counts_three_and_a_half_characters_per_token_rounded_up():

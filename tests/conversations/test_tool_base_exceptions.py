@@ -18,15 +18,15 @@ import sys
 
 import pytest
 from channels.db import database_sync_to_async
+
+from conversations.agent.loop import AgentLoop
 from conversations.models import Message as MessageRow
+from conversations.tools.registry import Tool, ToolRegistry
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart
 from providers.messages import Message
 from providers.testing import ScriptedProvider, script_text
 from providers.types import ToolCall
 from tests.conversations.test_lone_surrogates import finished, start
-
-from conversations.agent.loop import AgentLoop
-from conversations.tools.registry import Tool, ToolRegistry
 
 ANY_OBJECT = {"type": "object", "properties": {}}
 

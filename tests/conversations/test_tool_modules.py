@@ -11,11 +11,11 @@ import types
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from providers.testing import ScriptedProvider
-from providers.types import ToolCall
 
 from conversations.runtime.worker import AgentWorker
 from conversations.tools import Tool, ToolRegistry, default_registry
+from providers.testing import ScriptedProvider
+from providers.types import ToolCall
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from conversations.agent.tool_registry import (
     DEFAULT_MAX_CONCURRENT_CALLS,
     DEFAULT_RESULT_MAX_CHARS,
@@ -22,10 +23,9 @@ from conversations.agent.tool_registry import (
     ToolRegistry,
     truncate_result,
 )
+from conversations.tools import default_registry
 from conversations.tools.builtin import TIMEZONE_MAX_CHARS, current_time, current_time_tool
 from providers.types import ToolCall
-
-from conversations.tools import default_registry
 
 
 def call(name: str, arguments: dict | str = "{}", call_id: str = "call_1") -> ToolCall:

@@ -8,6 +8,7 @@ import logging
 import re
 
 import pytest
+
 from conversations.agent.failures import (
     DEFAULT_MESSAGES,
     TurnFailedError,
@@ -21,6 +22,8 @@ from conversations.agent.failures import (
     provider_failure_lead,
     redact,
 )
+from conversations.agent.loop import AgentLoop
+from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import TextDelta
 from delivery.turn import TurnController, TurnStatus
 from providers.chunks import ReasoningDelta as ReasoningChunk
@@ -35,9 +38,6 @@ from providers.errors import (
 )
 from providers.messages import Message
 from providers.testing import ScriptedProvider, script_text, script_tool_call
-
-from conversations.agent.loop import AgentLoop
-from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 
 REF_AT_END = re.compile(r" \(ref [0-9a-f]{8}\)\.$")
 INPUT = [Message.system("You are PicoBot."), Message.user("Hi")]

@@ -19,22 +19,12 @@ from datetime import UTC, datetime
 
 import pytest
 from channels.db import database_sync_to_async
-from conversations.auth import get_or_create_user
-from conversations.models import Dialog, InboxMessage, Message, Plan
-from conversations.storage import TurnStart, message_to_history_row
 from django.conf import settings as django_settings
 from django.db.models import F
-from providers.chunks import TextDelta
-from providers.errors import ContextOverflowError, OverloadedError
-from providers.messages import RUNTIME_CONTEXT_MARKER
-from providers.messages import Message as ProviderMessage
-from providers.openai_compat import OpenAICompatProvider
-from providers.testing import LocalSSEServer, RecordedRequest, ScriptedProvider, SSEResponse, script_text
-from tests.conversations.conftest import make_token
-from tests.conversations.streams import text_pieces
 
 from conversations import storage
 from conversations.agent.loop import AgentResult, TurnMessage
+from conversations.auth import get_or_create_user
 from conversations.context import turn_input
 from conversations.context.compaction import SUMMARY_INSTRUCTIONS
 from conversations.context.tokens import estimate_request
@@ -46,6 +36,16 @@ from conversations.context.turn_input import (
     overflowed_before_output,
     run_with_overflow_recovery,
 )
+from conversations.models import Dialog, InboxMessage, Message, Plan
+from conversations.storage import TurnStart, message_to_history_row
+from providers.chunks import TextDelta
+from providers.errors import ContextOverflowError, OverloadedError
+from providers.messages import RUNTIME_CONTEXT_MARKER
+from providers.messages import Message as ProviderMessage
+from providers.openai_compat import OpenAICompatProvider
+from providers.testing import LocalSSEServer, RecordedRequest, ScriptedProvider, SSEResponse, script_text
+from tests.conversations.conftest import make_token
+from tests.conversations.streams import text_pieces
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import pytest
 from channels.db import database_sync_to_async
+
 from conversations.agent.failures import TurnFailure, TurnFailurePresenter
+from conversations.agent.loop import AgentLoop
 from conversations.models import Message as MessageRow
+from conversations.tools.registry import Tool, ToolRegistry
 from delivery.events import ReasoningDelta, TextDelta
 from providers.chunks import Done
 from providers.chunks import ReasoningDelta as ReasoningChunk
@@ -21,9 +24,6 @@ from providers.errors import ResponseTooLongError
 from providers.messages import Message
 from providers.testing import ScriptedProvider, script_text, script_tool_call
 from tests.conversations.conftest import make_token
-
-from conversations.agent.loop import AgentLoop
-from conversations.tools.registry import Tool, ToolRegistry
 
 INPUT = [Message.system("You are PicoBot."), Message.user("Talk a lot.")]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from channels.db import database_sync_to_async
+
 from conversations.models import InboxMessage, Message
 from providers.chunks import Done, TextDelta
 from providers.errors import OverloadedError

@@ -15,14 +15,31 @@ import re
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import OperationalError
+
+from conversations import storage
 from conversations.agent.failures import TurnFailure, TurnFailurePresenter, redact
+from conversations.agent.loop import AgentResult
 from conversations.auth import get_or_create_user
+from conversations.context import turn_input
+from conversations.context.compaction import (
+    MAX_SUMMARY_CHARS,
+    TRUNCATED_RESULT,
+    clean_summary,
+    fit_request,
+    summary_token_cap,
+    truncate_tool_results,
+)
+from conversations.context.compaction_service import CompactionError, RowsSummary, compact_dialog
+from conversations.context.tokens import estimate_messages, estimate_request
+from conversations.context.turn_input import TOO_LONG, TurnInputBuilder, overflowed_before_output
 from conversations.models import Dialog, InboxMessage, Message
+from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.storage import TurnStart, message_to_history_row
+from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import ToolStarted
 from delivery.presentation import PresentationPolicy, serialize_snapshot
 from delivery.turn import MAX_ARGUMENTS_BYTES, TurnController, TurnPhase
-from django.db import OperationalError
 from providers.blocks import ToolResultBlock, ToolUseBlock
 from providers.chunks import Done, ReasoningDelta, TextDelta, ToolCallArgumentsDelta, ToolCallStart
 from providers.errors import (
@@ -36,23 +53,6 @@ from providers.messages import Message as ProviderMessage
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import LocalSSEServer, ScriptedProvider, SSEResponse, script_text
 from tests.conversations.conftest import make_token
-
-from conversations import storage
-from conversations.agent.loop import AgentResult
-from conversations.context import turn_input
-from conversations.context.compaction import (
-    MAX_SUMMARY_CHARS,
-    TRUNCATED_RESULT,
-    clean_summary,
-    fit_request,
-    summary_token_cap,
-    truncate_tool_results,
-)
-from conversations.context.compaction_service import CompactionError, RowsSummary, compact_dialog
-from conversations.context.tokens import estimate_messages, estimate_request
-from conversations.context.turn_input import TOO_LONG, TurnInputBuilder, overflowed_before_output
-from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
-from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

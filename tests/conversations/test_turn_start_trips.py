@@ -16,19 +16,19 @@ from datetime import UTC, datetime
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import DatabaseError
+
+from conversations import storage
 from conversations.auth import get_or_create_user
+from conversations.context import turn_input
+from conversations.context.turn_input import TurnInputBuilder
 from conversations.models import InboxMessage
+from conversations.runtime import session_turns
 from conversations.storage import TurnStart
 from conversations.storage import runner as storage_runner
-from django.db import DatabaseError
 from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.testing import ScriptedProvider, script_text
 from tests.conversations.conftest import make_token
-
-from conversations import storage
-from conversations.context import turn_input
-from conversations.context.turn_input import TurnInputBuilder
-from conversations.runtime import session_turns
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -12,15 +12,15 @@ import logging
 
 import pytest
 from channels.db import database_sync_to_async
+
+from conversations.context.compaction_service import CompactionError, summarise
 from conversations.models import Dialog
 from conversations.runtime.supervisor import TaskSupervisor
+from conversations.runtime.titles import TitleService
 from providers.chunks import Done, TextDelta
 from providers.messages import Message
 from providers.testing import ScriptedProvider
 from providers.types import AssistantResponse, ProviderRequest
-
-from conversations.context.compaction_service import CompactionError, summarise
-from conversations.runtime.titles import TitleService
 from tests.conversations.test_titles import seed_dialog
 
 NOT_NORMAL = ["length", "MAX_TOKENS", "content_filter", "model_context_window_exceeded", "refusal", "pause_turn",

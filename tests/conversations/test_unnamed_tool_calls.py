@@ -15,6 +15,7 @@ import re
 
 import pytest
 from channels.db import database_sync_to_async
+
 from conversations.models import Message
 from providers._anthropic_request import build_messages_request
 from providers._openai_request import build_chat_request

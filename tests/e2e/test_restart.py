@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 import websockets
+
+from conversations.context.history import INTERRUPTED_RESULT
 from conversations.runtime.notify import INTERRUPTED_NOTICE, RECOVERY_REVISION, interrupted_notice_id
 from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.testing import (
@@ -35,8 +37,6 @@ from providers.testing import (
 from tests.conversations.streams import text_pieces
 from tests.e2e.serve_process import ServeProcess, manage
 from tests.e2e.slow_tools import SLOW_TOOL
-
-from conversations.context.history import INTERRUPTED_RESULT
 
 pytestmark = [pytest.mark.e2e]
 

@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from conversations.management.commands._common import PicoBotCommand
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
+
+from conversations.management.commands._common import PicoBotCommand
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 _PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "secret-key", "insecure", "django-insecure", "dev", "test"}
@@ -181,9 +182,8 @@ async def _probe(provider: Any, timeout: float) -> None:
 
 
 def check_provider(timeout: float, request: bool) -> list[Check]:
-    from providers.factory import build_provider
-
     from providers import errors
+    from providers.factory import build_provider
 
     config = _provider_config(timeout)
     kind = str(config.get("LLM_PROVIDER") or "replay")
