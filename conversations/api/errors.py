@@ -45,7 +45,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from conversations import storage
 
-log = logging.getLogger("conversations.api")
+log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
 """Bodies over this many bytes answer 413 (PROTOCOL §2)."""

@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 from channels.layers import get_channel_layer
 
-from conversations.chat.consumer import placeholder_snapshot
-from conversations.runtime.worker import WORKERS_GROUP, request_stop
+from conversations.chat.frames import placeholder_snapshot
+from conversations.runtime.agent_channel import WORKERS_GROUP, request_stop
 
-log = logging.getLogger("conversations.api")
+log = logging.getLogger(__name__)
 
 SNAPSHOT_WAIT_SECONDS = 1.0
 """How long ``GET …/turn`` waits for the owning worker's snapshot before answering a placeholder."""

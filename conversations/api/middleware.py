@@ -40,7 +40,7 @@ def _allowed_for(request: HttpRequest, response: HttpResponseBase) -> str | None
 
     A matched path that is no API operation is one of ninja's read-only schema/docs pages.
     """
-    from conversations.api.routes import ALLOWED_METHODS
+    from conversations.api.methods import ALLOWED_METHODS
 
     match = getattr(request, "resolver_match", None)
     name = getattr(match, "url_name", None)

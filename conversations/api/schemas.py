@@ -11,7 +11,7 @@ from typing import Any, Literal
 from ninja import Field, Schema
 from pydantic import ConfigDict
 
-MAX_CONTENT_CHARS = 32_000  # = conversations.chat.consumer.MAX_CONTENT_CHARS (PROTOCOL §1 ``message``)
+MAX_CONTENT_CHARS = 32_000  # = conversations.chat.frames.MAX_CONTENT_CHARS (PROTOCOL §1 ``message``)
 MAX_CLIENT_MSG_ID = 64
 MAX_HISTORY_LIMIT = 200
 MAX_DIALOG_PAGE = 200

@@ -23,9 +23,9 @@ from django.conf import settings
 
 from conversations import storage
 from conversations.runtime import notify
+from conversations.runtime.agent_channel import request_stop
 from conversations.runtime.notify import session_changed
 from conversations.runtime.sessions import session_manager
-from conversations.runtime.worker import request_stop
 from conversations.storage.runner import run_storage
 
 log = logging.getLogger(__name__)

@@ -4,20 +4,15 @@ Thin glue: validate a frame, call a storage service, shape the answer. User mess
 into the dialog's durable inbox, acknowledged, and the agent worker is woken through the channel
 layer — the same path in the embedded and the scale-out mode (DESIGN §2). Live snapshots arrive
 from the executor's sink as pre-serialised JSON and go out through the ``seen`` credit window.
-
-It lives in ``conversations`` (not ``delivery`` as DESIGN §4 sketches) because it calls the
-storage and session services; the delivery logic it uses (credit window, frame building) stays in
-``delivery``, so imports still go one way.
+Client frames are parsed by ``frames``; stop requests are ``stops``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import re
 import secrets
 import socket
 import time
@@ -31,42 +26,40 @@ from conversations import storage
 from conversations.agent.inbound import InboundMessage, is_blank
 from conversations.agent.media import MediaError, validate_media
 from conversations.chat.commands import announce, handle_command, idle_reset_notice, welcome
+from conversations.chat.frames import (
+    MAX_CLIENT_MSG_ID,
+    MAX_CONTENT_CHARS,
+    MAX_HISTORY_LIMIT,
+    MAX_SEQ,
+    FrameError,
+    optional_int,
+    optional_str,
+    parse_frame,
+    placeholder_snapshot,
+)
 from conversations.chat.reconcile import TurnReconciler
+from conversations.chat.stops import StopRequests
 from conversations.models import now_ms
+from conversations.runtime.agent_channel import WORKERS_GROUP, wake_dialog
 from conversations.runtime.consumer_base import LoopDispatch
 from conversations.runtime.notify import dumps, interrupted_notice, session_changed
 from conversations.runtime.provider import provider_info
 from conversations.runtime.sessions import session_manager
-from conversations.runtime.worker import WORKERS_GROUP, request_stop, wake_dialog
 from conversations.storage.runner import run_storage
 from delivery.convergence import ConvergenceLedger
 from delivery.flow import SnapshotCreditWindow
 from delivery.frame_budget import fit_frame
 from delivery.groups import chat_group
 from delivery.platforms.cli_chat import turn_updated_frame
-from providers.json_depth import text_too_deep
-from providers.unicode_text import fix_surrogates, map_strings
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "cli_chat"
 PROTOCOL_VERSION = 1
-MAX_FRAME_CHARS = 64 * 1024
-MAX_MEDIA_FRAME_CHARS = 8 * 1024 * 1024
-MAX_CONTENT_CHARS = 32_000
-MAX_CLIENT_MSG_ID = 64
-MAX_HISTORY_LIMIT = 200
-# Seconds a stop request waits for the owning worker's acknowledgement before telling the user
-# that no live worker runs the turn.
-STOP_ACK_SECONDS = 2.0
 MAX_OUTGOING_FRAME_BYTES = 8 * 1024 * 1024
 """Bytes one server frame may have: under ``serve``'s WebSocket payload limit (9 MiB), which
 Daphne enforces by closing the connection; a larger frame is cut to fit (``delivery.frame_budget``)."""
 _FIT_CHECK_CHARS = MAX_OUTGOING_FRAME_BYTES // 4  # a text this short cannot be over (≤ 4 bytes a char)
-MAX_FRAME_DEPTH = 32
-"""Nesting levels a client frame may have (frames nest 3 deep; ``json.loads`` recurses)."""
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-MAX_SEQ = 2**53  # JavaScript's safe integers; also below PostgreSQL's bigint
 CLOSE_UNAUTHORIZED = 4401
 # DESIGN §2 asks for 1001, but Daphne's WebSocket stack (autobahn) refuses to send any server close
 # code other than 1000 and 3000–4999, so a shutdown closes normally with a reason; clients reconnect.
@@ -81,37 +74,6 @@ def process_connections_group() -> str:
     """
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())[:40]
     return f"picobot.connections.{host}.{os.getpid()}"
-
-
-class FrameError(Exception):
-    """A client frame is invalid; answered with an ``error`` frame, the connection stays open."""
-
-    def __init__(self, code: str, message: str, client_msg_id: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.client_msg_id = client_msg_id
-
-
-def _optional_str(frame: dict, key: str, max_len: int) -> str | None:
-    value = frame.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or is_blank(value) or len(value) > max_len or not value.isprintable():
-        raise FrameError(
-            "invalid_frame", f"{key} must be a non-blank printable string of at most {max_len} characters"
-        )
-    return value
-
-
-def _optional_int(frame: dict, key: str, low: int, high: int | None = None) -> int | None:
-    value = frame.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
-        bound = f" and at most {high}" if high is not None else ""
-        raise FrameError("invalid_frame", f"{key} must be an integer of at least {low}{bound}")
-    return value
 
 
 class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
@@ -131,8 +93,8 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         # Turns this connection expects to see end, looked up when the layer dropped their end.
         self.ledger = ConvergenceLedger(float(settings.PICOBOT["RECONCILE_QUIET_SECONDS"]))
         self.reconciler = TurnReconciler(CHANNEL, self.chat_id, self.ledger, self._offer_terminal, self._send_text)
-        self.stop_acks: dict[str, tuple[asyncio.Event, int]] = {}  # turn id → (acked, watchdogs waiting)
         self.watchdogs: set[asyncio.Task] = set()
+        self.stops = StopRequests(user, CHANNEL, self.chat_id, self.channel_name, self.send_frame, self.watchdogs)
         self.groups_joined = [self.group, process_connections_group()]
         try:
             for group in self.groups_joined:
@@ -179,7 +141,7 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
     async def _send_interrupted_notices(self) -> None:
         """Tell this connection about turns a dead process left behind that no client heard of.
 
-        DESIGN §3 / issue 5: the takeover's group broadcast (``notify.publish_interrupted``) is
+        DESIGN §3: the takeover's group broadcast (``notify.publish_interrupted``) is
         best effort and usually finds nobody connected after a restart, so every ``ready`` also
         sends the chat's pending notices — the terminal ``failed`` snapshot (through the credit
         window, so a later broadcast copy is dropped) and the warning ``notification`` (same
@@ -228,7 +190,7 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         client_msg_id = None
         try:
-            frame = self._parse(text_data, bytes_data)
+            frame = parse_frame(text_data)
             client_msg_id = frame.get("client_msg_id") if isinstance(frame.get("client_msg_id"), str) else None
             handler = getattr(self, f"on_{frame['type']}", None)
             if handler is None:
@@ -246,37 +208,15 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
             await self.send_error("internal_error", "the server could not handle this request", ref=ref,
                                   client_msg_id=client_msg_id)
 
-    @staticmethod
-    def _parse(text_data: str | None, bytes_data: bytes | None) -> dict:
-        if text_data is None:
-            raise FrameError("invalid_frame", "frames must be JSON text frames")
-        if len(text_data) > MAX_MEDIA_FRAME_CHARS:
-            raise FrameError("frame_too_large", "frame exceeds 8 MiB")
-        if text_too_deep(text_data, MAX_FRAME_DEPTH):  # json.loads would raise RecursionError
-            raise FrameError("invalid_json", f"frame nests deeper than {MAX_FRAME_DEPTH} levels")
-        try:
-            frame = json.loads(text_data)
-        except ValueError:
-            raise FrameError("invalid_json", "frame is not valid JSON") from None
-        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-            raise FrameError("invalid_frame", "a frame is a JSON object with a string \"type\"")
-        if _SURROGATE_ESCAPE.search(text_data):
-            # "\ud800" escapes make lone surrogates: nothing could echo, store or query them
-            # (Daphne closed the socket on the echoed client_msg_id). Pairs are rejoined.
-            frame = map_strings(frame, fix_surrogates)
-        if len(text_data) > MAX_FRAME_CHARS and not (frame["type"] == "message" and frame.get("media")):
-            raise FrameError("frame_too_large", "frame exceeds 64 KiB")
-        return frame
-
     async def on_message(self, frame: dict) -> None:
         received_at = now_ms()  # the user row's created_at (seed 000 §10.2)
-        client_msg_id = _optional_str(frame, "client_msg_id", MAX_CLIENT_MSG_ID)
+        client_msg_id = optional_str(frame, "client_msg_id", MAX_CLIENT_MSG_ID)
         content = frame.get("content")
         if not isinstance(content, str) or is_blank(content):
             raise FrameError("invalid_frame", "content must be a non-blank string", client_msg_id)
         if len(content) > MAX_CONTENT_CHARS:
             raise FrameError("content_too_long", f"content exceeds {MAX_CONTENT_CHARS} characters", client_msg_id)
-        session_id = _optional_str(frame, "session_id", 255)
+        session_id = optional_str(frame, "session_id", 255)
         media = None
         if frame.get("media") is not None:
             try:
@@ -324,11 +264,11 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
                         exc_info=True)
 
     async def on_history(self, frame: dict) -> None:
-        session_id = _optional_str(frame, "session_id", 255)
+        session_id = optional_str(frame, "session_id", 255)
         if session_id is None:
             raise FrameError("invalid_frame", "history needs a session_id")
-        before_seq = _optional_int(frame, "before_seq", 1, MAX_SEQ)
-        limit = _optional_int(frame, "limit", 1, MAX_HISTORY_LIMIT) or 50
+        before_seq = optional_int(frame, "before_seq", 1, MAX_SEQ)
+        limit = optional_int(frame, "limit", 1, MAX_HISTORY_LIMIT) or 50
         try:
             page = await run_storage(storage.history_page, self.user, session_id, before_seq, limit)
         except DatabaseError:
@@ -347,86 +287,23 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         await self.send_frame({"type": "sessions", "items": items})
 
     async def on_stop(self, frame: dict) -> None:
-        session_id = _optional_str(frame, "session_id", 255)
+        session_id = optional_str(frame, "session_id", 255)
         if session_id is None:
             raise FrameError("invalid_frame", "stop needs a session_id")
-        turn_id = _optional_str(frame, "turn_id", 64)
+        turn_id = optional_str(frame, "turn_id", 64)
         await self.stop_turn(session_id, turn_id)
 
     async def stop_turn(self, session_id: str, turn_id: str | None = None, *, typed: bool = False) -> None:
-        """Ask the workers to cancel the dialog's running turn (its terminal snapshot answers).
-
-        Only the turn running now (or ``turn_id``, when the client names the turn it sees) is
-        cancelled: a repeated ``stop`` frame never cancels the next queued turn. A ``/stop`` the
-        user ``typed`` is no double click: it stops whatever runs now. Raises
-        storage.NotFoundError for a foreign dialog; a notification when nothing (or another turn)
-        runs.
-        """
-        await run_storage(storage.dialog_for_user, self.user, session_id)
-        running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
-        current = next((item for item in running if item["session_id"] == session_id), None)
-        if turn_id is None and current is not None and not typed:
-            # The same stop again (a double click, a retry on another server) after its turn
-            # ended: never applied to the next turn (storage.claims).
-            repeated = await run_storage(storage.repeated_stop, session_id, current["turn_id"])
-            if repeated is not None:
-                await self.send_frame({"type": "notification", "level": "info", "session_id": session_id,
-                                       "turn_id": repeated, "content": "That turn was already stopped."})
-                return
-        if current is None or (turn_id is not None and current["turn_id"] != turn_id):
-            content = "Nothing is running." if current is None else "That turn is not running any more."
-            await self.send_frame({"type": "notification", "level": "info", "content": content,
-                                   "session_id": session_id})
-            return
-        turn_id = current["turn_id"]
-        await run_storage(storage.note_stop_requested, session_id, turn_id)
-        acked, waiting = self.stop_acks.get(turn_id) or (asyncio.Event(), 0)
-        self.stop_acks[turn_id] = (acked, waiting + 1)
-        await request_stop(session_id, turn_id=turn_id, reply_channel=self.channel_name)
-        watchdog = asyncio.ensure_future(self._stop_watchdog(session_id, turn_id, acked))
-        self.watchdogs.add(watchdog)
-        watchdog.add_done_callback(self.watchdogs.discard)
-
-    async def _stop_watchdog(self, session_id: str, turn_id: str, acked: asyncio.Event) -> None:
-        """No worker acknowledged the stop: the turn's process died and no one took it over yet.
-
-        Its dialog is taken over when the dead owner's lease expires, and the turn is then reported
-        interrupted; say so now rather than leave ``/stop`` unanswered — only while that very turn
-        still reads started (one that just ended was answered by its terminal snapshot).
-        """
-        try:
-            await asyncio.wait_for(acked.wait(), STOP_ACK_SECONDS)
-            return
-        except TimeoutError:
-            pass
-        finally:
-            event, waiting = self.stop_acks.get(turn_id, (None, 0))
-            if event is acked:
-                if waiting <= 1:
-                    del self.stop_acks[turn_id]
-                else:
-                    self.stop_acks[turn_id] = (acked, waiting - 1)
-        try:
-            running = await run_storage(storage.running_inbox, CHANNEL, self.chat_id)
-            if any(item["turn_id"] == turn_id for item in running):
-                lease = float(settings.PICOBOT["LEASE_SECONDS"]) + float(settings.PICOBOT["INBOX_SCAN_SECONDS"])
-                await self.send_frame(
-                    {"type": "notification", "level": "warning", "session_id": session_id, "turn_id": turn_id,
-                     "content": "No server is running that turn any more (it was cut off, probably by a "
-                                f"restart); it will be reported as interrupted within about {lease:.0f} s."}
-                )
-        except Exception:
-            log.exception("stop watchdog of %s failed", session_id)
+        """Ask the workers to cancel the dialog's running turn (``StopRequests.stop``)."""
+        await self.stops.stop(session_id, turn_id, typed=typed)
 
     async def stop_ack(self, message: dict) -> None:
         """A worker cancelled the turn we asked it to stop (its terminal snapshot follows)."""
-        entry = self.stop_acks.get(str(message.get("turn_id")))
-        if entry is not None:
-            entry[0].set()
+        self.stops.acknowledged(str(message.get("turn_id")))
 
     async def on_seen(self, frame: dict) -> None:
-        turn_id = _optional_str(frame, "turn_id", 64)
-        revision = _optional_int(frame, "revision", 0)
+        turn_id = optional_str(frame, "turn_id", 64)
+        revision = optional_int(frame, "revision", 0)
         if turn_id is None or revision is None:
             raise FrameError("invalid_frame", "seen needs turn_id and revision")
         for payload in self.window.seen(turn_id, revision):
@@ -511,22 +388,6 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         if client_msg_id:
             frame["client_msg_id"] = client_msg_id
         await self.send_frame(frame)
-
-
-def placeholder_snapshot(item: dict) -> dict:
-    """A running turn known only from its inbox row (revision 0, phase queued): ``ready.running``
-    and the REST ``…/turn`` use it until the owning worker sends the real snapshot."""
-    return {
-        "id": item["turn_id"],
-        "session_id": item["session_id"],
-        "message_id": item["message_id"],
-        "revision": 0,
-        "status": "running",
-        "phase": "queued",
-        "blocks": [],
-        "usage": None,
-        "error": None,
-    }
 
 
 class UnknownPathConsumer(LoopDispatch, AsyncWebsocketConsumer):

@@ -1,17 +1,10 @@
 """The agent worker: the ``picobot.agent`` channel consumer and the dialog executors it owns.
 
-``AgentWorkerConsumer`` receives layer messages and only routes them (a handler that awaited a
-turn would block every dialog, DESIGN §2). ``AgentWorker`` owns the per-dialog executor tasks, the
-lease keeper (a thread: ``conversations.runtime.lease_keeper``) and the inbox scan that finds work whose
-wake-up message was lost or that a dead worker left behind. Layer messages only *wake*; duplicates and losses are harmless.
-
-Layer message types:
-- ``dialog.input`` ``{dialog_id}`` on ``picobot.agent``: the dialog has queued input.
-- ``dialog.stop`` ``{dialog_id, turn_id?, reply_channel?}`` on the workers group: cancel its running
-  turn — only the turn ``turn_id`` when given (a repeated stop never cancels the next turn); the
-  owner answers ``stop.ack`` ``{dialog_id, turn_id}`` on ``reply_channel``.
-- ``turns.replay`` ``{channel, chat_id, reply_channel}`` on the workers group: send the latest
-  snapshot of the chat's running turns to a newly connected client.
+``AgentWorkerConsumer`` receives layer messages (``agent_channel``) and only routes them (a
+handler that awaited a turn would block every dialog, DESIGN §2). ``AgentWorker`` owns the
+per-dialog executor tasks, the lease keeper (a thread: ``lease_keeper``) and the inbox scan that
+finds work whose wake-up message was lost or that a dead worker left behind. Its executors see
+it only through the ``TurnContext`` it hands them.
 """
 
 from __future__ import annotations
@@ -22,65 +15,38 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
-from channels.consumer import AsyncConsumer
 from channels.layers import get_channel_layer
 from django.conf import settings
 
 from conversations import storage
-from conversations.runtime.consumer_base import LoopDispatch, dispatch_channels
-from conversations.runtime.executor import DialogExecutor, open_cli_chat_sink, split_session_id
+from conversations.runtime.agent_channel import AGENT_CHANNEL, WORKERS_GROUP
+from conversations.runtime.consumer_base import dispatch_channels
+from conversations.runtime.executor import DialogExecutor
 from conversations.runtime.lease_keeper import LeaseKeeper
 from conversations.runtime.provider import get_provider
 from conversations.runtime.session_turns import claim_and_begin, known_state
 from conversations.runtime.sessions import SessionManager, session_manager
 from conversations.runtime.supervisor import TaskSupervisor
 from conversations.runtime.titles import TitleService
+from conversations.runtime.turn_context import SinkFactory, TurnContext
+from conversations.runtime.turn_sinks import open_cli_chat_sink
+from conversations.runtime.worker_consumer import AgentWorkerConsumer
 from conversations.storage.runner import run_storage
 from conversations.tools import ToolRegistry, default_registry
 from delivery.load import LoopLagGauge
 from delivery.outbound import OutboundDispatcher
 from delivery.platforms.cli_chat import CliChatSender
 from delivery.presentation import PresentationPolicy, serialize_snapshot
-from delivery.sinks import TurnSink
 from providers.base import LLMProvider
 
 log = logging.getLogger(__name__)
 
-AGENT_CHANNEL = "picobot.agent"
 # Why a turn was cancelled, shown as the cancelled snapshot's error.
 STOP_REASON = "stopped"
 SHUTDOWN_REASON = "the server is shutting down"
 LEASE_LOST_REASON = "another worker took over this dialog"
-WORKERS_GROUP = "picobot.workers"
-# A stop of a turn whose row is started while its executor has no running turn yet (setup):
-# how often, and how far apart, the row and the executor are looked at again.
-STOP_SETUP_POLLS = 10
-STOP_SETUP_POLL_SECONDS = 0.1
-
-
-async def wake_dialog(dialog_id: str) -> None:
-    """Tell some agent worker that ``dialog_id`` has queued input (best effort)."""
-    await get_channel_layer().send(AGENT_CHANNEL, {"type": "dialog.input", "dialog_id": dialog_id})
-
-
-async def request_stop(dialog_id: str, *, turn_id: str | None = None, reply_channel: str | None = None) -> None:
-    """Ask every agent worker to cancel ``dialog_id``'s running turn (only its owner has one).
-
-    With ``turn_id`` (the turn that was running when the stop was asked, ``storage.running_inbox``)
-    only that turn is cancelled: when it has ended meanwhile, nothing is — a repeated stop never
-    cancels the next queued turn. Without it, whatever turn runs (deleting a dialog).
-    With ``reply_channel``, the worker that cancels it answers there with ``stop.ack``
-    ``{dialog_id, turn_id}`` (a turn that no live worker runs gets no answer: see
-    ``ChatConsumer.stop_turn``).
-    """
-    message = {"type": "dialog.stop", "dialog_id": dialog_id}
-    if turn_id:
-        message["turn_id"] = turn_id
-    if reply_channel:
-        message["reply_channel"] = reply_channel
-    await get_channel_layer().group_send(WORKERS_GROUP, message)
 
 
 def default_worker_id(mode: str) -> str:
@@ -90,65 +56,6 @@ def default_worker_id(mode: str) -> str:
         return configured
     host = socket.gethostname()
     return f"{host}:serve" if mode == "serve" else f"{host}:{os.getpid()}"
-
-
-class AgentWorkerConsumer(LoopDispatch, AsyncConsumer):
-    """Routes agent layer messages to the process's ``AgentWorker``; never awaits a turn. Driven by
-    ``AgentWorker._consumer_loop`` (``dispatch_channels``), not by Channels' ASGI loop."""
-
-    def __init__(self, worker: AgentWorker) -> None:
-        super().__init__()
-        self.worker = worker
-
-    async def worker_start(self, message: dict) -> None:
-        """Synthetic first message: join the workers broadcast group."""
-        await self.channel_layer.group_add(WORKERS_GROUP, self.channel_name)
-        self.worker.consumer_channel = self.channel_name
-        self.worker.consumer_ready.set()
-
-    async def dialog_input(self, message: dict) -> None:
-        self.worker.wake(str(message.get("dialog_id", "")))
-
-    async def dialog_stop(self, message: dict) -> None:
-        dialog_id = str(message.get("dialog_id", ""))
-        turn_id = str(message["turn_id"]) if message.get("turn_id") else None
-        reply = message.get("reply_channel")
-        worker = self.worker
-
-        async def acknowledge() -> None:
-            if reply:
-                await self.channel_layer.send(reply, {"type": "stop.ack", "dialog_id": dialog_id, "turn_id": turn_id})
-
-        stopped = worker.stop_turn(dialog_id, turn_id)
-        if stopped is None:
-            # This worker's executor is between turns: ``turn_id`` may be the turn being set up
-            # (its row reads started, its loop does not exist yet) or one that just ended. Its
-            # row decides, off the consumer's message loop (a handler only routes).
-            async def stop_if_setting_up() -> None:
-                channel, chat_id = split_session_id(dialog_id)
-                for _ in range(STOP_SETUP_POLLS):
-                    started = await run_storage(storage.running_inbox, channel, chat_id)
-                    if not any(t["turn_id"] == turn_id and t["session_id"] == dialog_id for t in started):
-                        return  # it ended: nothing to stop (never the next turn)
-                    outcome = worker.stop_turn(dialog_id, turn_id)
-                    if outcome is not None:
-                        if outcome:
-                            await acknowledge()
-                        return
-                    await asyncio.sleep(STOP_SETUP_POLL_SECONDS)
-                # Still being set up: cancelled the moment its loop starts.
-                if worker.stop_turn(dialog_id, turn_id, setting_up=True):
-                    await acknowledge()
-
-            worker.spawn(stop_if_setting_up())
-        elif stopped:
-            await acknowledge()
-
-    async def turns_replay(self, message: dict) -> None:
-        self.worker.spawn(self.worker.replay_running(message))
-
-
-SinkFactory = Callable[[storage.TurnStart], Awaitable[TurnSink]]
 
 
 class AgentWorker:
@@ -183,8 +90,6 @@ class AgentWorker:
         self.open_sink: SinkFactory = sink_factory or open_cli_chat_sink
         self.outbound = outbound or OutboundDispatcher({"cli_chat": CliChatSender(get_channel_layer())})
         self.executors: dict[str, DialogExecutor] = {}
-        self.storage_alerts: dict[str, float] = {}  # dialog id → monotonic time of its last storage alert
-        self.reported_turns: set[str] = set()  # turn ids whose failure the chat was told (commit refused)
         self.sessions = sessions if sessions is not None else session_manager()
         # Background LLM work of this worker (titles, seed 000 §12): reaped by stop().
         self.supervisor = TaskSupervisor("agent-worker")
@@ -207,6 +112,19 @@ class AgentWorker:
             held=self.held_leases,
             on_lost=self.lease_lost,
         )
+        self.turn_context = TurnContext(
+            worker_id=worker_id,
+            provider=self.provider,
+            tools=self.tools,
+            sessions=self.sessions,
+            lease_keeper=self.lease_keeper,
+            open_sink=self.open_sink,
+            outbound=self.outbound,
+            pace=self.load.pace,
+            schedule_title=self.titles.schedule,
+            stopped=self.stopped,
+        )
+        """What the worker's executors see of it."""
 
     # --- lifecycle ----------------------------------------------------------------------------
     @property
@@ -308,7 +226,7 @@ class AgentWorker:
         if executor is not None:
             executor.poke()
             return
-        self.executors[dialog_id] = placeholder = DialogExecutor(self, dialog_id, epoch=0)
+        self.executors[dialog_id] = placeholder = DialogExecutor(self.turn_context, dialog_id, epoch=0)
         self.spawn(self._run_dialog(dialog_id, placeholder, takeover))
 
     async def _run_dialog(

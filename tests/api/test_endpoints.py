@@ -18,7 +18,7 @@ from channels.db import database_sync_to_async
 from django.db import OperationalError
 
 from conversations import storage
-from conversations.api import live, routes
+from conversations.api import live, queries, turns
 from conversations.api.errors import MAX_BODY_BYTES
 from conversations.models import ApiToken, ChatState, Dialog, InboxMessage, now_ms
 from conversations.runtime.provider import set_provider
@@ -82,7 +82,7 @@ async def test_ready_checks_the_database_and_the_channel_layer(monkeypatch):
     def broken_db() -> None:
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(routes.queries, "database_ping", broken_db)
+    monkeypatch.setattr(queries, "database_ping", broken_db)
     body = assert_error(await anonymous.get("/ready"), 503, "not_ready")
     assert body["checks"] == {"database": "unreachable", "channel_layer": "ok"}
     assert "locked" not in body["message"], "details stay in the log"
@@ -91,7 +91,7 @@ async def test_ready_checks_the_database_and_the_channel_layer(monkeypatch):
         return False
 
     monkeypatch.undo()
-    monkeypatch.setattr(routes.live, "layer_ping", silent_layer)
+    monkeypatch.setattr(live, "layer_ping", silent_layer)
     body = assert_error(await anonymous.get("/ready"), 503, "not_ready")
     assert body["checks"] == {"database": "ok", "channel_layer": "unreachable"}
 
@@ -428,7 +428,7 @@ async def test_turn_and_stop_when_nothing_runs(alice):
 
 async def test_a_turn_whose_worker_is_gone_has_a_placeholder_and_an_unacknowledged_stop(alice, monkeypatch):
     monkeypatch.setattr(live, "SNAPSHOT_WAIT_SECONDS", 0.2)
-    monkeypatch.setattr(routes, "STOP_ACK_SECONDS", 0.2)
+    monkeypatch.setattr(turns, "STOP_ACK_SECONDS", 0.2)
     sid = (await new_dialog(alice))["session_id"]
     await alice.post(f"/dialogs/{sid}/messages", json={"content": "started by a worker that died"})
     turn = await mark_started(sid)
@@ -493,7 +493,7 @@ async def test_internal_errors_carry_a_reference_and_no_details(alice, monkeypat
     def crash(*args, **kwargs):
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(routes.storage, "dialog_info", crash)
+    monkeypatch.setattr(storage, "dialog_info", crash)
     sid_response = await alice.post("/dialogs")
     body = assert_error(sid_response, 500, "internal_error")
     assert "secret" not in sid_response.content.decode()
@@ -502,7 +502,7 @@ async def test_internal_errors_carry_a_reference_and_no_details(alice, monkeypat
     def locked(*args, **kwargs):
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(routes.queries, "list_dialogs", locked)
+    monkeypatch.setattr(queries, "list_dialogs", locked)
     response = await alice.get("/dialogs")
     assert_error(response, 503, "unavailable")
     assert response["Retry-After"]

@@ -11,13 +11,13 @@ import pytest
 from channels.db import database_sync_to_async
 
 from conversations import storage
-from conversations.api import live, routes
+from conversations.api import live, turns
 from conversations.chat import commands
 from conversations.models import Dialog, InboxMessage, Message
-from conversations.runtime.executor import open_cli_chat_sink
+from conversations.runtime.agent_channel import request_stop
 from conversations.runtime.provider import set_provider
 from conversations.runtime.supervisor import control_supervisor, reset_control_supervisor
-from conversations.runtime.worker import request_stop
+from conversations.runtime.turn_sinks import open_cli_chat_sink
 from providers.testing import ScriptedProvider, script_text
 from tests.api.conftest import ApiClient
 
@@ -144,7 +144,7 @@ async def test_a_websocket_stop_may_name_its_turn_and_another_turn_is_not_stoppe
 
 async def test_no_running_server_is_said_only_while_that_turn_still_reads_started(alice, monkeypatch):
     """Unacknowledged because the turn just ended: 409 ``not_running``, not "no server runs it"."""
-    monkeypatch.setattr(routes, "STOP_ACK_SECONDS", 0.1)
+    monkeypatch.setattr(turns, "STOP_ACK_SECONDS", 0.1)
     sid = (await alice.post("/dialogs")).json()["session_id"]
     accepted = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "hello"})).json()
 

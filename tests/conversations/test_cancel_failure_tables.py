@@ -20,8 +20,8 @@ from django.db import OperationalError
 
 from conversations import storage
 from conversations.models import Dialog, InboxMessage, Message
-from conversations.runtime.executor import open_cli_chat_sink
 from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
+from conversations.runtime.turn_sinks import open_cli_chat_sink
 from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from providers.chunks import ReasoningDelta, TextDelta
 from providers.errors import AuthenticationError, OverloadedError, ProviderConnectionError, ServerError

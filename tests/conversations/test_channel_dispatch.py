@@ -70,7 +70,7 @@ async def test_a_failing_handler_ends_the_loop_with_its_error_and_cancels_the_re
 async def test_the_worker_restarts_its_consumer_after_a_bad_message_and_keeps_the_backlog(start_worker):
     from channels.layers import get_channel_layer
 
-    from conversations.runtime.worker import AGENT_CHANNEL, WORKERS_GROUP
+    from conversations.runtime.agent_channel import AGENT_CHANNEL, WORKERS_GROUP
     from providers.testing import ScriptedProvider
 
     worker = await start_worker(ScriptedProvider([]))

@@ -13,8 +13,8 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
-from conversations.runtime.executor import open_cli_chat_sink
 from conversations.runtime.notify import RECOVERY_REVISION
+from conversations.runtime.turn_sinks import open_cli_chat_sink
 from delivery.models import DeliveryFailure
 from delivery.outbound import OutboundDispatcher, OutboundMessage
 from delivery.platforms.cli_chat import CliChatSender, CliChatSink

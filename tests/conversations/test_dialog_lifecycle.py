@@ -248,8 +248,8 @@ async def test_the_client_is_told_about_an_idle_reset_before_the_ack(connect, st
 @pytest.mark.django_db(transaction=True)
 async def test_the_channel_context_reaches_the_turns_sink_untouched(start_worker):
     """Seed 000 §10.1: the opaque context goes to the turn's sink; the core never reads it."""
-    from conversations.runtime.executor import open_cli_chat_sink
-    from conversations.runtime.worker import wake_dialog
+    from conversations.runtime.agent_channel import wake_dialog
+    from conversations.runtime.turn_sinks import open_cli_chat_sink
 
     opened: list[storage.TurnStart] = []
     sink_opened = asyncio.Event()

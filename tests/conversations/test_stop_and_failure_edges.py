@@ -11,9 +11,9 @@ from channels.db import database_sync_to_async
 from django.db import OperationalError
 
 from conversations import storage
-from conversations.chat import consumer as consumers
+from conversations.chat import stops
 from conversations.models import Dialog, InboxMessage
-from conversations.runtime.executor import open_cli_chat_sink
+from conversations.runtime.turn_sinks import open_cli_chat_sink
 from providers.testing import ScriptedProvider, script_text
 from tests.conversations.conftest import make_token
 
@@ -30,7 +30,7 @@ def leave_a_started_turn(session_id: str, owner: str = "dead-host:serve") -> str
 
 
 async def test_stop_of_a_turn_no_live_worker_runs_is_answered(connect, start_worker, monkeypatch):
-    monkeypatch.setattr(consumers, "STOP_ACK_SECONDS", 0.3)
+    monkeypatch.setattr(stops, "STOP_ACK_SECONDS", 0.3)
     await start_worker(ScriptedProvider([]))  # a live worker, but not the dialog's (dead) owner
     client = await connect(await make_token())
     session_id = (await client.until("ready"))["active_session_id"]
@@ -42,7 +42,7 @@ async def test_stop_of_a_turn_no_live_worker_runs_is_answered(connect, start_wor
 
 
 async def test_a_stop_acknowledged_by_the_owner_gets_no_extra_notice(connect, start_worker, monkeypatch):
-    monkeypatch.setattr(consumers, "STOP_ACK_SECONDS", 0.3)
+    monkeypatch.setattr(stops, "STOP_ACK_SECONDS", 0.3)
     await start_worker(ScriptedProvider([script_text(" ".join(["w"] * 400))], delay=0.01))
     client = await connect(await make_token())
     await client.until("ready")

@@ -26,7 +26,7 @@ from typing import Any
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 
-log = logging.getLogger("conversations.serve")
+log = logging.getLogger(__name__)
 
 MAX_HTTP_BODY_BYTES = 3 * 1024 * 1024
 """No request PicoBot serves needs more: REST bodies are refused over 1 MiB (PROTOCOL §2) and the

@@ -39,7 +39,7 @@ from typing import Any
 from autobahn.websocket.protocol import WebSocketProtocol as AutobahnProtocol
 from daphne.ws_protocol import WebSocketProtocol
 
-log = logging.getLogger("conversations.serve")
+log = logging.getLogger(__name__)
 
 CLOSE_NOT_READING = 4408
 """Close code for a client that left more than the bound of output unread (PROTOCOL §1)."""
