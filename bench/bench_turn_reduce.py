@@ -47,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import delivery.coordinator as coordinator_module  # noqa: E402
-from delivery.coordinator import DeliveryCoordinator, Snapshot  # noqa: E402
+from delivery.coordinator import DeliveryCoordinator  # noqa: E402
 from delivery.events import (  # noqa: E402
     ReasoningDelta,
     TextDelta,
@@ -61,6 +61,7 @@ from delivery.groups import chat_group  # noqa: E402
 from delivery.local_layer import LocalChannelLayer  # noqa: E402
 from delivery.platforms.cli_chat import CliChatSink, turn_updated_frame  # noqa: E402
 from delivery.presentation import PresentationPolicy, serialize_snapshot  # noqa: E402
+from delivery.sinks import Snapshot  # noqa: E402
 from delivery.turn import TurnController  # noqa: E402
 
 WORDS = [" the", " gate", "way", " turn", " snap", "shot", " 界面", " über", " data", ",", " and", " flow", "."]

@@ -13,10 +13,9 @@ Not thread-safe: producer and readers run on one event loop. Pure module (asynci
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from delivery.turn import TurnSnapshot
+from delivery.snapshot import TurnSnapshot
 
 __all__ = ["LatestSnapshotCell", "SnapshotSource"]
 

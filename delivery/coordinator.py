@@ -12,22 +12,10 @@ serialises that filtered view exactly once, and hands both — the
 - the terminal snapshot bypasses the throttle and is delivered with bounded retry;
 - the coordinator owns the sink from ``start()`` on and closes it at the end, whatever happens.
 
-The sink contract (``TurnSink``, ``LivePolicy``, ``SinkError``) lives in :mod:`delivery.sinks`
-and is re-exported here.
-
-:meth:`DeliveryCoordinator.start` returns a :class:`TurnDeliveryHandle`; the session awaits
-``handle.wait()`` after publishing the terminal state and sends its one plain fallback message
-when the result is not ok (seed 000 §5; :class:`delivery.turn_delivery.TurnDelivery` does both).
-Start failures are distinct from async failures:
-
-Exceptions::
-
-    DeliveryError
-    └── DeliveryStartError    start()/open_delivery(): nothing was delivered, deliver plainly
-    SinkError                 raised by sinks; ``permanent=True`` stops the terminal retries
-    └── SinkNotModified       the target already shows this content: counts as delivered
-
-``handle.wait()`` never raises for delivery problems; it returns a :class:`DeliveryResult`.
+The sink contract (``TurnSink``, ``LivePolicy``, ``SinkError``) lives in :mod:`delivery.sinks`;
+:meth:`DeliveryCoordinator.start` returns the session's :class:`~delivery.handle.TurnDeliveryHandle`
+(:mod:`delivery.handle`: the result, ``DeliveryStartError``). The delivery rules are in
+``delivery/README.md``.
 
 Asyncio only: no Django, Channels or httpx imports.
 """
@@ -37,109 +25,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from delivery.cell import LatestSnapshotCell
+from delivery.handle import (
+    STALE_TURN_ERROR,
+    DeliveryResult,
+    DeliveryStartError,
+    TurnDeliveryHandle,
+    describe_error,
+)
 from delivery.presentation import PresentationPolicy, PresentedSnapshot, serialize_snapshot
-from delivery.sinks import FinalOnly, LivePolicy, SinkError, SinkNotModified, Snapshot, TurnSink
-from delivery.turn import TurnController, TurnSnapshot
+from delivery.sinks import FinalOnly, SinkError, SinkNotModified, Snapshot, TurnSink
+from delivery.snapshot import TurnSnapshot
+from delivery.turn import TurnController
 
-__all__ = [
-    "STALE_TURN_ERROR",
-    "DeliveryCoordinator",
-    "DeliveryError",
-    "DeliveryResult",
-    "DeliveryStartError",
-    "FinalOnly",
-    "LivePolicy",
-    "SinkError",
-    "SinkNotModified",
-    "Snapshot",
-    "TurnDeliveryHandle",
-    "TurnSink",
-    "open_delivery",
-]
+__all__ = ["DeliveryCoordinator", "open_delivery"]
 
 logger = logging.getLogger(__name__)
-
-#: ``DeliveryResult.error`` of a turn whose owner went stale: nothing more may be published.
-STALE_TURN_ERROR = "stale turn"
-
-
-class DeliveryError(Exception):
-    """Base of the coordinator's own errors."""
-
-
-class DeliveryStartError(DeliveryError):
-    """Delivery could not start (bad sink, sink could not open, no loop, supervisor stopped).
-
-    The session delivers the terminal result as a plain message instead (seed 000 §5.1).
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryResult:
-    """How a turn's delivery ended.
-
-    Attributes:
-        ok: True when the terminal snapshot was delivered.
-        error: Why not (``"<ExceptionType>: <message>"``, "cancelled", a timeout), else None.
-        attempts: How many times ``finish`` was called (0 if the turn never got there).
-        last_delivered_revision: The newest revision the sink accepted, or None.
-    """
-
-    ok: bool
-    error: str | None
-    attempts: int
-    last_delivered_revision: int | None
-
-
-class TurnDeliveryHandle:
-    """The session's end of a running delivery (seed 000 §5.1); from ``start()`` only."""
-
-    def __init__(self, coordinator: DeliveryCoordinator, task: asyncio.Future[DeliveryResult]) -> None:
-        self._coordinator = coordinator
-        self._task = task
-
-    @property
-    def done(self) -> bool:
-        return self._task.done()
-
-    async def wait(self, timeout: float | None = None) -> DeliveryResult:  # noqa: ASYNC109 - the caller's overall bound on delivery
-        """Waits until delivery ended; every await inside is bounded by the coordinator's timeouts.
-
-        Args:
-            timeout: Seconds to wait at most. When it passes, delivery is cancelled (so a late
-                success cannot race the caller's fallback), the sink is closed, and the result
-                says so. None waits for the coordinator's own bounds (finish attempts × timeout);
-                note a turn that never ends is not bounded by them.
-
-        Returns:
-            The :class:`DeliveryResult`; ``ok`` is False on any failure. Never raises for those.
-        """
-        task = self._task
-        timed_out = False
-        if not task.done():
-            done, _ = await asyncio.wait({task}, timeout=timeout)
-            if not done:
-                timed_out = task.cancel()
-                await asyncio.wait({task})
-        closer = self._coordinator._closer
-        if closer is not None and not closer.done():
-            await asyncio.wait({closer})
-        if task.cancelled():
-            error = f"delivery timed out after {timeout}s" if timed_out else "delivery cancelled"
-            return self._coordinator._result(ok=False, error=error)
-        exc = task.exception()
-        if exc is not None:
-            return self._coordinator._result(ok=False, error=_describe(exc))
-        return task.result()
-
-    def cancel(self) -> None:
-        """Stops delivery (shutdown or a stale turn); the sink is still closed. Idempotent."""
-        self._task.cancel()
-
 
 # Running snapshots of one turn, in bytes of JSON per second: at 30/s snapshots up to ~16 KB (a
 # typical answer) go out at full rate, a 50 KB one about 10 times a second, a 500 KB one once a
@@ -246,7 +149,7 @@ class DeliveryCoordinator:
             task = (spawn or asyncio.ensure_future)(coro)
         except Exception as exc:
             coro.close()
-            raise DeliveryStartError(f"could not start delivery: {_describe(exc)}") from exc
+            raise DeliveryStartError(f"could not start delivery: {describe_error(exc)}") from exc
         task.add_done_callback(self._ensure_sink_closed)
         self._handle = TurnDeliveryHandle(self, task)
         return self._handle
@@ -334,7 +237,7 @@ class DeliveryCoordinator:
         except Exception as exc:
             # Best-effort (seed 003 §9.1): never retry a stale snapshot; a newer one follows.
             logger.warning(
-                "turn %s: live update r%d failed: %s", snapshot.id, snapshot.revision, _describe(exc)
+                "turn %s: live update r%d failed: %s", snapshot.id, snapshot.revision, describe_error(exc)
             )
             return len(payload)
         self._last_revision = snapshot.revision
@@ -354,7 +257,7 @@ class DeliveryCoordinator:
             except SinkNotModified:
                 pass
             except Exception as exc:
-                error = _describe(exc)
+                error = describe_error(exc)
                 if isinstance(exc, TimeoutError):
                     error = f"finish timed out after {self._finish_timeout}s"
                 logger.warning(
@@ -385,7 +288,7 @@ class DeliveryCoordinator:
             async with asyncio.timeout(self._close_timeout):
                 await self._sink.close()
         except Exception as exc:
-            logger.warning("delivery sink close failed: %s", _describe(exc))
+            logger.warning("delivery sink close failed: %s", describe_error(exc))
 
     def _result(self, *, ok: bool, error: str | None) -> DeliveryResult:
         return DeliveryResult(
@@ -421,7 +324,7 @@ async def open_delivery(
         async with asyncio.timeout(open_timeout):
             sink = await open_sink()
     except Exception as exc:
-        raise DeliveryStartError(f"could not open the turn sink: {_describe(exc)}") from exc
+        raise DeliveryStartError(f"could not open the turn sink: {describe_error(exc)}") from exc
     coordinator = DeliveryCoordinator(source, sink, policy, **options)
     try:
         return coordinator.start()
@@ -440,8 +343,3 @@ def _check_sink(sink: object) -> None:
             raise DeliveryStartError(f"sink {type(sink).__name__} has no {name}()")
     if not isinstance(getattr(sink, "live_policy", None), FinalOnly | Snapshot):
         raise DeliveryStartError(f"sink {type(sink).__name__} has no valid live_policy")
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

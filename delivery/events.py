@@ -14,10 +14,9 @@ Pure module: no Django, Channels or httpx imports.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
-if TYPE_CHECKING:
-    from delivery.turn import TurnPhase
+from delivery.snapshot import TurnPhase
 
 __all__ = [
     "PhaseChanged",
@@ -109,7 +108,7 @@ class PhaseChanged:
     """An explicit phase change that no delta implies, e.g. ``TurnPhase.COMPACTING``.
 
     Attributes:
-        phase: A :class:`delivery.turn.TurnPhase` (or its string value).
+        phase: A :class:`delivery.snapshot.TurnPhase` (or its string value).
     """
 
     phase: TurnPhase | str

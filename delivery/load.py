@@ -1,6 +1,6 @@
 """How busy this process is, and how far live snapshots stretch because of it (seed 003: latest-wins).
 
-Under load the product sends fewer frames instead of queueing them (issue 12: the in-memory
+Under load the product sends fewer frames instead of queueing them (the in-memory
 layer cannot carry one frame per chunk for 500 dialogs on 2 cores). :class:`LoopLagGauge`
 measures the event loop's lag — how late a timer fires — with fast attack and slow decay;
 :meth:`LoopLagGauge.pace` turns a turn's base snapshot interval into the one to use now:

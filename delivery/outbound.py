@@ -3,37 +3,22 @@
 Live turn snapshots go through a :class:`~delivery.coordinator.DeliveryCoordinator`; everything
 else a chat receives as a message of its own — the one plain fallback after a failed turn
 delivery (seed 000 §5.2), later scheduled deliveries — goes through an
-:class:`OutboundDispatcher`:
-
-- one lane per ``(channel, chat_id)``: messages of one chat are sent one at a time, in the order
-  they were submitted; a slow or failing chat never delays another;
-- each lane holds at most ``queue_size`` waiting messages; past that :meth:`submit` refuses
-  (:class:`OutboundRefusedError`) instead of growing without bound;
-- each send is bounded by ``timeout``; retries are bounded by ``attempts`` and never risk a
-  second copy (below);
-- lanes are tasks the dispatcher owns: an idle lane ends after ``idle_timeout`` seconds, and
-  :meth:`close` drains or cancels them and awaits them all.
+:class:`OutboundDispatcher`: one lane per ``(channel, chat_id)`` (in order; a slow chat never
+delays another), a bounded queue per lane (then :class:`OutboundRefusedError`), a timeout per
+send, lanes owned and awaited by the dispatcher.
 
 A sender is an ``async (OutboundMessage) -> None`` per channel that raises on failure; it must not
-report "not sent" as success.
+report "not sent" as success. Every message carries an idempotency key (``OutboundMessage.id``)
+that senders put on the wire. Retries are at-most-once unless the sender is idempotent:
 
-Retries are at-most-once unless the sender is idempotent. Every message carries an idempotency key
-(``OutboundMessage.id``; a turn's fallback uses one derived from the turn) that senders put on the
-wire — the cli_chat ``notification`` frame carries it as ``id`` — so targets and clients can drop
-a copy. A failed call is *ambiguous* unless the sender says otherwise: a timeout, or an error in
-the middle of a publish, may come after the message went out (a sender that publishes and then
-stalls). So:
-
-- :class:`OutboundNotSentError` from a sender ("nothing was sent", e.g. refused before any I/O):
-  retried;
+- :class:`OutboundNotSentError` from a sender ("nothing was sent"): retried;
 - ``SinkError(permanent=True)``: nothing was sent and retrying cannot help: not retried;
-- any other error or a timeout: the message may have been delivered. Retried only when the sender
-  is idempotent (``sender.idempotent = True``: the target dedupes on ``message.id``); otherwise
-  the dispatcher stops and reports the outcome as unknown, never as "not sent".
+- any other error or a timeout: the message may have been delivered. Retried only when
+  ``sender.idempotent`` is True; otherwise the outcome is unknown, never "not sent".
 
 :class:`OutboundResult` says which: ``status`` ``"sent"`` (``ok`` True), ``"not_sent"`` (``ok``
-False: the user got nothing) or ``"unknown"`` (``ok`` None: it may have been delivered; do not
-send it again).
+False: the user got nothing) or ``"unknown"`` (``ok`` None: do not send it again). The rules are
+in ``delivery/README.md``.
 
 Pure module (asyncio only): no Django, Channels or httpx imports.
 """

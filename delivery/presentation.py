@@ -7,7 +7,7 @@ gets a :class:`PresentedSnapshot` — a ``TurnSnapshot`` whose ``blocks``, ``to_
 mutates its input or any history.
 
 After removing blocks the filter merges text blocks that only the removed blocks had split (same
-type, iteration and segment, see :mod:`delivery.turn`), so the filtered view keeps PROTOCOL's rule
+type, iteration and segment, see :mod:`delivery.snapshot`), so the filtered view keeps PROTOCOL's rule
 that no two adjacent blocks are mergeable: "The answer is ", reasoning, "42." becomes one
 assistant block "The answer is 42." when reasoning is hidden. The merged block keeps the first
 block's id.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
-from delivery.turn import TurnSnapshot, derive_segments
+from delivery.snapshot import TurnSnapshot, derive_segments
 
 __all__ = [
     "COMPACT_PREVIEW_CHARS",

@@ -31,6 +31,9 @@ from typing import Any
 from channels_redis.core import RedisChannelLayer
 from redis.exceptions import NoScriptError
 
+# channels_redis's logger, not ``__name__``: ``group_send`` below replaces channels_redis's own and
+# logs the same "channels over capacity" record, so it stays where operators' logging settings for
+# channels_redis already find (or silence) it.
 logger = logging.getLogger("channels_redis.core")
 
 _GROUP_SEND = """

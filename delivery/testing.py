@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from delivery.sinks import LivePolicy, Snapshot
 
 if TYPE_CHECKING:
-    from delivery.turn import TurnSnapshot
+    from delivery.snapshot import TurnSnapshot
 
 __all__ = ["RecordingSink"]
 

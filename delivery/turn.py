@@ -1,40 +1,16 @@
-"""The running turn: status, phase, ordered blocks, and its only writer (seed 003 §6.3–§6.5, §8.2).
+"""The running turn's only writer: :class:`TurnController` reduces :mod:`delivery.events` into
+ordered blocks (seed 003 §6.3–§6.5, §8.2).
 
-:class:`TurnController` reduces :mod:`delivery.events` into ordered blocks and publishes a new
-revision into its :class:`~delivery.cell.LatestSnapshotCell` after every visible change.
-:class:`TurnSnapshot` is the immutable full state at one revision; ``to_dict()`` is PROTOCOL.md's
-``turn`` object::
-
-    {"id", "session_id", "message_id", "revision", "status", "phase", "blocks", "usage", "error"}
-    # blocks, in order of appearance:
-    {"type": "reasoning", "id", "iteration", "text"}
-    {"type": "assistant", "id", "iteration", "text"}
-    {"type": "tool", "id": <tool_call_id>, "iteration", "name", "arguments", "status", "preview"}
-
-plus ``"empty_answer": true`` on a completed turn that produced no answer text (seed 003 §7.4:
-no answer is invented from reasoning; clients show "the model returned no answer").
-
-A tool block's ``arguments`` is always a JSON object (PROTOCOL §1): ``{}`` when the model's
-argument text was not one (the raw text stays on the server), and ``{"_truncated": "<N> bytes"}``
-when the arguments are larger than :data:`MAX_ARGUMENTS_BYTES` as JSON — every live snapshot
-carries them; the history keeps them whole.
-
-Segments: a ``TextSegmentFinished`` or a ``ToolStarted`` ends the current text *segment*. Each
-reasoning/assistant block belongs to one segment (``TurnSnapshot.segments``, not on the wire). Two
-text blocks of the same type, iteration and segment are one run of text that only a block in
-between (e.g. reasoning inside an answer) split; the agent loop commits one assistant message per
-such run (one per iteration: it ends each iteration's stream with ``TextSegmentFinished`` before its
-tools), so :meth:`TurnSnapshot.answer_text` joins a run without a separator, and the presentation
-filter merges a run back into one block when it removes what split it (PROTOCOL: no two adjacent
-blocks are mergeable).
-
-Cost (DESIGN §7): applying a delta is O(1) amortised — it appends to the open block's list of
-parts and bumps the revision. Text is joined only when a snapshot is materialised, which happens
-lazily (at the sink's rate) and is cached per revision; unchanged blocks reuse their cached dicts.
+Every visible change bumps the revision and wakes the controller's
+:class:`~delivery.cell.LatestSnapshotCell`; :meth:`TurnController.snapshot` materialises the
+:class:`~delivery.snapshot.TurnSnapshot` of the current revision (lazily, cached per revision).
+Applying a delta is O(1) amortised: it appends to the open block's parts; text is joined only
+when a snapshot is materialised (DESIGN §7).
 
 Errors: :class:`TurnEventError` (a ``ValueError``) for impossible input — a duplicate tool-call
 id, finishing a tool that is not running, a non-string delta, an unknown phase. Events and
-lifecycle calls after a terminal status are dropped silently (seed 003 §14.1: late deltas).
+lifecycle calls after a terminal status are dropped silently (seed 003 §14.1: late deltas). The
+block, segment and argument rules are in ``delivery/README.md``.
 
 Pure module: no Django, Channels or httpx imports.
 """
@@ -43,8 +19,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from delivery.cell import LatestSnapshotCell
@@ -57,18 +31,15 @@ from delivery.events import (
     ToolStarted,
     TurnEvent,
 )
+from delivery.snapshot import ASSISTANT, REASONING, TOOL, ToolStatus, TurnPhase, TurnSnapshot, TurnStatus
 from providers.json_depth import value_too_deep
 
 __all__ = [
     "MAX_ARGUMENTS_BYTES",
     "MAX_PREVIEW_CHARS",
-    "derive_segments",
-    "ToolStatus",
     "TurnController",
     "TurnEventError",
-    "TurnPhase",
-    "TurnSnapshot",
-    "TurnStatus",
+    "shown_arguments",
 ]
 
 #: Tool previews longer than this are cut (with "…"): every live snapshot carries them.
@@ -76,130 +47,9 @@ MAX_PREVIEW_CHARS = 2000
 #: Tool arguments larger than this as JSON (UTF-8 bytes) are shown as ``{"_truncated": "<N> bytes"}``.
 MAX_ARGUMENTS_BYTES = 8 * 1024
 
-REASONING = "reasoning"
-ASSISTANT = "assistant"
-TOOL = "tool"
-
-
-class TurnStatus(StrEnum):
-    RUNNING = "running"
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-
-
-class TurnPhase(StrEnum):
-    """What the turn is doing, for the client's spinner (seed 003 §6.4); not model reasoning."""
-
-    QUEUED = "queued"  # waiting for the (next) first model chunk
-    COMPACTING = "compacting"
-    REASONING = "reasoning"
-    RESPONDING = "responding"
-    ACTING = "acting"  # while any tool call runs
-    FINALIZING = "finalizing"  # model done, committing
-
-
-class ToolStatus(StrEnum):
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-
 
 class TurnEventError(ValueError):
     """An event that cannot happen in a well-formed turn (a bug in the caller, not in the model)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TurnSnapshot:
-    """The full state of one turn at one revision. Immutable; share it freely.
-
-    ``blocks`` holds plain dicts in the wire shape (see the module docstring). They are shared
-    between snapshots and must be treated as read-only; :meth:`to_dict` returns copies.
-
-    Attributes:
-        revision: Strictly increasing per turn; clients keep the highest one.
-        usage: Provider usage as given to ``complete()``, else None.
-        error: The failure message, or the cancel reason; None otherwise.
-        empty_answer: True on a completed turn without any answer text (seed 003 §7.4).
-    """
-
-    id: str
-    session_id: str
-    message_id: str
-    revision: int
-    status: TurnStatus
-    phase: TurnPhase
-    blocks: tuple[dict[str, Any], ...]
-    usage: dict[str, Any] | None
-    error: str | None
-    empty_answer: bool = False
-    segments: tuple[int, ...] = ()
-    """Segment number of each block (aligned with ``blocks``; see the module docstring). Not
-    part of the wire object. Empty on a hand-built snapshot: then tool blocks are the only
-    boundaries (see :meth:`segments_or_derived`)."""
-
-    @property
-    def is_terminal(self) -> bool:
-        """True for completed, cancelled and failed: the turn never changes again."""
-        return self.status is not TurnStatus.RUNNING
-
-    def to_dict(self) -> dict[str, Any]:
-        """Returns PROTOCOL.md's ``turn`` object (a new dict with new block dicts; JSON-ready)."""
-        turn: dict[str, Any] = {
-            "id": self.id,
-            "session_id": self.session_id,
-            "message_id": self.message_id,
-            "revision": self.revision,
-            "status": self.status.value,
-            "phase": self.phase.value,
-            "blocks": [dict(block) for block in self.blocks],
-            "usage": None if self.usage is None else dict(self.usage),
-            "error": self.error,
-        }
-        if self.empty_answer:
-            turn["empty_answer"] = True
-        return turn
-
-    def segments_or_derived(self) -> tuple[int, ...]:
-        """``segments`` when present, else derived from the blocks (each tool block ends one)."""
-        if len(self.segments) == len(self.blocks):
-            return self.segments
-        return derive_segments(self.blocks)
-
-    def answer_text(self, separator: str = "\n\n") -> str:
-        """Returns the answer text as history commits it: one part per assistant message.
-
-        Assistant blocks of one run (same iteration and segment: only reasoning between them)
-        are one committed message and are concatenated as is; messages are joined by
-        ``separator``. For a plain fallback message; "" when there is none (reasoning is never
-        included). Independent of any presentation policy.
-        """
-        messages: list[list[str]] = []
-        run: tuple[int, int] | None = None
-        for block, segment in zip(self.blocks, self.segments_or_derived(), strict=True):
-            if block["type"] != ASSISTANT:
-                continue
-            key = (block["iteration"], segment)
-            if key == run:
-                messages[-1].append(block["text"])
-            else:
-                messages.append([block["text"]])
-                run = key
-        return separator.join("".join(parts) for parts in messages)
-
-
-def derive_segments(blocks: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> tuple[int, ...]:
-    """Segment numbers for blocks without recorded ones: a tool block starts a new segment.
-
-    (A ``TextSegmentFinished`` is not visible in the blocks; the controller records it.)
-    """
-    segments = []
-    segment = 0
-    for block in blocks:
-        if block.get("type") == TOOL:
-            segment += 1
-        segments.append(segment)
-    return tuple(segments)
 
 
 class _TextBlock:
@@ -263,7 +113,7 @@ class _ToolBlock:
 
 
 def shown_arguments(arguments: object) -> dict[str, Any]:
-    """A tool block's ``arguments`` (module docstring): a private copy of a JSON object, ``{}`` for
+    """A tool block's ``arguments`` (``delivery/README.md``): a private copy of a JSON object, ``{}`` for
     anything else, ``{"_truncated": "<N> bytes"}`` for one over :data:`MAX_ARGUMENTS_BYTES`.
 
     An object nested deeper than ``json_depth.MAX_JSON_DEPTH`` levels shows as ``{}``: it is
@@ -302,7 +152,7 @@ class TurnController:
         self._tools: dict[str, _ToolBlock] = {}
         self._running_tools = 0
         self._has_answer = False
-        self._segment = 0  # bumped by TextSegmentFinished and ToolStarted (module docstring)
+        self._segment = 0  # bumped by TextSegmentFinished and ToolStarted (delivery/README.md)
         self._revision = first_revision
         self._status = TurnStatus.RUNNING
         self._phase = TurnPhase.QUEUED

@@ -8,20 +8,10 @@ updates, one plain terminal message at the end.
 After the turn's rows are committed and its terminal state set, the session calls
 :meth:`TurnDelivery.settle`: it waits for the coordinator's result (bounded) and, when the
 terminal snapshot was not delivered, sends **exactly one** plain message through the
-:class:`~delivery.outbound.OutboundDispatcher` (ordered per chat). The rules (seed 000 §5.2):
-
-- delivered (a sink's "not modified" answer included): nothing more is sent;
-- the fallback carries the idempotency key :func:`fallback_id` (every copy has the same one) and
-  is never resent: a fallback whose outcome is unknown is reported as such, not as lost;
-- completed: the final answer text (or "the model returned no answer", seed 003 §7.4);
-- failed: a one-line failure summary — never the partial body, so a turn whose commit failed can
-  never be announced as completed with the text shown before the failure;
-- cancelled: a one-line summary when a partial answer was shown, else nothing;
-- a stale turn (another owner took the dialog over) sends nothing at all.
-
-``settle`` is idempotent: a second call returns the same outcome and sends nothing. The
-session records ``outcome.failure`` (a ``DeliveryFailure`` row) — this module does no I/O of its
-own besides the sink and the dispatcher.
+:class:`~delivery.outbound.OutboundDispatcher` (what it says per status, and when nothing is sent:
+``delivery/README.md``, seed 000 §5.2). ``settle`` is idempotent: a second call returns the same
+outcome and sends nothing. The session records ``outcome.failure`` (a ``DeliveryFailure`` row) —
+this module does no I/O of its own besides the sink and the dispatcher.
 
 Pure module (asyncio only): no Django, Channels or httpx imports.
 """
@@ -33,17 +23,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from delivery.coordinator import (
-    STALE_TURN_ERROR,
-    DeliveryResult,
-    DeliveryStartError,
-    TurnDeliveryHandle,
-    open_delivery,
-)
+from delivery.coordinator import open_delivery
+from delivery.handle import STALE_TURN_ERROR, DeliveryResult, DeliveryStartError, TurnDeliveryHandle
 from delivery.outbound import OutboundDispatcher, OutboundMessage, OutboundResult
 from delivery.presentation import PresentationPolicy
 from delivery.sinks import TurnSink
-from delivery.turn import TurnController, TurnSnapshot, TurnStatus
+from delivery.snapshot import TurnSnapshot, TurnStatus
+from delivery.turn import TurnController
 
 __all__ = ["DeliveryOutcome", "FailureReport", "TurnDelivery", "fallback_id", "fallback_message"]
 

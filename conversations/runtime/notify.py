@@ -18,7 +18,8 @@ from conversations.storage import CommitResult
 from delivery.groups import chat_group
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy, serialize_snapshot
-from delivery.turn import TurnController, TurnSnapshot
+from delivery.snapshot import TurnSnapshot
+from delivery.turn import TurnController
 
 # Above any revision a real turn reaches (2^31 changes), below JavaScript's 2^53 safe integers.
 RECOVERY_REVISION = 2**40

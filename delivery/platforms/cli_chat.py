@@ -35,7 +35,7 @@ from delivery.sinks import Snapshot
 
 if TYPE_CHECKING:
     from delivery.outbound import OutboundMessage
-    from delivery.turn import TurnSnapshot
+    from delivery.snapshot import TurnSnapshot
 
 __all__ = ["FRAME_MESSAGE_TYPE", "SNAPSHOT_MESSAGE_TYPE", "CliChatSender", "CliChatSink", "turn_updated_frame"]
 

@@ -25,7 +25,8 @@ from conversations.agent.failures import (
 from conversations.agent.loop import AgentLoop
 from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import TextDelta
-from delivery.turn import TurnController, TurnStatus
+from delivery.snapshot import TurnStatus
+from delivery.turn import TurnController
 from providers.chunks import ReasoningDelta as ReasoningChunk
 from providers.chunks import TextDelta as TextChunk
 from providers.errors import (

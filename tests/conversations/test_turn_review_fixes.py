@@ -39,7 +39,8 @@ from conversations.storage import TurnStart, message_to_history_row
 from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import ToolStarted
 from delivery.presentation import PresentationPolicy, serialize_snapshot
-from delivery.turn import MAX_ARGUMENTS_BYTES, TurnController, TurnPhase
+from delivery.snapshot import TurnPhase
+from delivery.turn import MAX_ARGUMENTS_BYTES, TurnController
 from providers.blocks import ToolResultBlock, ToolUseBlock
 from providers.chunks import Done, ReasoningDelta, TextDelta, ToolCallArgumentsDelta, ToolCallStart
 from providers.errors import (

@@ -4,12 +4,13 @@ import json
 
 from channels.layers import InMemoryChannelLayer
 
-from delivery.coordinator import DeliveryCoordinator, Snapshot
+from delivery.coordinator import DeliveryCoordinator
 from delivery.events import TextDelta
 from delivery.groups import chat_group
 from delivery.outbound import OutboundMessage
 from delivery.platforms.cli_chat import CliChatSender, CliChatSink, turn_updated_frame
 from delivery.presentation import PresentationPolicy, serialize_snapshot
+from delivery.sinks import Snapshot
 from delivery.turn import TurnController
 
 

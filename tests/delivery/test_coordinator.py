@@ -7,17 +7,11 @@ import warnings
 import pytest
 
 from delivery import presentation
-from delivery.coordinator import (
-    DeliveryCoordinator,
-    DeliveryStartError,
-    FinalOnly,
-    SinkError,
-    SinkNotModified,
-    Snapshot,
-    open_delivery,
-)
+from delivery.coordinator import DeliveryCoordinator, open_delivery
 from delivery.events import ReasoningDelta, TextDelta
+from delivery.handle import DeliveryStartError
 from delivery.presentation import PresentationPolicy, PresentedSnapshot
+from delivery.sinks import FinalOnly, SinkError, SinkNotModified, Snapshot
 from delivery.testing import RecordingSink
 from delivery.turn import TurnController
 

@@ -7,6 +7,7 @@ import sys
 
 PURE = [
     "delivery.events",
+    "delivery.snapshot",
     "delivery.cell",
     "delivery.turn",
     "delivery.presentation",
@@ -14,6 +15,7 @@ PURE = [
     "delivery.convergence",
     "delivery.load",
     "delivery.sinks",
+    "delivery.handle",
     "delivery.coordinator",
     "delivery.outbound",
     "delivery.turn_delivery",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from delivery.events import TextDelta
-from delivery.turn import TurnController, TurnPhase, TurnStatus
+from delivery.snapshot import TurnPhase, TurnStatus
+from delivery.turn import TurnController
 
 
 def make() -> TurnController:

@@ -12,7 +12,8 @@ from delivery.events import (
     ToolFinished,
     ToolStarted,
 )
-from delivery.turn import MAX_PREVIEW_CHARS, TurnController, TurnEventError, TurnPhase, TurnStatus
+from delivery.snapshot import TurnPhase, TurnStatus
+from delivery.turn import MAX_PREVIEW_CHARS, TurnController, TurnEventError
 
 
 def make() -> TurnController:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from delivery.coordinator import FinalOnly, SinkError, SinkNotModified, Snapshot
 from delivery.events import ReasoningDelta, TextDelta
 from delivery.outbound import OutboundDispatcher, OutboundMessage, OutboundNotSentError
 from delivery.presentation import PresentationPolicy
+from delivery.sinks import FinalOnly, SinkError, SinkNotModified, Snapshot
 from delivery.testing import RecordingSink
 from delivery.turn import TurnController
 from delivery.turn_delivery import NO_ANSWER_TEXT, TurnDelivery, fallback_id, fallback_message

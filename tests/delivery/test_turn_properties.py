@@ -16,7 +16,8 @@ from delivery.events import (
     ToolStarted,
 )
 from delivery.presentation import PresentationPolicy, ReasoningVisibility, ToolVisibility, serialize_snapshot
-from delivery.turn import TurnController, TurnPhase
+from delivery.snapshot import TurnPhase
+from delivery.turn import TurnController
 
 TURN_KEYS = {"id", "session_id", "message_id", "revision", "status", "phase", "blocks", "usage", "error"}
 deltas = st.text(alphabet=st.sampled_from("ab \n界😀"), max_size=4)
