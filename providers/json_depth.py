@@ -6,7 +6,7 @@ walk then raise ``RecursionError`` (or nearly exhaust the stack for the next one
 is refused before it is parsed: :func:`text_too_deep` scans the text, :func:`value_too_deep`
 walks an already parsed value, both iteratively.
 
-``conversations.transfer`` has its own iterative check (``check_storable_json``, 100 levels) for imports.
+``conversations.transfer`` applies this bound to imported free-form values and the admin's JSON fields.
 """
 
 from __future__ import annotations

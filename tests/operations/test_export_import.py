@@ -1,4 +1,4 @@
-"""``manage.py export`` and ``import`` (issue 7, Must show 4: the round trip is exact)."""
+"""``manage.py export`` and ``import``: the round trip is exact, bad files are refused whole."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from conversations.models import Dialog, Message, Plan
-from conversations.transfer import DIALOG_FIELDS, MESSAGE_FIELDS, markdown_dialog, validate_document
+from conversations.transfer.markdown import markdown_dialog
+from conversations.transfer.schema import DIALOG_FIELDS, MESSAGE_FIELDS, validate_document
+from providers.json_depth import MAX_JSON_DEPTH
 from tests.operations.conftest import PNG, make_dialog
 
 pytestmark = [pytest.mark.django_db]
@@ -284,7 +286,8 @@ def _msg(i: int) -> Callable[[dict], dict]:
         (lambda d: d["dialogs"][0]["plan"].update(content={"steps": [{"text": "a", "status": "done"}] * 21}),
          r"plan\.content: .*"),
         # Deep nesting and strings no database can store.
-        (lambda d: _msg(1)(d).update(provider_state=json.loads("[" * 150 + "]" * 150)), r"nests deeper than 100"),
+        (lambda d: _msg(1)(d).update(provider_state=json.loads("[" * 150 + "]" * 150)),
+         rf"nests deeper than {MAX_JSON_DEPTH}"),
         (lambda d: _msg(0)(d).update(content="\ud800"), r"not valid Unicode"),
     ],
 )

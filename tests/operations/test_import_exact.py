@@ -1,6 +1,7 @@
-"""``manage.py import`` imports a file exactly or refuses it whole, naming the place (QA round:
-NaN crashed with a database traceback, NUL became U+FFFD, any ``media_refs`` list passed, and the
-app's own export of a dialog with a generated control-character title was refused)."""
+"""``manage.py import`` imports a file exactly or refuses it whole, naming the place: no NaN or
+Infinity reaches the database, NUL is refused rather than turned into U+FFFD, ``media_refs`` are
+the images a user message carries, and the app's own export of a dialog whose generated title
+holds control characters imports."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from conversations.models import Dialog, Message, Plan
-from conversations.transfer import TransferError, load_json, validate_document
+from conversations.transfer.errors import TransferError
+from conversations.transfer.schema import validate_document
+from conversations.transfer.strict_json import load_json
 from tests.operations.conftest import PNG, make_dialog
 
 pytestmark = [pytest.mark.django_db]
@@ -89,7 +92,7 @@ def test_standard_input_is_read_as_strictly(exported, monkeypatch):
 
 
 def test_what_does_not_start_like_an_export_is_refused_without_reading_it_all(tmp_path, monkeypatch):
-    """``import /dev/zero`` read forever; a binary or non-object file is refused at its start."""
+    """``import /dev/zero`` must not read forever: a binary or non-object file is refused at its start."""
 
     class Endless:
         reads = 0
@@ -180,7 +183,7 @@ def test_nul_and_lone_surrogates_are_refused_with_the_place_named(exported, tmp_
 
 @pytest.mark.parametrize("seq", [1.0, True, "1"])
 def test_a_seq_the_export_never_writes_is_refused(exported, tmp_path, seq):
-    """1.0 == 1 and True == 1 in Python: an equality check alone let them in."""
+    """1.0 == 1 and True == 1 in Python: an equality check alone would let them in."""
     doc = changed(exported, lambda d: msg(0)(d).update(seq=seq))
     with pytest.raises(CommandError, match=r"dialogs\[0\]\.messages\[0\]"):
         import_text(tmp_path, json.dumps(doc))
@@ -265,7 +268,7 @@ def test_a_stored_title_with_control_or_private_use_characters_round_trips(alice
 
 def test_a_value_the_database_refuses_after_validation_is_one_line(exported, tmp_path, monkeypatch):
     """Validation refuses first; should a rule be missing, the database error is no traceback."""
-    monkeypatch.setattr("conversations.transfer.validate_document", lambda doc: doc["dialogs"])
+    monkeypatch.setattr("conversations.transfer.importer.validate_document", lambda doc: doc["dialogs"])
     doc = changed(exported, lambda d: msg(1)(d).update(seq=1))  # two rows with seq 1
     with pytest.raises(CommandError) as info:
         import_text(tmp_path, json.dumps(doc))

@@ -1,6 +1,6 @@
-"""``manage.py export``: dialogs as a versioned JSON document or a Markdown transcript (issue 7).
+"""``manage.py export``: dialogs as a versioned JSON document or a Markdown transcript.
 
-The JSON form (``conversations.transfer``: ``{format: "picobot-export", version: 1, dialogs:
+The JSON form (``conversations.transfer.schema``: ``{format: "picobot-export", version: 1, dialogs:
 [...]}``) holds every history column, ``provider_state`` and media included, and is what
 ``manage.py import`` reads back exactly. Markdown is for people (reasoning in ``<details>``, tool
 calls as code blocks).
@@ -14,7 +14,8 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
 
 from conversations.management.commands._common import PicoBotCommand, find_user
-from conversations.transfer import TransferError, select_dialogs, write_json, write_markdown
+from conversations.transfer.errors import TransferError
+from conversations.transfer.export import select_dialogs, write_json, write_markdown
 
 
 class Command(PicoBotCommand):

@@ -1,13 +1,9 @@
-"""``manage.py import FILE``: read a JSON export back, exactly (issue 7; ``conversations.transfer``).
+"""``manage.py import FILE``: read a JSON export back, exactly (``conversations.transfer``).
 
-The file is validated first (format and version, no unknown fields, required fields, types,
-ranges and lengths the columns hold, seq contiguity, tool calls, media as a user message carries
-them, titles as the app stores them, plans by the plan tool's rules) and imported in one transaction: a bad file or an id clash imports
-nothing, and says where (``nothing imported: dialogs[0].messages[3].seq …``). Unknown fields are
-refused rather than dropped, and so is what the database would change or not store (NUL
-characters, lone surrogates, ``NaN``/``Infinity``, a key twice in an object: ``transfer.load_json``
-and ``validate_document``; a file that does not start like a JSON object, or is over 2 Gi
-characters, is not read to the end), so a file is either imported exactly or not at all. The module is named
+The file is read as standard JSON only (``transfer.strict_json``), validated whole against the
+format (``transfer.schema``; the rules: ``conversations/transfer/README.md``) and imported in one
+transaction (``transfer.importer``): a bad file or an id clash imports nothing, and the one error
+line says where (``nothing imported: dialogs[0].messages[3].seq …``). The module is named
 ``import`` for the command's sake; Django's loader imports it by path.
 """
 
@@ -20,30 +16,9 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DataError, IntegrityError
 
 from conversations.management.commands._common import PicoBotCommand, find_user
-from conversations.transfer import ImportedDialog, TransferError, import_document, loads_strict
-
-MAX_DOCUMENT_CHARS = 2 * 1024**3
-"""Characters of an export file read at most (2 Gi: a very large chat with images fits)."""
-READ_CHARS = 16 * 1024**2
-
-
-def read_document(stream: Any) -> str:
-    """The text of an export from ``stream``, read in bounded pieces.
-
-    Raises TransferError (to follow the file's name) when the text does not start like a JSON
-    object (``/dev/zero``, a binary file: refused at once, not read to the end) or is longer than
-    :data:`MAX_DOCUMENT_CHARS`.
-    """
-    head = stream.read(READ_CHARS).removeprefix("\ufeff")  # a UTF-8 byte-order mark is no content
-    if not head.lstrip().startswith("{"):
-        raise TransferError("is not JSON: an export is a JSON object, starting with '{'")
-    parts, total = [head], len(head)
-    while chunk := stream.read(READ_CHARS):
-        total += len(chunk)
-        if total > MAX_DOCUMENT_CHARS:
-            raise TransferError(f"is larger than {MAX_DOCUMENT_CHARS} characters: not an export this command reads")
-        parts.append(chunk)
-    return "".join(parts)
+from conversations.transfer.errors import TransferError
+from conversations.transfer.importer import ImportedDialog, import_document
+from conversations.transfer.strict_json import loads_strict, read_document
 
 
 class Command(PicoBotCommand):

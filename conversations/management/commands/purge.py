@@ -22,7 +22,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from conversations.management.commands._common import PicoBotCommand, bounded_int, find_user
 from conversations.models import Dialog, InboxMessage, now_ms
-from conversations.transfer import ms_to_text
+from conversations.transfer.markdown import ms_to_text
 from delivery.models import DeliveryFailure
 
 DAY_MS = 86_400_000

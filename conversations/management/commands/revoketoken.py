@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 
 from conversations.management.commands._common import PicoBotCommand, find_user, is_ascii_number
 from conversations.models import ApiToken, now_ms
-from conversations.transfer import ms_to_text
+from conversations.transfer.markdown import ms_to_text
 
 MAX_ID = 2**63 - 1  # BigAutoField (settings.DEFAULT_AUTO_FIELD) on every supported database
 
