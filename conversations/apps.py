@@ -1,3 +1,5 @@
+"""The ``conversations`` Django app: its config, and the secrets every error text is redacted of."""
+
 from __future__ import annotations
 
 from django.apps import AppConfig

@@ -226,7 +226,7 @@ class ApiToken(models.Model):
 
 
 class MemoryItem(models.Model):
-    """Long-term knowledge the agent saved for its owner (seed 000 §7.1; tools come in issue 6)."""
+    """Long-term knowledge the agent saved for its owner (seed 000 §7.1; the tools: ``tools.memory``)."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
     channel = models.CharField(max_length=32, blank=True, default="")

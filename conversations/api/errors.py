@@ -4,28 +4,7 @@
 trace or a provider payload). A 422 adds ``errors`` (``[{loc, msg, type}]``, the rejected input is
 never echoed); a 503 from ``/api/ready`` adds ``checks``.
 
-Status codes and their ``code`` values:
-
-=====  ==============================================================================
-400    ``bad_request`` — the body is not JSON
-401    ``unauthorized`` — no, a bad, or a revoked token; no session (``WWW-Authenticate: Bearer``)
-403    ``csrf_failed`` — a session-authenticated write without a valid CSRF token
-404    ``not_found`` — an unknown, deleted or another user's dialog (or an unknown path, also one
-       no route matches: ``conversations.api.middleware``); ``no_running_turn`` — ``GET …/turn``
-       while nothing runs
-405    ``method_not_allowed`` — a method the path does not serve (``Allow`` lists those it does;
-       ``HEAD`` wherever ``GET``)
-409    ``not_running`` (``POST …/stop``: nothing runs, or that turn ended meanwhile),
-       ``client_msg_id_in_use`` (the id names a message of another dialog, deleted or not),
-       ``compaction_unavailable`` (no model to summarise with), ``compaction_running`` (one of
-       this dialog runs already)
-413    ``body_too_large`` — a body over 1 MiB (``Content-Length`` or the bytes received)
-422    ``validation_error`` (the schema: types, bounds, unknown members; with ``errors``),
-       ``invalid_title``, ``invalid_content`` (blank), ``slash_command``, ``invalid_client_msg_id``
-429    ``inbox_full`` — the dialog already has its maximum of queued messages (``Retry-After``)
-500    ``internal_error``
-503    ``unavailable`` (the database kept failing, or the server is shutting down), ``not_ready``
-=====  ==============================================================================
+The status codes and their ``code`` values: ``README.md``.
 """
 
 from __future__ import annotations

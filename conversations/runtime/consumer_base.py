@@ -34,7 +34,7 @@ async def dispatch_channels(layer: Any, channels: list[str], dispatch: Callable[
 
     Channels' consumer loop (``await_many_dispatch``) starts a task for every message and waits a
     whole event-loop iteration for each; on a busy loop an iteration takes tens of milliseconds,
-    and 500 dialog wake-ups queued behind one another took 6–16 s to reach the worker (issue 12).
+    and 500 dialog wake-ups queued behind one another took 6–16 s to reach the worker (measured).
     Here a channel's backlog is dispatched in one go where the layer can hand it over without
     waiting (``LocalChannelLayer.receive_nowait``); other layers behave as Channels does.
     """

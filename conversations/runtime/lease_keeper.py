@@ -1,7 +1,7 @@
 """Keeps a worker's dialog leases alive from a thread of its own (DESIGN §2: slow is not dead).
 
 A renewal that runs on the event loop, one storage call per dialog, is starved exactly when the
-process is busiest: measured on the first build, a single process streaming 300–500 dialogs let
+process is busiest: measured, a single process streaming 300–500 dialogs let
 its leases lapse and reported its own live turns "interrupted". ``LeaseKeeper`` instead renews
 every lease the worker owns in ONE statement (``storage.renew_worker_leases``) every
 ``renew_seconds``, on a dedicated thread with its own database connection, so neither a busy

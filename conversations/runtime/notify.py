@@ -106,7 +106,7 @@ def interrupted_notice_id(turn_id: str) -> str:
 
 @dataclass(frozen=True)
 class InterruptedNotice:
-    """What a chat is told about a turn that died with its process (DESIGN §3, issue 5).
+    """What a chat is told about a turn that died with its process (DESIGN §3).
 
     Built once by :func:`interrupted_notice`, sent two ways: broadcast to the chat's group when a
     worker takes the dialog over (:func:`publish_interrupted`), and to each connection on
@@ -173,7 +173,7 @@ async def publish_interrupted(turn: dict, committed: CommitResult | None = None)
     that saw the turn running would keep its spinner forever; without the ``turn_committed`` it
     would see the next turn's rows before this one's (a gap in ``seq``). Best effort (DESIGN §2):
     it reaches the connections open now; the row's ``notice_sent_at`` stays NULL, so the next
-    connection of the chat gets the same notice on ``ready`` (issue 5).
+    connection of the chat gets the same notice on ``ready``.
     """
     notice = interrupted_notice(turn)
     sink = CliChatSink(

@@ -35,7 +35,7 @@ def begin_turn(
     dialog_id: str, worker_id: str, epoch: int, known: dict, prefetch: Prefetch | None
 ) -> storage.TurnStart | None:
     """``start_next_turn``, then ``prefetch`` of the started turn: one storage trip instead of
-    three, each of which waits for a busy event loop to resume it (issue 12). Runs on a storage
+    three, each of which waits for a busy event loop to resume it. Runs on a storage
     thread. A prefetch that fails leaves ``prefetched`` None (the input builder reads it itself and
     reports what fails); the start is committed either way."""
     start = storage.start_next_turn(dialog_id, worker_id, epoch, **known)

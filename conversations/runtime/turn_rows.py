@@ -1,8 +1,7 @@
 """A turn's results as history rows (seed 003 §15, §14.1).
 
 Pure helpers of the turn committer: no I/O. ``turn_rows`` shapes what ``storage.commit_turn``
-writes; ``complete_tool_chains`` keeps a cancelled turn's tool chain valid. (Provider failures in
-user words moved to :mod:`conversations.agent.failures`, seed 000 §13.)
+writes; ``complete_tool_chains`` keeps a cancelled turn's tool chain valid.
 """
 
 from __future__ import annotations

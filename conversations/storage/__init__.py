@@ -1,19 +1,9 @@
 """Storage service functions: every transaction boundary of a dialog lives here (DESIGN §3).
 
 All functions are synchronous and touch the DB; async callers go through
-``conversations.storage.runner.run_storage`` (own thread pool, bounded retry). Persist first,
-notify later: nothing here talks to the channel layer. Callers outside use the package namespace
-(``storage.commit_turn``), so a test can replace one function for every outside caller.
-
-Modules: ``shapes`` (errors, protocol/history rows, result records), ``dialogs`` (chats and their
-dialogs), ``inbox`` (accepted user messages), ``lease`` (per-dialog ownership), ``turns`` (start,
-commit, abandon, interrupt), ``notices`` (durable interrupted-turn notices, issue 5),
-``background`` (title attempts and compaction summaries, committed conditionally), ``claims``
-(stop requests and manual-compaction claims that bind every server process).
-
-Errors: ``NotFoundError`` (unknown or foreign dialog — answer 404 / ``not_found``),
-``InboxFullError`` (the dialog already has ``INBOX_CAPACITY`` queued messages), ``LeaseLostError``
-(a stale owner tried to write; its turn must stop without publishing).
+``conversations.storage.runner.run_storage`` (own thread pool, bounded retry). Callers outside use
+the package namespace (``storage.commit_turn``), so a test can replace one function for every
+outside caller. Modules, errors and the rules they keep: ``README.md``.
 """
 
 from conversations.storage.background import (
@@ -30,6 +20,7 @@ from conversations.storage.claims import (
     release_compaction,
     repeated_stop,
 )
+from conversations.storage.dialog_reads import dialog_fields, dialog_info, history_page, list_sessions
 from conversations.storage.dialogs import (
     MAX_TITLE_CHARS,
     DeletedDialog,
@@ -39,12 +30,8 @@ from conversations.storage.dialogs import (
     clean_user_title,
     create_dialog,
     delete_dialog,
-    dialog_fields,
     dialog_for_user,
     dialog_in_chat,
-    dialog_info,
-    history_page,
-    list_sessions,
     rename_dialog,
     resolve_dialog,
     session_ttl_ms,

@@ -6,7 +6,7 @@ asked must bind the others, so these marks live in the dialog's rows, not in pro
 - ``InboxMessage.stop_requested_at``: a client asked to stop that row's turn. A stop without a
   ``turn_id`` that arrives within ``STOP_REPEAT_MS`` of it, after that turn ended, is the same
   stop again (a double click, a retry on another process) — answered, never applied to the next
-  turn (issue 7 review).
+  turn.
 - ``Dialog.compaction_claimed_at``: a manual compaction of the dialog runs somewhere. Claimed by a
   conditional update, released when it ends; a claim older than the caller's ``stale_after_ms``
   (its process died) may be taken over. Fifteen ``/compact`` in a row on any processes are one

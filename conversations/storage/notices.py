@@ -1,4 +1,4 @@
-"""Durable "your turn was interrupted" notices (DESIGN §3 InboxMessage; issue 5).
+"""Durable "your turn was interrupted" notices (DESIGN §3 InboxMessage).
 
 When a worker takes over a dialog, ``turns.interrupt_started`` marks the rows a dead process left
 ``started`` as ``interrupted`` and the executor broadcasts a terminal ``failed`` snapshot and a

@@ -11,9 +11,10 @@ close handshake timeout (1 s): the client usually sees the connection drop (1006
 4408. Its unsent bytes are released when it closes, and given back to the operating system
 (:func:`give_back_freed_memory`: glibc keeps freed heap pages mapped until ``malloc_trim``). The
 consumer sees an ordinary disconnect; nothing is lost, since what it was sent is in the database
-and a reconnecting client resyncs from ``ready``. A frame always goes out whole when the buffer is under the bound, so the unsent
-output of a socket stays under ``max_unsent_bytes`` plus one frame. The bound is checked when a
-frame is sent; a socket that stops reading with less queued is left to Daphne's ping timeout.
+and a reconnecting client resyncs from ``ready``. A frame always goes out whole when the buffer
+is under the bound, so the unsent output of a socket stays under ``max_unsent_bytes`` plus one
+frame. The bound is checked when a frame is sent; a socket that stops reading with less queued
+is left to Daphne's ping timeout.
 
 Snapshots of running turns are already bounded per connection by the ``seen`` credit window;
 this bound covers everything else (``history`` answers, terminals, ``turn_committed``, notices).

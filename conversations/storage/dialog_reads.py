@@ -1,0 +1,87 @@
+"""What clients read of dialogs: the ``sessions`` list, history pages and ``/info`` (seed 004 §7,
+PROTOCOL §1 and §2). Each function is one short read; those given a session id raise
+``NotFoundError`` for a foreign or unknown dialog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conversations.models import ChatState, Dialog, InboxMessage, Message
+from conversations.storage.dialogs import active_dialog, dialog_for_user
+from conversations.storage.shapes import dialog_summary, message_to_protocol
+
+
+def list_sessions(owner: Any, channel: str, chat_id: str, limit: int = 10) -> list[dict]:
+    """The chat's most recent dialogs as ``sessions`` items, most recent first."""
+    active = active_dialog(owner, channel, chat_id)
+    rows = Dialog.objects.filter(channel=channel, chat_id=chat_id, owner=owner, deleted_at__isnull=True)
+    return [dialog_summary(d, active.id) for d in rows.order_by("-last_active_at")[:limit]]
+
+
+def history_page(owner: Any, session_id: str, before_seq: int | None = None, limit: int = 50) -> dict:
+    """``session_history`` payload: the newest ``limit`` rows below ``before_seq``, oldest first.
+
+    Raises NotFoundError for a foreign or unknown dialog.
+    """
+    dialog = dialog_for_user(owner, session_id)
+    rows = Message.objects.filter(dialog=dialog)
+    if before_seq is not None:
+        rows = rows.filter(seq__lt=before_seq)
+    page = list(rows.order_by("-seq")[: limit + 1])
+    has_more = len(page) > limit
+    page = page[:limit]
+    page.reverse()
+    return {
+        "session_id": dialog.id,
+        "history_revision": dialog.history_revision,
+        "messages": [message_to_protocol(m) for m in page],
+        "has_more": has_more,
+    }
+
+
+def dialog_info(owner: Any, session_id: str) -> dict:
+    """``/info`` and ``GET /api/dialogs/{id}``: title, ids, counts, times (ms), model, usage.
+
+    Shape: ``{session_id, dialog_id, channel, chat_id, title, title_is_default, message_count
+    (user messages), total_message_count, history_revision, created_at, last_active_at, model,
+    usage: {input_tokens, output_tokens}, compacted_through_seq, queued, running, active}``.
+    Raises NotFoundError.
+    """
+    dialog = dialog_for_user(owner, session_id)
+    statuses = list(
+        InboxMessage.objects.filter(
+            dialog=dialog, status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
+        ).values_list("status", flat=True)
+    )
+    active_id = ChatState.objects.filter(channel=dialog.channel, chat_id=dialog.chat_id).values_list(
+        "active_dialog_id", flat=True
+    ).first()
+    return dialog_fields(
+        dialog,
+        queued=statuses.count(InboxMessage.Status.QUEUED),
+        running=InboxMessage.Status.STARTED in statuses,
+        active=active_id == dialog.id,
+    )
+
+
+def dialog_fields(dialog: Dialog, *, queued: int, running: bool, active: bool) -> dict:
+    """A dialog in ``dialog_info``'s shape, from its row and its inbox/chat facts (no queries)."""
+    return {
+        "session_id": dialog.id,
+        "dialog_id": dialog.dialog_id,
+        "channel": dialog.channel,
+        "chat_id": dialog.chat_id,
+        "title": dialog.title,
+        "title_is_default": dialog.title_is_default,
+        "message_count": dialog.message_count,
+        "total_message_count": dialog.total_message_count,
+        "history_revision": dialog.history_revision,
+        "created_at": dialog.created_at,
+        "last_active_at": dialog.last_active_at,
+        "model": dialog.model,
+        "usage": {"input_tokens": dialog.usage_input_tokens, "output_tokens": dialog.usage_output_tokens},
+        "compacted_through_seq": dialog.summary_seq,
+        "queued": queued,
+        "running": running,
+        "active": active,
+    }
