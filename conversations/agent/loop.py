@@ -63,7 +63,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from conversations.tools.registry import DEFAULT_MAX_ARGUMENT_BYTES, ToolFatalError, ToolRegistry, log_safe
+from conversations.agent.tool_registry import (
+    DEFAULT_MAX_ARGUMENT_BYTES,
+    ToolFatalError,
+    ToolRegistry,
+    log_safe,
+)
 from delivery.events import (
     ReasoningDelta,
     TextDelta,

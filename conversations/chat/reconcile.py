@@ -24,10 +24,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 from conversations import storage
+from conversations.agent.tool_registry import result_preview
 from conversations.models import InboxMessage
 from conversations.runtime import notify
 from conversations.storage.runner import run_storage
-from conversations.tools.registry import result_preview
 from delivery.convergence import ConvergenceLedger, Due
 from delivery.events import ReasoningDelta, TextDelta, TextSegmentFinished, ToolFinished, ToolStarted
 from delivery.presentation import PresentationPolicy, serialize_snapshot

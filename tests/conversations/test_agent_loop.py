@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from conversations.agent.loop import AgentLoop
+from conversations.agent.tool_registry import Tool, ToolFatalError, ToolRegistry
 from conversations.context.history import repair_tool_pairs
-from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import ReasoningDelta, TextDelta, TextSegmentFinished, ToolFinished, ToolStarted
 from providers.blocks import ToolResultBlock, ToolUseBlock
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart, UsageChunk

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 from channels.db import database_sync_to_async
 
+from conversations.agent.tool_registry import ToolRegistry
 from conversations.context.compaction import (
     MAX_CONSECUTIVE_FAILURES,
     PRUNED_RESULT,
@@ -28,7 +29,6 @@ from conversations.context.compaction import (
 from conversations.context.compaction_service import compact_dialog
 from conversations.context.tokens import estimate_messages, estimate_request
 from conversations.models import Dialog, Message
-from conversations.tools.registry import ToolRegistry
 from providers.base import LLMProvider
 from providers.blocks import ToolResultBlock, ToolUseBlock
 from providers.chunks import ProviderChunk

@@ -19,10 +19,10 @@ from channels.db import database_sync_to_async
 from django.db import OperationalError
 
 from conversations import storage
+from conversations.agent.tool_registry import Tool, ToolFatalError, ToolRegistry
 from conversations.models import Dialog, InboxMessage, Message
 from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.runtime.turn_sinks import open_cli_chat_sink
-from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from providers.chunks import ReasoningDelta, TextDelta
 from providers.errors import AuthenticationError, OverloadedError, ProviderConnectionError, ServerError
 from providers.openai_compat import OpenAICompatProvider

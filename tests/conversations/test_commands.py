@@ -11,9 +11,9 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 
+from conversations.agent.tool_registry import Tool
 from conversations.models import Dialog, InboxMessage, Message
 from conversations.tools import ToolRegistry
-from conversations.tools.registry import Tool
 from providers.testing import ScriptedProvider, script_text, script_tool_call
 from tests.conversations.conftest import make_token
 

@@ -14,11 +14,11 @@ import json
 import pytest
 from channels.db import database_sync_to_async
 
+from conversations.agent.tool_registry import Tool, ToolRegistry
 from conversations.context.tokens import estimate_block
 from conversations.models import Message
 from conversations.runtime.sessions import reset_session_manager
 from conversations.storage.shapes import scrub_text
-from conversations.tools.registry import Tool, ToolRegistry
 from delivery.turn import shown_arguments
 from providers.blocks import ToolUseBlock
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart

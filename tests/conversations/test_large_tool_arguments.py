@@ -14,18 +14,18 @@ import threading
 import pytest
 from channels.db import database_sync_to_async
 
+from conversations.agent import tool_arguments as arguments_module
+from conversations.agent import tool_registry as registry_module
 from conversations.agent.loop import AgentLoop
-from conversations.models import Message as MessageRow
-from conversations.tools import default_registry
-from conversations.tools import registry as registry_module
-from conversations.tools.registry import (
+from conversations.agent.tool_arguments import quick_limits, validate_arguments
+from conversations.agent.tool_registry import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     VALIDATE_OFF_LOOP_BYTES,
     Tool,
     ToolRegistry,
-    quick_limits,
-    validate_arguments,
 )
+from conversations.models import Message as MessageRow
+from conversations.tools import default_registry
 from delivery.events import ToolStarted
 from providers.blocks import ToolUseBlock
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart
@@ -91,7 +91,7 @@ async def test_an_array_over_its_max_items_is_refused_before_jsonschema_sees_its
     def no_full_validation(errors):
         raise AssertionError("jsonschema validated the whole value")
 
-    monkeypatch.setattr(registry_module, "best_match", no_full_validation)
+    monkeypatch.setattr(arguments_module, "best_match", no_full_validation)
     registry = ToolRegistry([Tool("save", "save", TAGGED, echo)], max_argument_bytes=10_000_000)
 
     outcome = await registry.run(ToolCall("c1", "save", json.dumps({"content": "x", "tags": [1] * 300_000})))

@@ -19,9 +19,9 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connection
 
+from conversations.agent.tool_registry import Tool, ToolRegistry
 from conversations.models import Dialog, InboxMessage
 from conversations.runtime.notify import RECOVERY_REVISION
-from conversations.tools.registry import Tool, ToolRegistry
 from providers.testing import ScriptedProvider, script_text, script_tool_call
 from tests.conversations.conftest import make_token
 from tests.conversations.test_delivery_fallback import Outbox, SinkFactory, settle

@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 import pytest
 from channels.db import database_sync_to_async
 
+from conversations.agent.tool_registry import Tool
 from conversations.context.turn_input import runtime_context
 from conversations.models import MemoryItem, Message, Plan
 from conversations.storage.shapes import TurnStart
 from conversations.tools import ToolContext, ToolRegistry, default_registry
-from conversations.tools.registry import Tool
 from providers.chunks import Done, TextDelta, ToolCallArgumentsDelta, ToolCallStart
 from providers.errors import AuthenticationError
 from providers.openai_compat import OpenAICompatProvider

@@ -18,9 +18,9 @@ from channels.db import database_sync_to_async
 
 from conversations.agent import loop as agent_loop
 from conversations.agent.loop import AgentLoop
+from conversations.agent.tool_registry import Tool, ToolRegistry
 from conversations.models import Message as MessageRow
 from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
-from conversations.tools.registry import Tool, ToolRegistry
 from delivery.events import ToolFinished
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart
 from providers.messages import Message

@@ -20,8 +20,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from conversations.agent.loop import AgentLoop
+from conversations.agent.tool_registry import Tool, ToolRegistry
 from conversations.models import Message as MessageRow
-from conversations.tools.registry import Tool, ToolRegistry
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart
 from providers.messages import Message
 from providers.testing import ScriptedProvider, script_text
@@ -78,12 +78,12 @@ def two_calls(first: str, second: str) -> list:
     ],
 )
 async def test_a_tool_raising_a_base_exception_becomes_a_logged_error_result(caplog, handler, kind):
-    with caplog.at_level(logging.ERROR, logger="conversations.tools.registry"):
+    with caplog.at_level(logging.ERROR, logger="conversations.agent.tool_registry"):
         outcome = await ToolRegistry([tool("probe", handler)]).run(ToolCall("c1", "probe", "{}"))
 
     ref = re.fullmatch(rf"Error: probe failed: {kind} \(ref ([0-9a-f]{{8}})\)", outcome.content).group(1)
     assert outcome.is_error is True
-    records = [r for r in caplog.records if r.name == "conversations.tools.registry"]
+    records = [r for r in caplog.records if r.name == "conversations.agent.tool_registry"]
     assert len(records) == 1
     assert records[0].getMessage().startswith(f"tool probe crashed (ref {ref}): ")
     assert "\n" not in records[0].getMessage()
@@ -109,7 +109,7 @@ async def test_cancelling_the_task_running_a_tool_still_cancels_it_at_once():
 async def test_closing_a_suspended_tool_call_from_outside_still_closes_it(caplog):
     """``coroutine.close()`` (what a task destroyed while pending does) throws GeneratorExit into
     the tool: that one is not the tool's own — the call closes, and no tool crash is reported."""
-    caplog.set_level(logging.ERROR, logger="conversations.tools.registry")
+    caplog.set_level(logging.ERROR, logger="conversations.agent.tool_registry")
     started = asyncio.Event()
 
     async def waits(arguments: dict) -> str:

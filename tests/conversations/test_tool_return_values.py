@@ -11,8 +11,8 @@ import math
 import pytest
 from channels.db import database_sync_to_async
 
+from conversations.agent.tool_registry import Tool, ToolRegistry
 from conversations.models import Message as MessageRow
-from conversations.tools.registry import Tool, ToolRegistry
 from providers.chunks import Done, ToolCallArgumentsDelta, ToolCallStart
 from providers.testing import ScriptedProvider, script_text
 from providers.types import ToolCall

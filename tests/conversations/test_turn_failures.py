@@ -23,7 +23,7 @@ from conversations.agent.failures import (
     redact,
 )
 from conversations.agent.loop import AgentLoop
-from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
+from conversations.agent.tool_registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import TextDelta
 from delivery.snapshot import TurnStatus
 from delivery.turn import TurnController

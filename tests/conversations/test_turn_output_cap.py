@@ -14,8 +14,8 @@ from channels.db import database_sync_to_async
 
 from conversations.agent.failures import TurnFailure, TurnFailurePresenter
 from conversations.agent.loop import AgentLoop
+from conversations.agent.tool_registry import Tool, ToolRegistry
 from conversations.models import Message as MessageRow
-from conversations.tools.registry import Tool, ToolRegistry
 from delivery.events import ReasoningDelta, TextDelta
 from providers.chunks import Done
 from providers.chunks import ReasoningDelta as ReasoningChunk

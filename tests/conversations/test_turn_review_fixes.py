@@ -20,6 +20,7 @@ from django.db import OperationalError
 from conversations import storage
 from conversations.agent.failures import TurnFailure, TurnFailurePresenter, redact
 from conversations.agent.loop import AgentResult
+from conversations.agent.tool_registry import Tool, ToolFatalError, ToolRegistry
 from conversations.auth import get_or_create_user
 from conversations.context import turn_input
 from conversations.context.compaction import (
@@ -36,7 +37,6 @@ from conversations.context.turn_input import TOO_LONG, TurnInputBuilder, overflo
 from conversations.models import Dialog, InboxMessage, Message
 from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.storage import TurnStart, message_to_history_row
-from conversations.tools.registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import ToolStarted
 from delivery.presentation import PresentationPolicy, serialize_snapshot
 from delivery.snapshot import TurnPhase

@@ -1,25 +1,12 @@
-"""Tool registry: JSON-schema definitions, argument checks, timeouts, error results (DESIGN §6).
+"""The tool registry: the agent loop's contract with tools (DESIGN §6; rules: ``agent/README.md``).
 
-Pure: no Django. A call the registry cannot run (unknown tool, invalid JSON or arguments, timeout,
-the tool's own recoverable error) becomes an ``is_error`` outcome the model reads; only a
-``ToolFatalError`` ends the turn. Arguments are validated with ``jsonschema``'s Draft 2020-12
-validator before the handler runs; results longer than ``max_result_chars`` are cut with a marker
-(issue 6 "Tools").
-
-Limits: a call whose argument text is larger than ``max_argument_bytes``
-(``PICOBOT_MAX_TOOL_ARGUMENT_BYTES``, UTF-8) gets an error result without being parsed; the
-text is parsed once per call (``ToolCall.arguments`` keeps it); array lengths and string lengths
-are checked against ``maxItems``/``maxLength``/``maxProperties`` before the full validation
-(:func:`quick_limits`, which stops at the first item too many), and large texts are validated
-off the event loop. A call runs for at most the configured timeout (``PICOBOT_TOOL_TIMEOUT``, passed per call
-by the agent loop) or the tool's own, whichever is shorter; at most ``max_concurrent_calls``
-(``PICOBOT_MAX_TOOL_CALLS``) calls of one bound registry (one turn) run at the same time, the
-others wait for a free slot before their time starts. A crashing tool is logged once, redacted
-and on one line, under a reference id that its error result names.
-
-Tools that need to know whose turn they serve (memory, plan) declare ``needs_context=True`` and
-are called as ``handler(arguments, context)``; every other tool stays ``handler(arguments)``. The
-executor passes the turn's :class:`ToolContext` by running the turn on ``registry.bind(context)``.
+Pure: no Django. :class:`ToolRegistry` holds the tools (:class:`Tool`) by name and runs each model call
+through :meth:`ToolRegistry.run`, which never raises for a call it cannot run: an unknown
+tool, invalid JSON or arguments (``tool_arguments``), a timeout or the tool's own
+:class:`ToolError` becomes an ``is_error`` :class:`ToolOutcome` the model reads; only a
+:class:`ToolFatalError` (and a real cancellation) ends the turn. Results are cut at
+``max_result_chars`` with a marker. Tools with ``needs_context`` get the turn's
+:class:`ToolContext`; the executor runs each turn on ``registry.bind(context)``.
 """
 
 from __future__ import annotations
@@ -32,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.exceptions import SchemaError
 
 from conversations.agent.failures import describe_exception, new_ref
 from conversations.agent.failures import log_safe as _log_safe
+from conversations.agent.tool_arguments import validate_arguments
 from providers.messages import ToolDefinition
 from providers.types import ToolArgumentsError, ToolCall
 from providers.unicode_text import fix_surrogates
@@ -45,8 +33,6 @@ log = logging.getLogger(__name__)
 PREVIEW_CHARS = 200
 DEFAULT_RESULT_MAX_CHARS = 16000
 """Default bound of one result's ``content`` in characters (``PICOBOT_TOOL_RESULT_MAX_CHARS``)."""
-PROBLEM_CHARS = 300
-"""Bound of a validation message (it may quote the model's argument value)."""
 DEFAULT_MAX_CONCURRENT_CALLS = 16
 """Calls of one turn that run at the same time (``PICOBOT_MAX_TOOL_CALLS``)."""
 LOG_DETAIL_CHARS = 8000
@@ -120,104 +106,6 @@ def _bounded(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def validate_arguments(schema: dict | Draft202012Validator, arguments: Any) -> str | None:
-    """Check ``arguments`` against a Draft 2020-12 schema (or a compiled validator).
-
-    Returns None when valid, else one message naming the failing location as a JSON path
-    (``"at $.steps[0].status: 'x' is not one of ['pending', 'in_progress', 'done']"``), at most
-    ``PROBLEM_CHARS`` characters. Arguments must always be a JSON object. Length limits are
-    checked first (:func:`quick_limits`), so an array far over its ``maxItems`` is refused
-    without ``jsonschema`` looking at each of its items. CPU-bound (no I/O).
-    """
-    if not isinstance(arguments, dict):
-        return "arguments must be a JSON object"
-    validator = schema if isinstance(schema, Draft202012Validator) else Draft202012Validator(schema)
-    problem = quick_limits(validator.schema, arguments)
-    if problem is not None:
-        return problem
-    error = best_match(validator.iter_errors(arguments))
-    if error is None:
-        return None
-    return _problem(error.json_path, error.message, error.validator, error.validator_value)
-
-
-def _problem(path: str, message: str, keyword: Any, rule: Any) -> str:
-    """One bounded problem line; a message that quotes a long value names the rule instead."""
-    if len(message) > PROBLEM_CHARS:
-        return _rule_line(path, keyword, rule)
-    return _bounded(f"at {path}: {message}", PROBLEM_CHARS)
-
-
-def _rule_line(path: str, keyword: Any, rule: Any) -> str:
-    shown = _bounded(json.dumps(rule, ensure_ascii=False, default=str), 100)
-    return _bounded(f"at {path}: the value breaks the schema rule {keyword!r}: {shown}", PROBLEM_CHARS)
-
-
-_TOO_LONG = {"maxLength": "is too long", "maxItems": "is too long", "maxProperties": "has too many properties"}
-
-
-def _over_limit(path: str, keyword: str, limit: int, value: Any) -> str:
-    """The problem line ``jsonschema`` would give for ``value`` over ``keyword``'s ``limit``,
-    without building the repr of a value that is certainly too long to quote (the repr of more
-    than ``PROBLEM_CHARS // 3`` items or characters is longer than ``PROBLEM_CHARS``)."""
-    if len(value) > PROBLEM_CHARS // 3:
-        return _rule_line(path, keyword, limit)
-    message = f"{value!r} {'is expected to be empty' if limit == 0 else _TOO_LONG[keyword]}"
-    return _problem(path, message, keyword, limit)
-
-
-def _limit(schema: dict, keyword: str) -> int | None:
-    value = schema.get(keyword)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def quick_limits(schema: Any, value: Any, path: str = "$") -> str | None:
-    """The problem line (as :func:`validate_arguments` words it) of the first
-    ``maxItems``/``maxLength``/``maxProperties`` that ``value`` breaks, or None.
-
-    Follows only the subschemas that apply unconditionally — ``properties``, an object
-    ``additionalProperties`` (without ``patternProperties``) and an object ``items`` (after any
-    ``prefixItems``) — so every problem it names is one
-    ``jsonschema`` reports too (it is a fast path, not a validator: None does not mean valid).
-    A container over its limit is refused before its members are looked at; lengths count
-    characters (code points), as JSON Schema does. Iterative: no recursion on deep values.
-
-    Returns:
-        ``"at $.tags: the value breaks the schema rule 'maxItems': 8"`` and the like.
-    """
-    stack: list[tuple[Any, Any, str]] = [(schema, value, path)]
-    while stack:
-        schema, value, path = stack.pop()
-        if not isinstance(schema, dict):
-            continue
-        if isinstance(value, str):
-            limit = _limit(schema, "maxLength")
-            if limit is not None and len(value) > limit:
-                return _over_limit(path, "maxLength", limit, value)
-        elif isinstance(value, list):
-            limit = _limit(schema, "maxItems")
-            if limit is not None and len(value) > limit:
-                return _over_limit(path, "maxItems", limit, value)
-            items = schema.get("items")
-            prefix = schema.get("prefixItems")
-            start = len(prefix) if isinstance(prefix, list) else 0  # ``items`` covers the rest only
-            if isinstance(items, dict):
-                stack.extend((items, value[index], f"{path}[{index}]") for index in range(len(value) - 1, start - 1, -1))
-        elif isinstance(value, dict):
-            limit = _limit(schema, "maxProperties")
-            if limit is not None and len(value) > limit:
-                return _over_limit(path, "maxProperties", limit, value)
-            properties = schema.get("properties")
-            properties = properties if isinstance(properties, dict) else {}
-            # ``additionalProperties`` skips keys that a ``patternProperties`` pattern matches.
-            others = None if "patternProperties" in schema else schema.get("additionalProperties")
-            for key, item in value.items():
-                sub = properties.get(key, others if isinstance(others, dict) else None)
-                if sub is not None:
-                    stack.append((sub, item, f"{path}.{key}"))
-    return None
-
-
 def truncate_result(content: str, max_chars: int) -> str:
     """``content`` cut to its first ``max_chars`` characters plus a marker saying how much was cut.
 
@@ -239,7 +127,7 @@ def result_preview(text: str) -> str:
 
 
 def log_safe(text: str, limit: int = LOG_DETAIL_CHARS) -> str:
-    """``text`` fit for one log line (``turn_failures.log_safe``): credentials redacted, line
+    """``text`` fit for one log line (``failures.log_safe``): credentials redacted, line
     breaks, other control characters and bidi overrides escaped, at most ``limit`` characters."""
     return _log_safe(text, limit)
 
