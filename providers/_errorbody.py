@@ -80,11 +80,6 @@ def error_info(obj: Any) -> tuple[str | None, Any]:
 _HTML = re.compile(r"^\s*(<!doctype\s+html|<html|<head|<body|<\?xml|<[a-z][a-z0-9]*[\s>])", re.IGNORECASE)
 _HTML_TITLE = re.compile(r"<(title|h1)[^>]*>(.*?)</\1\s*>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]*>")
-_SECRET_PATTERNS = (
-    re.compile(r"\bsk-(?:ant-)?[A-Za-z0-9_\-]{6,}"),  # OpenAI / Anthropic style keys
-    re.compile(r"(?<=[?&])((?:api[_-]?)?key|token|access_token)=[^&#\s]+", re.IGNORECASE),
-)
-_USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
 
 
 def clean_message(text: str, *, status: int | None = None) -> str:
@@ -96,18 +91,6 @@ def clean_message(text: str, *, status: int | None = None) -> str:
         lead = f"HTTP {status} with an HTML body" if status else "an HTML body"
         text = f"{lead}: {title}" if title else lead
     return text[:_MAX_MESSAGE_CHARS]
-
-
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """``text`` with anything that looks like a credential replaced: the given ``secrets``
-    (the configured key), ``sk-…``/``sk-ant-…`` keys, ``key=``/``token=`` query values and URL
-    userinfo (``//user:pass@``)."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    text = _SECRET_PATTERNS[0].sub("sk-[redacted]", text)
-    text = _SECRET_PATTERNS[1].sub(lambda m: f"{m.group(1)}=[redacted]", text)
-    return _USERINFO.sub("[redacted]@", text)
 
 
 def error_from_unframed(status: int, body: bytes) -> ProviderError | None:

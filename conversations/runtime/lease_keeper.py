@@ -33,7 +33,7 @@ from collections.abc import Callable
 from django.db import connections
 
 from conversations import storage
-from conversations.agent.failures import redact
+from providers.redaction import redact
 
 log = logging.getLogger(__name__)
 

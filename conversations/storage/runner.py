@@ -26,7 +26,7 @@ from django.db import (
     connections,
 )
 
-from conversations.agent.failures import redact
+from providers.redaction import redact
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
