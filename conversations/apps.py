@@ -19,6 +19,6 @@ class ConversationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from conversations.agent.failures import add_secret_source
+        from conversations.agent.log_safety import add_secret_source
 
         add_secret_source(settings_secrets)

@@ -1,55 +1,37 @@
 """Typed turn failures and the one place that words them for the user (seed 000 §13, seed 003 §14.2).
 
-The session worker never builds user-facing error strings inline: every way a turn can fail is a
-:class:`TurnFailure` of one :class:`TurnFailureKind`, and :class:`TurnFailurePresenter` renders it
-into one short line that ends with the failure's reference id — ``"… (ref 1a2b3c4d)."`` — so a
-user can quote it and an operator can find the log entry.
-
-What goes where (seed 000 §13: "raw provider/storage errors only in the safe log"):
-
-- ``user_message``: short, user-safe wording. For a provider failure it names the kind, the HTTP
-  status and nothing else of the provider's answer — except the provider's own message when it
-  came from a structured JSON error (``provider_code`` set), is at most
-  :data:`MAX_PROVIDER_MESSAGE_CHARS` long and the status is 4xx (authentication, rate limit and
-  bad-request messages tell the user something useful). A 5xx, an in-band error or an unstructured
-  body (plain text, HTML, a traceback) never reaches the user: it may name internal hosts, paths
-  or credentials. What is shown is redacted once more.
-- ``detail``: the raw cause — exception types, the cause chain, a storage error's text, a
-  traceback — for the server log only. It is passed through :func:`redact` when the failure is
-  built, so even the log never holds a key, and :func:`log_failure` writes every detail as one
-  line (newlines, ANSI and bidi escaped: :func:`log_safe`), so neither a body nor a tool's
-  message nor a traceback can forge log lines.
-
-Pure module: the deployment's secrets come from the sources registered with
-:func:`add_secret_source` (the Django app registers its settings: ``conversations.apps``).
+Every way a turn can fail is a :class:`TurnFailure` of one :class:`TurnFailureKind`;
+:class:`TurnFailurePresenter` renders it as one short line ending with its reference id
+(``"… (ref 1a2b3c4d)."``), and :func:`log_failure` writes its redacted ``detail`` as one log line
+(``log_safety``). What the user may read of a provider's answer and what only the log holds:
+``agent/README.md``. Pure: no Django.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import secrets
-import traceback
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from conversations.agent.log_safety import (
+    configured_secrets,
+    describe_exception,
+    head_and_tail,
+    log_safe,
+    one_line,
+)
 from providers.errors import ProviderError, RequestBlockedError, ResponseTooLongError
 from providers.redaction import redact
-from providers.unicode_text import fix_surrogates
 
 __all__ = [
     "TurnFailedError",
     "TurnFailure",
     "TurnFailureKind",
     "TurnFailurePresenter",
-    "configured_secrets",
-    "describe_exception",
     "log_failure",
     "new_ref",
-    "one_line",
     "provider_failure_lead",
-    "log_safe",
     "shown_provider_message",
 ]
 
@@ -111,7 +93,7 @@ def new_ref() -> str:
 def provider_failure_lead(error: ProviderError) -> str:
     """The user-facing start of a provider failure message, naming its kind (and HTTP status).
 
-    A 500/502/504 reads as a server error and only 503/529 as "overloaded" (issue 3): the
+    A 500/502/504 reads as a server error and only 503/529 as "overloaded": the
     wording follows the error type, so the two are never confused.
     """
     lead = _FAILURE_LEADS.get(error.kind, "The model provider failed")
@@ -119,66 +101,8 @@ def provider_failure_lead(error: ProviderError) -> str:
     return f"{lead} ({error.kind}{status})"
 
 
-_secret_sources: list[Callable[[], Iterable[str]]] = []
-
-
-def add_secret_source(source: Callable[[], Iterable[str]]) -> None:
-    """Register a callable that returns secrets of this deployment (read at every redaction, so
-    a changed setting counts); registering the same callable again does nothing."""
-    if source not in _secret_sources:
-        _secret_sources.append(source)
-
-
-def configured_secrets() -> tuple[str, ...]:
-    """The secrets this deployment is configured with (the LLM API key, Django's SECRET_KEY), from
-    the registered sources; a source that fails gives nothing (a unit test without settings)."""
-    values: list[str] = []
-    for source in _secret_sources:
-        try:
-            values.extend(source())
-        except Exception:  # noqa: BLE001, S112 - nothing known to hide from it
-            continue
-    return tuple(v for v in values if isinstance(v, str) and v)
-
-
-# C0 and C1 controls (ESC starts ANSI sequences), line/paragraph separators, and the bidi
-# embeddings, overrides, isolates and marks that reorder what a terminal or a page shows.
-_UNSAFE_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    char = match.group()
-    return _NAMED_ESCAPES.get(char) or f"\\u{ord(char):04x}"
-
-
-def one_line(text: str) -> str:
-    """``text`` as one inert line, whatever a provider body held: CR, LF and tab escaped
-    (``\\n``), every other C0/C1 control (so ANSI escape sequences: ``\\u001b[31m``), line and
-    paragraph separators and bidi override/isolate/mark characters (U+202A–202E, U+2066–2069)
-    escaped as ``\\uXXXX``, so it can neither forge log lines nor recolour or reorder them; lone
-    surrogates become U+FFFD (``unicode_text.fix_surrogates``), so it can be encoded."""
-    return fix_surrogates(_UNSAFE_CHARS.sub(_escape_char, text))
-
-
-def log_safe(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
-    """``text`` fit for one log line: credentials redacted (:func:`redact` with the configured
-    secrets), made :func:`one_line` (so a traceback is one line too: ``\\n`` escaped), at most
-    ``limit`` characters — a long one keeps its head and its tail (a traceback's last line names
-    the exception)."""
-    return _head_and_tail(one_line(redact(text, configured_secrets())), limit)
-
-
-def _head_and_tail(text: str, limit: int) -> str:
-    """``text``, or its head and its tail around ``" […] "`` when longer than ``limit``."""
-    if len(text) <= limit:
-        return text
-    half = max(1, (limit - 5) // 2)
-    return f"{text[:half]} […] {text[-half:]}"
-
-
 def shown_provider_message(error: ProviderError) -> str:
-    """The part of a provider's own message the user may read, or ``""`` (module docstring).
+    """The part of a provider's own message the user may read, or ``""`` (``agent/README.md``).
 
     Only a 4xx whose message came from a structured JSON error (the provider layer sets
     ``provider_code`` from its ``code``/``type`` field only then) and is at most
@@ -194,20 +118,6 @@ def shown_provider_message(error: ProviderError) -> str:
 
 def _bounded(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def describe_exception(exc: BaseException, *, with_traceback: bool = False) -> str:
-    """``Type: message`` of ``exc`` and its causes (or its formatted traceback), unredacted."""
-    if with_traceback:
-        return "".join(traceback.format_exception(exc)).rstrip()
-    parts: list[str] = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(parts) < 5:
-        seen.add(id(current))
-        parts.append(f"{type(current).__name__}: {current}")
-        current = current.__cause__ or current.__context__
-    return " <- caused by ".join(parts)
 
 
 # -- the failure ---------------------------------------------------------------------------------
@@ -233,7 +143,7 @@ class TurnFailure:
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", TurnFailureKind(self.kind))
         detail = redact(self.detail, configured_secrets())
-        object.__setattr__(self, "detail", _head_and_tail(detail, MAX_DETAIL_CHARS))
+        object.__setattr__(self, "detail", head_and_tail(detail, MAX_DETAIL_CHARS))
 
     @classmethod
     def of(cls, kind: TurnFailureKind | str, *, user_message: str = "", detail: str = "") -> TurnFailure:
@@ -249,7 +159,7 @@ class TurnFailure:
 
     @classmethod
     def provider(cls, error: ProviderError) -> TurnFailure:
-        """A provider failure: its kind and HTTP status for the user (issue 3), plus the provider's
+        """A provider failure: its kind and HTTP status for the user, plus the provider's
         own message only when :func:`shown_provider_message` allows it (a short, structured 4xx).
 
         A blocked request shows its hook's reason (our own words, nothing from upstream); an

@@ -1,56 +1,11 @@
 """The agent loop: provider stream → turn events, tool calls → tool results, bounded (seed 003 §8.1).
 
-Pure (no Django, no channel layer): it consumes ``ProviderChunk``s, reports display facts as
-``TurnEvent``s through ``emit``, runs tools through the registry, and returns every message the
-turn produced. It never touches storage or sinks; the executor owns lifecycle and commit.
-
-Rules: the model's ``tool_call_id`` is carried unchanged to the tool result (seed 002 FIX-A);
-``TextSegmentFinished`` closes a text segment before tools start; calls of one model response
-run concurrently, each with a timeout; at most ``max_iterations`` model requests per turn (the
-last one is sent without tools so the model has to answer).
-
-Cancel (seed 003 §14.1): once the task running :meth:`AgentLoop.run` is being cancelled, the
-emitter is closed — a late chunk (a stream that swallowed the cancellation) or a late tool event
-is dropped, and the cancellation goes on. The partial kept for history is the shown *answer
-text* only: reasoning alone is no answer and is not kept.
-
-Stale state (seed 003 §8.3): with ``is_current``, the loop checks that its owner still holds the
-dialog before every provider request and after every tool batch; when not, it stops at once with
-``result.stale`` set and emits nothing more (the executor then cancels the turn silently).
-
-Context budget of a growing turn (seed 000 §7.2): with ``fit`` (``TurnInputBuilder.fit``), every
-request after the first is fitted to the context window first — request-only, the turn's messages
-stay whole. When the provider still reports a context overflow at a later iteration before that
-iteration showed anything (text or reasoning), the request is fitted harder (``hard=True``: half
-the budget) and sent once more; a second overflow ends the turn with the error. The first
-request's overflow is the input builder's to recover (``turn_input.run_with_overflow_recovery``).
-
-A tool call that does not end within :data:`CANCEL_GRACE_SECONDS` of its batch being cancelled
-(a tool that catches ``CancelledError`` and keeps going) is abandoned: it runs on detached, a
-warning names it, and its result is never shown nor kept.
-
-At most ``max_calls_per_response`` calls of one response run; the calls after them are dropped
-from the response (neither stored, shown nor sent back), and the last kept call's result tells
-the model how many were dropped. A call whose argument text is larger than the registry's
-``max_argument_bytes`` is kept in history with ``{}`` arguments and shown as
-``{"_truncated": "<N> bytes"}``; its text is never parsed (the registry answers with an error).
-
-Output cap: the answer text and reasoning the turn streams, summed over all its iterations, are
-at most ``max_output_chars`` characters (code points). A delta that would pass the cap is cut to
-the part that fits, that part is shown, the stream is closed, and the turn ends with
-:class:`~providers.errors.ResponseTooLongError` — a provider failure after partial output, so the
-shown answer text is kept as ``interrupted`` (seed 003 §14.2; reasoning alone keeps no row). The count is kept incrementally (O(1) per
-delta): a server that ignores ``max_tokens`` can neither stream a frame too large for the
-WebSocket nor fill memory and history.
-
-A call with an empty or blank name is kept, shown and sent back as ``unnamed_tool``, with the
-error result "a tool call needs a name" (the registry's answer to the name as called), so the
-model can correct itself. Other names providers refuse back (``functions.get_time``) are kept as
-written and sent as ``unnamed_tool`` by the vendor request mappers (``blocks.sendable_tool_name``).
-
-Tool outcomes are recorded as each call finishes: a stop or a fatal tool error during a batch
-keeps the results that already came (shown ``completed``/``failed``); only the calls still
-running get the "stopped" error result (``turn_rows.complete_tool_chains``).
+Pure (no Django, no channel layer): :class:`AgentLoop` consumes ``ProviderChunk``s, reports
+display facts as ``TurnEvent``s through ``emit``, runs each response's tool calls
+(``tool_calls``) and returns every message the turn produced as an :class:`AgentResult`. It never
+touches storage or sinks; the executor owns lifecycle and commit. Its rules — iterations, cancel,
+stale state, the context budget of a growing turn, the output cap, call caps and unnamed calls —
+are listed in ``agent/README.md``.
 """
 
 from __future__ import annotations
@@ -58,27 +13,20 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from conversations.agent.tool_registry import (
-    DEFAULT_MAX_ARGUMENT_BYTES,
-    ToolFatalError,
-    ToolRegistry,
-    log_safe,
-)
+from conversations.agent.tool_calls import display_arguments, run_tool_calls, sendable_names, unique_ids
+from conversations.agent.tool_registry import DEFAULT_MAX_ARGUMENT_BYTES, ToolRegistry
 from delivery.events import (
     ReasoningDelta,
     TextDelta,
     TextSegmentFinished,
-    ToolFinished,
     ToolStarted,
     TurnEvent,
 )
 from providers.base import LLMProvider, StreamAccumulator
-from providers.blocks import UNNAMED_TOOL
 from providers.chunks import Done, ProviderChunk
 from providers.chunks import ReasoningDelta as ReasoningChunk
 from providers.chunks import TextDelta as TextChunk
@@ -96,13 +44,6 @@ DEFAULT_MAX_TURN_OUTPUT_CHARS = 1_000_000
 (``PICOBOT_MAX_TURN_OUTPUT_CHARS``). A frame holds the turn's text once, sent as UTF-8 JSON
 (``ensure_ascii=False``): at most 6 bytes a character (a ``\\u0001`` escape), so about 6 MB, under
 the WebSocket's 9 MiB payload limit (``serve.MAX_WS_MESSAGE_BYTES``)."""
-CANCEL_GRACE_SECONDS = 0.5
-"""How long a cancelled turn waits for its running tool calls to end; calls still running then
-(a tool that swallows its cancellation) are abandoned, so ``/stop`` ends the turn within a second."""
-
-# Tool calls abandoned after the grace: kept referenced until they end (a task only weakly held
-# could be garbage-collected mid-run), their results dropped.
-_abandoned: set[asyncio.Task] = set()
 
 
 class FitRequest(Protocol):
@@ -166,7 +107,7 @@ class AgentLoop:
         is_current: the owner's stale-state check (generation / lease epoch, seed 003 §8.3),
             asked before each provider request and after each tool batch: a bool, or an
             awaitable one (an owner that waits until storage can tell); None means always current.
-        fit: fits each request after the first to the context window (module docstring); None
+        fit: fits each request after the first to the context window (``agent/README.md``); None
             sends the turn's messages as they are.
         max_calls_per_response: tool calls of one model response that run; the calls after them
             (in the model's order) are dropped from the response — not run, stored, shown or
@@ -175,7 +116,7 @@ class AgentLoop:
             history with their error results (the model may call them again).
         max_output_chars: characters (code points) of answer text + reasoning the whole turn
             may stream, ≥ 1; past it the turn ends with ``ResponseTooLongError`` after showing
-            the part that fits (module docstring).
+            the part that fits (``agent/README.md``).
     """
 
     def __init__(
@@ -300,8 +241,8 @@ class AgentLoop:
                     "a response made %d tool calls; the %d over the cap of %d were dropped",
                     len(response.tool_calls), dropped, self.max_calls_per_response,
                 )
-            calls = self._unique_ids(calls, seen_call_ids)
-            calls, as_called = self._sendable_names(calls)
+            calls = unique_ids(calls, seen_call_ids)
+            calls, as_called = sendable_names(calls)
             response.tool_calls = calls
             assistant = response.to_message(max_argument_bytes=self._max_argument_bytes())
             result.messages.append(TurnMessage(iteration, assistant))
@@ -372,7 +313,7 @@ class AgentLoop:
 
         Raises:
             ResponseTooLongError: the chunk's text or reasoning passed the turn's output cap;
-                the part that fits was kept and shown first (module docstring).
+                the part that fits was kept and shown first (``agent/README.md``).
         """
         over = False
         if isinstance(chunk, TextChunk | ReasoningChunk):
@@ -396,45 +337,11 @@ class AgentLoop:
                 max_chars=self.max_output_chars,
             )
 
-    @staticmethod
-    def _unique_ids(calls: list[ToolCall], seen: set[str]) -> list[ToolCall]:
-        """The calls with an id each that is unique within the turn.
-
-        Some OpenAI-compatible servers send empty ids, or reuse ``call_0`` in every response; a
-        result must pair with exactly one call, so such ids are replaced (consistently in the
-        assistant message and the tool result, which is all the provider sees).
-        """
-        out = []
-        for call in calls:
-            if not call.id or call.id in seen:
-                call = ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=call.name, arguments_json=call.arguments_json)
-            seen.add(call.id)
-            out.append(call)
-        return out
-
-    def _sendable_names(self, calls: list[ToolCall]) -> tuple[list[ToolCall], dict[str, ToolCall]]:
-        """The calls with a name each, and the renamed ones as the model made them.
-
-        Returns:
-            ``(calls, as_called)``: ``calls`` with every empty or blank name replaced by
-            ``unnamed_tool`` (the assistant message, the tool block and the result carry it);
-            ``as_called`` maps such a call's id to the call as made, which is what the registry
-            runs, so its error result says "a tool call needs a name" (module docstring).
-        """
-        out: list[ToolCall] = []
-        as_called: dict[str, ToolCall] = {}
-        for call in calls:
-            if not call.name.strip():
-                log.warning("a tool call without a name (%s) is kept as %s", log_safe(call.id, 200), UNNAMED_TOOL)
-                as_called[call.id] = call
-                call = ToolCall(id=call.id, name=UNNAMED_TOOL, arguments_json=call.arguments_json)
-            out.append(call)
-        return out, as_called
-
     async def _run_tools(
         self, calls: list[ToolCall], iteration: int, *, dropped: int = 0, as_called: dict[str, ToolCall] | None = None
     ) -> list[Message]:
-        """Run one response's calls concurrently; returns their results in call order.
+        """Run one response's calls concurrently (``tool_calls.run_tool_calls``); returns their
+        results in call order.
 
         Each result is recorded in ``result.messages`` (in call order) even when the batch ends
         early: a stop or a ``ToolFatalError`` keeps the results that already came, so the commit
@@ -445,40 +352,36 @@ class AgentLoop:
         Raises:
             ToolFatalError: a call said the turn cannot go on (the others are cancelled).
             asyncio.CancelledError: the turn is being cancelled; calls that outlive the grace
-                are abandoned (module docstring).
+                are abandoned (``tool_calls.CANCEL_GRACE_SECONDS``).
         """
         max_bytes = self._max_argument_bytes()
         for call in calls:
             self.emit(
-                ToolStarted(iteration=iteration, call_id=call.id, name=call.name, arguments=_display_args(call, max_bytes))
+                ToolStarted(
+                    iteration=iteration, call_id=call.id, name=call.name, arguments=display_arguments(call, max_bytes)
+                )
+            )
+        note = None
+        if dropped:
+            note = (
+                calls[-1].id,
+                f"\n\n({dropped} further tool calls of this response were dropped: at most "
+                f"{self.max_calls_per_response} run per response)",
             )
         finished: dict[str, Message] = {}
-        batch_open = True
-        note_on = calls[-1].id if dropped else None
-        note = f"\n\n({dropped} further tool calls of this response were dropped: at most {self.max_calls_per_response} run per response)"
-
-        as_called = as_called or {}
-
-        async def one(call: ToolCall) -> None:
-            outcome = await self.tools.run(as_called.get(call.id, call), self.tool_timeout)
-            if self._closed() or not batch_open:
-                return  # a late result after /stop or an abandoned call: neither shown nor kept (§14.1)
-            content = outcome.content + note if call.id == note_on else outcome.content
-            # Recorded and shown together, with no await in between: shown means kept.
-            finished[call.id] = Message.tool_result(call.id, content, is_error=outcome.is_error, tool_name=call.name)
-            self.emit(
-                ToolFinished(iteration=iteration, call_id=call.id, success=not outcome.is_error, preview=outcome.preview)
-            )
-
-        tasks = {asyncio.create_task(one(call), name=f"tool {call.name}"): call for call in calls}
         try:
-            await _all_done(list(tasks))
-        except BaseException:
-            # A stop, a deadline, a ToolFatalError or a crash: the other calls are cancelled.
-            await _wind_down(tasks)
-            raise
+            await run_tool_calls(
+                calls,
+                iteration,
+                tools=self.tools,
+                timeout=self.tool_timeout,
+                emit=self.emit,
+                closed=self._closed,
+                finished=finished,
+                as_called=as_called,
+                note=note,
+            )
         finally:
-            batch_open = False
             self.result.messages.extend(
                 TurnMessage(iteration, finished[call.id]) for call in calls if call.id in finished
             )
@@ -490,64 +393,3 @@ def _same(one: list[Message], other: list[Message]) -> bool:
     return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))
 
 
-async def _all_done(tasks: list[asyncio.Task]) -> None:
-    """Wait for every task; the first failure (a ``ToolFatalError`` before others) is raised."""
-    pending = set(tasks)
-    while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-        errors = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
-        if errors:
-            raise next((e for e in errors if isinstance(e, ToolFatalError)), errors[0])  # type: ignore[misc]
-
-
-async def _wind_down(tasks: dict[asyncio.Task, ToolCall]) -> None:
-    """Cancel the tasks still running and wait at most :data:`CANCEL_GRACE_SECONDS` for them;
-    the ones that outlive it are abandoned (logged, kept referenced until they end)."""
-    running = [task for task in tasks if not task.done()]
-    for task in running:
-        task.cancel()
-    still: set[asyncio.Task] = set(running)
-    try:
-        if running:
-            _, still = await asyncio.wait(running, timeout=CANCEL_GRACE_SECONDS)
-    finally:
-        for task in tasks:
-            if task.done():
-                _retrieve(task)
-            elif task in still:
-                call = tasks[task]
-                log.warning(
-                    "tool %s (call %s) did not stop within %g s of its cancellation; abandoned "
-                    "(it runs on detached, its result is dropped)",
-                    log_safe(call.name, 200), log_safe(call.id, 200), CANCEL_GRACE_SECONDS,
-                )
-                _abandoned.add(task)
-                task.add_done_callback(_forget)
-            else:  # cancelled again while waiting: still ours to forget cleanly
-                task.add_done_callback(_retrieve)
-
-
-def _retrieve(task: asyncio.Task) -> None:
-    """Mark a finished task's exception as seen (it was already reported, or is moot)."""
-    if not task.cancelled():
-        task.exception()
-
-
-def _forget(task: asyncio.Task) -> None:
-    _abandoned.discard(task)
-    _retrieve(task)
-
-
-def _display_args(call: ToolCall, max_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES) -> dict:
-    """The arguments a tool block shows: the parsed JSON object, or ``{}`` when the model's text
-    was not one (PROTOCOL §1: the raw text stays on the server; the result says what was wrong).
-
-    A text over ``max_bytes`` (UTF-8) is not parsed: it shows as ``{"_truncated": "<N> bytes"}``,
-    like any argument object too large for a snapshot (``delivery.turn.shown_arguments``)."""
-    if call.argument_bytes > max_bytes:
-        return {"_truncated": f"{call.argument_bytes} bytes"}
-    try:
-        arguments = call.arguments()
-    except ValueError:
-        return {}
-    return arguments if isinstance(arguments, dict) else {}

@@ -21,8 +21,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from conversations.agent.failures import describe_exception, new_ref
-from conversations.agent.failures import log_safe as _log_safe
+from conversations.agent.failures import new_ref
+from conversations.agent.log_safety import describe_exception, log_safe
 from conversations.agent.tool_arguments import validate_arguments
 from providers.messages import ToolDefinition
 from providers.types import ToolArgumentsError, ToolCall
@@ -35,8 +35,6 @@ DEFAULT_RESULT_MAX_CHARS = 16000
 """Default bound of one result's ``content`` in characters (``PICOBOT_TOOL_RESULT_MAX_CHARS``)."""
 DEFAULT_MAX_CONCURRENT_CALLS = 16
 """Calls of one turn that run at the same time (``PICOBOT_MAX_TOOL_CALLS``)."""
-LOG_DETAIL_CHARS = 8000
-"""Bound of a crash's logged detail (its traceback)."""
 DEFAULT_MAX_ARGUMENT_BYTES = 256 * 1024
 """Default bound of one call's argument text in UTF-8 bytes (``PICOBOT_MAX_TOOL_ARGUMENT_BYTES``)."""
 VALIDATE_OFF_LOOP_BYTES = 32 * 1024
@@ -124,12 +122,6 @@ def truncate_result(content: str, max_chars: int) -> str:
 def result_preview(text: str) -> str:
     """The short summary of a tool result that its turn block shows (``ToolOutcome.preview``)."""
     return _bounded(text, PREVIEW_CHARS)
-
-
-def log_safe(text: str, limit: int = LOG_DETAIL_CHARS) -> str:
-    """``text`` fit for one log line (``failures.log_safe``): credentials redacted, line
-    breaks, other control characters and bidi overrides escaped, at most ``limit`` characters."""
-    return _log_safe(text, limit)
 
 
 class ToolRegistry:

@@ -11,10 +11,10 @@ It runs on the control path (a task of ``supervisor.control_supervisor()``), not
 executor: a running turn goes on, and its rows land after the boundary. Two compactions of one
 dialog race safely: the second commit sees a moved ``summary_seq`` and is discarded.
 
-Automatic compaction (``conversations.context.turn_input.TurnInputBuilder``, seed 002 §6d) reuses
-:func:`summarise_rows` on the rows the turn already holds, and stores its result with
-:func:`commit_auto_summary` (conditional on the dialog's ``state_version``, seed 000 §7.1) or
-counts a failure with :func:`record_auto_compact_failure` (three in a row switch it off until a
+Automatic compaction (``auto_compaction``, seed 002 §6d) reuses :func:`summarise_rows` on the
+rows the turn already holds; the builder (``turn_input``) stores its result with
+:func:`commit_auto_summary` (conditional on the dialog's ``state_version``, seed 000 §7.1), and a
+failure is counted with :func:`record_auto_compact_failure` (three in a row switch it off until a
 manual ``/compact`` or a new dialog, DESIGN §6).
 
 Errors: :class:`CompactionError` carries a user-facing ``message`` (with a log reference); raw
@@ -33,7 +33,7 @@ from django.conf import settings
 from django.db.models import F
 
 from conversations import storage
-from conversations.agent.failures import one_line
+from conversations.agent.log_safety import one_line
 from conversations.context.compaction import (
     choose_boundary,
     clean_summary,

@@ -1,37 +1,12 @@
 """Token estimates of provider messages, without a tokenizer (seed 002 Task 6 §6a–§6b).
 
 Every number here is a count of **tokens**. The estimate decides when a turn's input is
-compacted (``conversations.context.turn_input``); it has to be cheap (it runs over the whole input of
-every turn) and on the safe side (a request that is estimated to fit but does not costs an
-overflow round trip, seed 000 §7.2), so it errs towards too many tokens.
-
-The heuristic, per character of text:
-
-* ASCII: :data:`ASCII_CHARS_PER_TOKEN` = 3.5 characters per token. BPE tokenizers give about
-  4–5.5 for English prose and 3–4 for code and JSON. On the recorded answers of
-  ``shared/cases/real`` (usage reported by the APIs): gpt-4o 256 characters = 47 tokens
-  (estimate 74), Claude Sonnet 4.5 108 = 30 (estimate 31), DeepSeek's letter-by-letter
-  reasoning 326 = 106 (estimate 95, the one case under).
-* CJK — Han ideographs, kana, Hangul, CJK punctuation and full-width forms (:data:`CJK_RANGES`):
-  one token per character. Common Chinese characters are 0.6–1 token each in current
-  tokenizers, rarer ones up to 2–3 bytes-level pieces; one per character is the usual
-  conservative figure (seed 002 §6b keeps the same function for all text).
-* Any other character in the Basic Multilingual Plane (accented Latin, Cyrillic, Greek, Arabic,
-  …): half a token each (those scripts tokenize at roughly 2–3 characters per token).
-* Any other character outside it (emoji, symbols): :data:`ASTRAL_TOKENS` = 2 tokens each.
-
-Per message :data:`MESSAGE_OVERHEAD` = 4 tokens (role and separators, seed 002 §6a); per tool
-call :data:`TOOL_USE_OVERHEAD` = 30 and per tool result :data:`TOOL_RESULT_OVERHEAD` for the id,
-name and wrapping (Anthropic's recorded tool calls in ``shared/cases/real`` RC-10/RC-12 cost 25–33
-tokens more than their name and arguments; OpenAI's RC-02 about 6); an image counts a fixed :data:`IMAGE_TOKENS` (seed §6b counts 50 — far too few:
-Anthropic bills width·height/750, ≈1,500 for a 1.1-megapixel image; OpenAI 765 for a
-1024×1024 high-detail one). Reasoning (thinking) blocks count like text: whether a vendor drops
-old ones from the context varies, and counting them is the safe side. Tool definitions offered
-in a request count as their JSON text (:func:`estimate_tools`).
-
-Cost: O(length of the text); pure-ASCII text (most tool output) takes a fast path.
-
-Pure module: no Django, no I/O.
+compacted (``turn_input``); it has to be cheap (it runs over the whole input of every turn) and on
+the safe side (a request estimated to fit that does not costs an overflow round trip, seed 000
+§7.2), so it errs towards too many tokens. Per character: ASCII 1/3.5, CJK 1, other BMP 1/2,
+other astral 2; fixed overheads per message, tool call, tool result, image and request. The
+figures and where they come from: ``context/README.md``. Cost: O(length of the text), with a fast
+path for pure ASCII. Pure module: no Django, no I/O.
 """
 
 from __future__ import annotations
@@ -73,7 +48,7 @@ __all__ = [
 ASCII_CHARS_PER_TOKEN = 3.5
 ASTRAL_TOKENS = 2
 MESSAGE_OVERHEAD = 4
-TOOL_USE_OVERHEAD = 30  # the call id, the function name and the wrapping (see the module docstring)
+TOOL_USE_OVERHEAD = 30  # the call id, the function name and the wrapping (``context/README.md``)
 TOOL_RESULT_OVERHEAD = 6  # the call id and the wrapping
 IMAGE_TOKENS = 1500
 REQUEST_OVERHEAD = 3  # the reply primer every request carries

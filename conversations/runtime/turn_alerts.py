@@ -12,8 +12,9 @@ import secrets
 import time
 
 from conversations import storage
-from conversations.agent.failures import TurnFailure, TurnFailurePresenter, describe_exception, log_safe
-from conversations.context.turn_input import Publish
+from conversations.agent.failures import TurnFailure, TurnFailurePresenter
+from conversations.agent.log_safety import describe_exception, log_safe
+from conversations.context.overflow import Publish
 from conversations.runtime import notify
 from conversations.runtime.turn_context import TurnContext
 from conversations.runtime.turn_sinks import split_session_id

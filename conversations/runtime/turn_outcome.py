@@ -19,11 +19,12 @@ from conversations.agent.failures import (
     TurnFailure,
     TurnFailureKind,
     TurnFailurePresenter,
-    describe_exception,
 )
+from conversations.agent.log_safety import describe_exception
 from conversations.agent.loop import AgentResult
 from conversations.agent.tool_registry import ToolFatalError
-from conversations.context.turn_input import ContextPreparationError, overflow_mid_turn_message
+from conversations.context.overflow import overflow_mid_turn_message
+from conversations.context.turn_input import ContextPreparationError
 from conversations.models import InboxMessage, Message
 from conversations.runtime.turn_rows import complete_tool_chains, turn_rows
 from providers.errors import ContextOverflowError

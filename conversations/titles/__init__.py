@@ -1,1 +1,1 @@
-"""Dialog titles: the pure rules (the service that runs them is conversations.runtime.titles)."""
+"""Dialog titles: the pure rules (``README.md``; the service that runs them is conversations.runtime.titles)."""

@@ -19,14 +19,12 @@ from channels.db import database_sync_to_async
 from conversations.agent.tool_registry import ToolRegistry
 from conversations.context.compaction import (
     MAX_CONSECUTIVE_FAILURES,
-    PRUNED_RESULT,
     SUMMARY_INSTRUCTIONS,
-    drop_oldest_turns,
     fit_summary_request,
-    microcompact,
     should_compact,
 )
 from conversations.context.compaction_service import compact_dialog
+from conversations.context.pruning import PRUNED_RESULT, drop_oldest_turns, microcompact
 from conversations.context.tokens import estimate_messages, estimate_request
 from conversations.models import Dialog, Message
 from providers.base import LLMProvider

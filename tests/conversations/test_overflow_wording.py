@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from conversations.agent.tool_registry import ToolRegistry
-from conversations.context.turn_input import overflow_mid_turn_message
+from conversations.context.overflow import overflow_mid_turn_message
 from providers.errors import ContextOverflowError
 from providers.testing import ScriptedProvider, script_text
 from tests.conversations.test_turn_review_fixes import (

@@ -2,7 +2,7 @@
 
 A tool that catches ``CancelledError`` and keeps going (a sloppy plugin, a library's retry loop)
 held the stop for as long as it ran: the TaskGroup waited for it. Now the turn waits a short grace
-(``agent_loop.CANCEL_GRACE_SECONDS``), then abandons the call: it runs on detached, a warning
+(``tool_calls.CANCEL_GRACE_SECONDS``), then abandons the call: it runs on detached, a warning
 names it, and its late result is never shown nor kept. The tool here is released by the test, so
 "the turn ended while the tool still ran" is an ordering fact, not a timing guess.
 """
@@ -16,7 +16,7 @@ import time
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations.agent import loop as agent_loop
+from conversations.agent import tool_calls
 from conversations.agent.loop import AgentLoop
 from conversations.agent.tool_registry import Tool, ToolRegistry
 from conversations.models import Message as MessageRow
@@ -68,8 +68,8 @@ async def quick(arguments: dict) -> str:
 
 
 async def test_a_cancelled_loop_abandons_a_tool_that_swallows_its_cancellation(caplog, monkeypatch):
-    monkeypatch.setattr(agent_loop, "CANCEL_GRACE_SECONDS", 0.05)
-    caplog.set_level(logging.WARNING, logger="conversations.agent.loop")
+    monkeypatch.setattr(tool_calls, "CANCEL_GRACE_SECONDS", 0.05)
+    caplog.set_level(logging.WARNING, logger="conversations.agent.tool_calls")
     stubborn = StubbornTool()
     events: list = []
     quick_finished = asyncio.Event()
@@ -98,7 +98,7 @@ async def test_a_cancelled_loop_abandons_a_tool_that_swallows_its_cancellation(c
     assert [e.call_id for e in events if isinstance(e, ToolFinished)] == ["c2"]
     contents = [m.message.content[0].content for m in loop.result.messages if m.message.role == "tool"]
     assert contents == ["quick result"]
-    assert not agent_loop._abandoned, "the abandoned call is forgotten once it ended"
+    assert not tool_calls._abandoned, "the abandoned call is forgotten once it ended"
 
 
 @database_sync_to_async

@@ -15,11 +15,10 @@ from conversations.agent.failures import (
     TurnFailure,
     TurnFailureKind,
     TurnFailurePresenter,
-    configured_secrets,
     log_failure,
-    one_line,
     provider_failure_lead,
 )
+from conversations.agent.log_safety import configured_secrets, one_line
 from conversations.agent.loop import AgentLoop
 from conversations.agent.tool_registry import Tool, ToolFatalError, ToolRegistry
 from delivery.events import TextDelta
@@ -310,7 +309,7 @@ def test_a_logged_traceback_is_one_bounded_line_that_keeps_its_head_and_tail(cap
 
 
 def test_configured_secrets_come_from_the_registered_sources_a_failing_one_gives_nothing(settings, monkeypatch):
-    from conversations.agent import failures
+    from conversations.agent import log_safety
 
     settings.PICOBOT = {**settings.PICOBOT, "LLM_API_KEY": "sk-live-key-123456"}
     assert "sk-live-key-123456" in configured_secrets(), "the app registers its settings at start-up"
@@ -318,7 +317,7 @@ def test_configured_secrets_come_from_the_registered_sources_a_failing_one_gives
     def broken() -> list[str]:
         raise RuntimeError("settings are not configured")
 
-    monkeypatch.setattr(failures, "_secret_sources", [broken, lambda: ["", "extra-secret-42", None]])
+    monkeypatch.setattr(log_safety, "_secret_sources", [broken, lambda: ["", "extra-secret-42", None]])
     assert configured_secrets() == ("extra-secret-42",)
-    monkeypatch.setattr(failures, "_secret_sources", [])
+    monkeypatch.setattr(log_safety, "_secret_sources", [])
     assert configured_secrets() == (), "a pure unit test without Django knows no secrets"

@@ -22,18 +22,13 @@ from conversations.agent.failures import TurnFailure, TurnFailurePresenter
 from conversations.agent.loop import AgentResult
 from conversations.agent.tool_registry import Tool, ToolFatalError, ToolRegistry
 from conversations.auth import get_or_create_user
-from conversations.context import turn_input
-from conversations.context.compaction import (
-    MAX_SUMMARY_CHARS,
-    TRUNCATED_RESULT,
-    clean_summary,
-    fit_request,
-    summary_token_cap,
-    truncate_tool_results,
-)
+from conversations.context import auto_compaction, turn_context
+from conversations.context.compaction import MAX_SUMMARY_CHARS, clean_summary, summary_token_cap
 from conversations.context.compaction_service import CompactionError, RowsSummary, compact_dialog
+from conversations.context.overflow import overflowed_before_output
+from conversations.context.pruning import TRUNCATED_RESULT, fit_request, truncate_tool_results
 from conversations.context.tokens import estimate_messages, estimate_request
-from conversations.context.turn_input import TOO_LONG, TurnInputBuilder, overflowed_before_output
+from conversations.context.turn_input import TOO_LONG, TurnInputBuilder
 from conversations.models import Dialog, InboxMessage, Message
 from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.storage import TurnStart, message_to_history_row
@@ -612,7 +607,7 @@ async def test_a_storage_error_while_preparing_the_input_is_a_context_preparatio
     def broken(dialog_id: str) -> dict:
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(turn_input, "load_dialog_context", broken)
+    monkeypatch.setattr(turn_context, "load_dialog_context", broken)
     provider = ScriptedProvider([script_text("never")])
     client, _, _ = await begin(connect, start_worker, provider)
     turn = await terminal(client)
@@ -640,7 +635,7 @@ async def test_the_left_out_notice_does_not_suggest_compact_right_after_a_compac
         # A compaction that folded only the first exchange: the rest is still over the budget.
         return RowsSummary(summary="Earlier: topic 0.", covers_seq=2, kept_rows=rows[2:], summarised_rows=2)
 
-    monkeypatch.setattr(turn_input, "summarise_rows", summarise_keeping_everything)
+    monkeypatch.setattr(auto_compaction, "summarise_rows", summarise_keeping_everything)
     build = TurnInputBuilder(ScriptedProvider([]), system_prompt="sys", window_tokens=4000, keep_messages=4)
     prepared = await build.prepare(start)
     assert prepared.compression is not None and prepared.dropped_messages > 0
