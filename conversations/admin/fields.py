@@ -5,8 +5,8 @@ A model admin with editable JSON columns sets ``formfield_overrides = STORABLE_J
 Django's ``forms.JSONField`` reads ``NaN``/``Infinity``, keeps the last of duplicate keys and
 lets ``"\\u0000"`` and ``"\\ud800"`` escapes through: PostgreSQL then refuses the write (a 500 in
 the admin), SQLite stores a lone surrogate that later breaks every page showing the value. This
-field applies the import's rules instead (``transfer.loads_strict`` and
-``transfer.check_storable_json``): such input is a form error naming the place. A form shown
+field applies the import's rules instead (``transfer.strict_json.loads_strict`` and
+``transfer.strict_json.check_storable_json``): such input is a form error naming the place. A form shown
 again with errors shows the text as typed, and a stored value that holds a lone surrogate (one
 written without these rules) is shown with U+FFFD instead of failing the page.
 """
@@ -20,7 +20,8 @@ from django import forms
 from django.db import models
 from django.forms.fields import InvalidJSONInput
 
-from conversations.transfer import TransferError, check_storable_json, loads_strict
+from conversations.transfer.errors import TransferError
+from conversations.transfer.strict_json import check_storable_json, loads_strict
 from providers.unicode_text import fix_surrogates
 
 

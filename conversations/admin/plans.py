@@ -1,7 +1,7 @@
 """The plan admin: a dialog's plan, checked with the plan tool's own rules.
 
 A malformed plan would break every turn of its dialog, so the content goes through
-``transfer.clean_plan_content`` and is stored as the tool would store it; the JSON column takes
+``transfer.schema.clean_plan_content`` and is stored as the tool would store it; the JSON column takes
 only what the database can store (:data:`~conversations.admin.fields.STORABLE_JSON`).
 """
 
@@ -18,12 +18,12 @@ from django.http import HttpRequest
 from conversations.admin.common import cut, link_to_dialog, ms_column
 from conversations.admin.fields import STORABLE_JSON
 from conversations.models import Plan, now_ms
-from conversations.transfer import clean_plan_content
+from conversations.transfer.schema import clean_plan_content
 from picobot_site.admin_safety import SafeLookupsMixin
 
 
 class PlanForm(forms.ModelForm):
-    """The plan's content is checked with the plan tool's own rules (``transfer.clean_plan_content``)
+    """The plan's content is checked with the plan tool's own rules (``transfer.schema.clean_plan_content``)
     and stored as the tool would store it: a malformed plan would break every turn of its dialog."""
 
     class Meta:
