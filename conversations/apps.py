@@ -9,7 +9,7 @@ def settings_secrets() -> tuple[str, ...]:
     """The LLM API key and Django's SECRET_KEY: redacted from every error text and log line."""
     from django.conf import settings
 
-    return (settings.PICOBOT.get("LLM_API_KEY") or "", getattr(settings, "SECRET_KEY", "") or "")
+    return (settings.PICOBOT.llm_api_key.get_secret_value(), getattr(settings, "SECRET_KEY", "") or "")
 
 
 class ConversationsConfig(AppConfig):

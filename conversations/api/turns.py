@@ -74,7 +74,7 @@ async def stop_turn(
         _, still = await run_storage(queries.running_turn, request.auth, dialog.id)
         if still is None or still["turn_id"] != running_id:
             raise ApiError(409, "not_running", "that turn has already ended; nothing was stopped")
-        lease = float(settings.PICOBOT["LEASE_SECONDS"]) + float(settings.PICOBOT["INBOX_SCAN_SECONDS"])
+        lease = settings.PICOBOT.lease_seconds + settings.PICOBOT.inbox_scan_seconds
         message = ("no server is running that turn any more (it was cut off, probably by a restart); "
                    f"it will be reported as interrupted within about {lease:.0f} s")
     body = {"session_id": dialog.id, "turn_id": running_id, "status": "stopping", "acknowledged": acknowledged,

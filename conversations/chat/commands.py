@@ -82,7 +82,7 @@ def welcome(dialog: Any) -> dict:
 
 def idle_reset_notice(new: Any, replaced: Any) -> dict:
     """The notice of DESIGN §6 "idle reset": a new dialog replaced the chat's idle one."""
-    hours = float(settings.PICOBOT.get("SESSION_TTL_HOURS", 24.0))
+    hours = settings.PICOBOT.session_ttl_hours
     content = IDLE_RESET_NOTICE.format(title=replaced.title, hours=hours, dialog_id=replaced.dialog_id)
     return {"type": "notification", "level": "info", "content": content, "session_id": new.id}
 
@@ -222,7 +222,7 @@ COMPACTION_RUNNING = "A compaction of this dialog is already running; you are to
 def compaction_claim_ms() -> int:
     """How long a manual compaction's claim binds (ms): its supervisor bound
     (``PICOBOT_COMPACT_TIMEOUT`` + 10 s) and a margin; older claims belong to a dead process."""
-    return int((float(settings.PICOBOT["COMPACT_TIMEOUT"]) + 30) * 1000)
+    return int((settings.PICOBOT.compact_timeout + 30) * 1000)
 
 
 async def start_compaction(channel: str, chat_id: str, dialog_id: str) -> bool:
@@ -248,7 +248,7 @@ async def start_compaction(channel: str, chat_id: str, dialog_id: str) -> bool:
         control_supervisor().spawn(
             compact_then_release(),
             name=f"compact {dialog_id}",
-            timeout=float(settings.PICOBOT["COMPACT_TIMEOUT"]) + 10,
+            timeout=settings.PICOBOT.compact_timeout + 10,
         )
     except BaseException:
         await run_storage(storage.release_compaction, dialog_id, stamp)

@@ -91,7 +91,7 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         self.group = chat_group(CHANNEL, self.chat_id)
         self.window = SnapshotCreditWindow()
         # Turns this connection expects to see end, looked up when the layer dropped their end.
-        self.ledger = ConvergenceLedger(float(settings.PICOBOT["RECONCILE_QUIET_SECONDS"]))
+        self.ledger = ConvergenceLedger(settings.PICOBOT.reconcile_quiet_seconds)
         self.reconciler = TurnReconciler(CHANNEL, self.chat_id, self.ledger, self._offer_terminal, self._send_text)
         self.watchdogs: set[asyncio.Task] = set()
         self.stops = StopRequests(user, CHANNEL, self.chat_id, self.channel_name, self.send_frame, self.watchdogs)
@@ -177,7 +177,7 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
 
     async def _refresh_groups(self) -> None:
         """Re-join our groups periodically: layers drop members after ``group_expiry`` (24 h)."""
-        interval = float(settings.PICOBOT["GROUP_REFRESH_SECONDS"])
+        interval = settings.PICOBOT.group_refresh_seconds
         while True:
             await asyncio.sleep(interval)
             try:

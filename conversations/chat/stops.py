@@ -117,7 +117,7 @@ class StopRequests:
         try:
             running = await run_storage(storage.running_inbox, self.channel, self.chat_id)
             if any(item["turn_id"] == turn_id for item in running):
-                lease = float(settings.PICOBOT["LEASE_SECONDS"]) + float(settings.PICOBOT["INBOX_SCAN_SECONDS"])
+                lease = settings.PICOBOT.lease_seconds + settings.PICOBOT.inbox_scan_seconds
                 await self.send_frame(
                     {"type": "notification", "level": "warning", "session_id": session_id, "turn_id": turn_id,
                      "content": "No server is running that turn any more (it was cut off, probably by a "

@@ -57,7 +57,7 @@ def rows_to_keep(rows: list[dict], keep_messages: int, target: int, *, fixed: in
 
     Args:
         rows: the history rows after the current summary, oldest first (history form).
-        keep_messages: the configured most (``PICOBOT["COMPACT_KEEP_MESSAGES"]``), rows.
+        keep_messages: the configured most (``PICOBOT.compact_keep_messages``), rows.
         target: estimated tokens a turn's request may take (the compaction share of the window).
         fixed: estimated tokens of the request's fixed parts (overhead, tool definitions); the
             manual ``/compact`` does not know the worker's tools and passes the overhead only.

@@ -107,11 +107,11 @@ async def compact_dialog(
         dialog_id: the unified dialog id (``storage`` checks it is live; ownership is the
             caller's check).
         provider: the model that writes the summary.
-        keep: rows to keep verbatim at most (default ``PICOBOT["COMPACT_KEEP_MESSAGES"]``); fewer
+        keep: rows to keep verbatim at most (default ``PICOBOT.compact_keep_messages``); fewer
             when they do not fit the context window — the rule automatic compaction follows
             (``compaction.rows_to_keep``) — and the newest user row is always kept
             (``compaction.choose_boundary``).
-        timeout: seconds the model may take (default ``PICOBOT["COMPACT_TIMEOUT"]``).
+        timeout: seconds the model may take (default ``PICOBOT.compact_timeout``).
 
     Returns:
         The outcome: ``compacted`` False with a ``reason`` when there was too little to compact
@@ -124,8 +124,8 @@ async def compact_dialog(
         django.db.DatabaseError: storage kept failing after ``run_storage``'s retries.
     """
     config = settings.PICOBOT
-    keep = int(config["COMPACT_KEEP_MESSAGES"]) if keep is None else keep
-    timeout = float(config["COMPACT_TIMEOUT"]) if timeout is None else timeout
+    keep = config.compact_keep_messages if keep is None else keep
+    timeout = config.compact_timeout if timeout is None else timeout
     if provider.offline:
         raise CompactionError("Compaction needs a configured model; the offline replay provider cannot summarise.")
     source = await run_storage(storage.compaction_source, dialog_id)
@@ -162,12 +162,12 @@ async def compact_dialog(
 def summary_budget(window: int | None = None) -> int:
     """Tokens a summary request may take: the compaction share of the model's context window.
 
-    ``window`` defaults to ``PICOBOT["LLM_CONTEXT_WINDOW"]``; the rest of the window is left for
+    ``window`` defaults to ``PICOBOT.llm_context_window``; the rest of the window is left for
     the summary the model writes.
     """
     config = settings.PICOBOT
-    window = int(config["LLM_CONTEXT_WINDOW"]) if window is None else window
-    return max(1, int(window * float(config["COMPACT_THRESHOLD"])))
+    window = config.llm_context_window if window is None else window
+    return max(1, int(window * config.compact_threshold))
 
 
 def summary_request(

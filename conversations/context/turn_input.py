@@ -97,7 +97,7 @@ class TurnInputBuilder:
 
     Args:
         provider: the model of the turn (it also writes automatic summaries).
-        system_prompt: the system prompt (``PICOBOT["SYSTEM_PROMPT"]``).
+        system_prompt: the system prompt (``PICOBOT.system_prompt``).
         tools: the tool definitions the request offers (counted in the estimate).
         window_tokens: the model's context window, tokens.
         threshold: share of the window (0–1) a request may use before it is compacted.
@@ -153,12 +153,12 @@ class TurnInputBuilder:
         config = settings.PICOBOT
         return cls(
             provider,
-            system_prompt=config["SYSTEM_PROMPT"],
+            system_prompt=config.system_prompt,
             tools=tools,
-            window_tokens=int(config["LLM_CONTEXT_WINDOW"]),
-            threshold=float(config["COMPACT_THRESHOLD"]),
-            keep_messages=int(config["COMPACT_KEEP_MESSAGES"]),
-            compact_timeout=float(config["COMPACT_TIMEOUT"]),
+            window_tokens=config.llm_context_window,
+            threshold=config.compact_threshold,
+            keep_messages=config.compact_keep_messages,
+            compact_timeout=config.compact_timeout,
             memory_recall=memory_recall,
             phase=phase,
         )

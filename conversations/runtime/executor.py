@@ -30,8 +30,6 @@ from conversations.agent.failures import (
     log_failure,
 )
 from conversations.agent.loop import (
-    DEFAULT_MAX_CALLS_PER_RESPONSE,
-    DEFAULT_MAX_TURN_OUTPUT_CHARS,
     AgentLoop,
     AgentResult,
 )
@@ -118,7 +116,7 @@ class DialogExecutor:
 
     def confirm_lease(self) -> None:
         """The database just proved this epoch (a claim or a commit renewed it)."""
-        self.confirmed_until = time.monotonic() + float(settings.PICOBOT["LEASE_SECONDS"])
+        self.confirmed_until = time.monotonic() + settings.PICOBOT.lease_seconds
 
     def cancel_turn(self, reason: str) -> bool:
         """Cancel the running turn with ``reason`` as its error; False when it already ended.
@@ -279,12 +277,12 @@ class DialogExecutor:
             self.context.provider,
             self.context.tools.bind(ToolContext(start.dialog_id, start.channel, start.chat_id)),
             running.controller.apply,
-            max_iterations=config["MAX_ITERATIONS"],
-            tool_timeout=config["TOOL_TIMEOUT"],
+            max_iterations=config.max_iterations,
+            tool_timeout=config.tool_timeout,
             is_current=self.verify_lease,  # before each provider call and after each tool batch (seed 003 §8.3)
             fit=builder.fit,  # every later request is fitted to the window (seed 000 §7.2)
-            max_calls_per_response=config.get("MAX_TOOL_CALLS_PER_RESPONSE", DEFAULT_MAX_CALLS_PER_RESPONSE),
-            max_output_chars=config.get("MAX_TURN_OUTPUT_CHARS", DEFAULT_MAX_TURN_OUTPUT_CHARS),
+            max_calls_per_response=config.max_tool_calls_per_response,
+            max_output_chars=config.max_turn_output_chars,
         )
         task = asyncio.ensure_future(
             contained(
@@ -295,7 +293,7 @@ class DialogExecutor:
         if self.pending_cancel is not None:  # stopped while the turn was being set up
             self.cancel_reason, self.pending_cancel = self.pending_cancel, None
             task.cancel()
-        end = await await_turn(task, config["TURN_TIMEOUT"])
+        end = await await_turn(task, config.turn_timeout)
         result = end.result
         if result is None:  # cancelled, failed or timed out: keep what the loop finished, plus the partial
             result = loop.result
@@ -338,7 +336,7 @@ class DialogExecutor:
                 error=ending.shown_error,
                 outcome=ending.outcome,
                 model=self.context.provider.model or self.context.provider.name,
-                lease_ms=int(float(settings.PICOBOT["LEASE_SECONDS"]) * 1000),
+                lease_ms=int(settings.PICOBOT.lease_seconds * 1000),
             )
         except storage.LeaseLostError:  # the storage's epoch check: another worker owns the dialog
             return self._drop_stale(start, controller, "at its commit")

@@ -19,7 +19,7 @@ def get_provider() -> LLMProvider:
     if _provider is None:
         from providers.factory import build_provider
 
-        _provider = build_provider(settings.PICOBOT)
+        _provider = build_provider(settings.PICOBOT.provider_config())
     return _provider
 
 

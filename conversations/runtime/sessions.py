@@ -301,13 +301,13 @@ _manager: SessionManager | None = None
 
 
 def session_manager() -> SessionManager:
-    """The process-wide manager, built on first use from ``settings.PICOBOT["SESSION_TTL_HOURS"]``
+    """The process-wide manager, built on first use from ``settings.PICOBOT.session_ttl_hours``
     (hours → seconds; 0 = never evict)."""
     global _manager
     if _manager is None:
         from django.conf import settings
 
-        _manager = SessionManager(float(settings.PICOBOT["SESSION_TTL_HOURS"]) * 3600.0)
+        _manager = SessionManager(settings.PICOBOT.session_ttl_hours * 3600.0)
     return _manager
 
 

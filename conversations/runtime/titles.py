@@ -61,15 +61,15 @@ class TitleService:
 
     @classmethod
     def from_settings(cls, provider: LLMProvider, supervisor: TaskSupervisor) -> TitleService:
-        """A service configured by ``PICOBOT["AUTO_TITLE_AFTER"]``,
+        """A service configured by ``PICOBOT.auto_title_after``,
         ``["AUTO_TITLE_ON_FIRST_MESSAGE"]`` and ``["TITLE_TIMEOUT"]`` (seconds)."""
         config = settings.PICOBOT
         return cls(
             provider,
             supervisor,
-            after_n=int(config["AUTO_TITLE_AFTER"]),
-            on_first=bool(config["AUTO_TITLE_ON_FIRST_MESSAGE"]),
-            timeout=float(config["TITLE_TIMEOUT"]),
+            after_n=config.auto_title_after,
+            on_first=config.auto_title_on_first_message,
+            timeout=config.title_timeout,
         )
 
     @property

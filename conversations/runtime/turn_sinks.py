@@ -23,7 +23,7 @@ async def open_cli_chat_sink(start: storage.TurnStart) -> TurnSink:
     return CliChatSink(
         get_channel_layer(),
         notify.group_for(start.channel, start.chat_id),
-        min_interval=settings.PICOBOT["WS_SNAPSHOT_INTERVAL_MS"] / 1000,
+        min_interval=settings.PICOBOT.ws_snapshot_interval_ms / 1000,
         inbox_id=start.inbox_id,
     )
 

@@ -51,7 +51,7 @@ LEASE_LOST_REASON = "another worker took over this dialog"
 
 def default_worker_id(mode: str) -> str:
     """``PICOBOT_WORKER_ID`` or ``host:mode`` for serve (stable across restarts) / ``host:pid``."""
-    configured = os.environ.get("PICOBOT_WORKER_ID", "").strip()
+    configured = settings.PICOBOT.worker_id
     if configured:
         return configured
     host = socket.gethostname()
@@ -71,7 +71,7 @@ class AgentWorker:
             the cli_chat sender. The worker closes it on ``stop()``.
         sessions: The runtime sessions of the live dialogs (seed 004 §6); default: the process's
             ``session_manager()``. ``start()`` runs its TTL cleanup every
-            ``PICOBOT["SESSION_CLEANUP_MINUTES"]`` minutes (seed 004 §6.4).
+            ``PICOBOT.session_cleanup_minutes`` minutes (seed 004 §6.4).
     """
 
     def __init__(
@@ -104,11 +104,11 @@ class AgentWorker:
         """This process's event-loop lag: live snapshots stretch with it (``delivery.load``)."""
         self.lapsed_leases: dict[str, tuple[storage.Takeover, float]] = {}
         """Other workers' lapsed leases the scan saw: dialog id → (observed, first seen, monotonic)."""
-        self.takeover_confirm_seconds = 2 * float(settings.PICOBOT["LEASE_RENEW_SECONDS"])
+        self.takeover_confirm_seconds = 2 * settings.PICOBOT.lease_renew_seconds
         self.lease_keeper = LeaseKeeper(
             worker_id,
-            lease_seconds=float(settings.PICOBOT["LEASE_SECONDS"]),
-            renew_seconds=float(settings.PICOBOT["LEASE_RENEW_SECONDS"]),
+            lease_seconds=settings.PICOBOT.lease_seconds,
+            renew_seconds=settings.PICOBOT.lease_renew_seconds,
             held=self.held_leases,
             on_lost=self.lease_lost,
         )
@@ -139,14 +139,14 @@ class AgentWorker:
         self.load.start()
         self._loops.append(asyncio.ensure_future(self._scan_loop()))
         self._loops.append(asyncio.ensure_future(self._group_refresh_loop()))
-        cleanup_seconds = float(settings.PICOBOT["SESSION_CLEANUP_MINUTES"]) * 60
+        cleanup_seconds = settings.PICOBOT.session_cleanup_minutes * 60
         if cleanup_seconds > 0:  # evicts idle runtime sessions; never dies on an error (seed 004 §6.4)
             self._loops.append(asyncio.ensure_future(self.sessions.run_cleanup(cleanup_seconds)))
         await asyncio.wait_for(self.consumer_ready.wait(), timeout=10)
 
     async def _group_refresh_loop(self) -> None:
         """Re-join the workers group periodically: layers drop members after ``group_expiry``."""
-        interval = float(settings.PICOBOT["GROUP_REFRESH_SECONDS"])
+        interval = settings.PICOBOT.group_refresh_seconds
         while True:
             await asyncio.sleep(interval)
             if self.consumer_channel:
@@ -232,7 +232,7 @@ class AgentWorker:
     async def _run_dialog(
         self, dialog_id: str, executor: DialogExecutor, takeover: storage.Takeover | None = None
     ) -> None:
-        lease_ms = int(settings.PICOBOT["LEASE_SECONDS"] * 1000)
+        lease_ms = int(settings.PICOBOT.lease_seconds * 1000)
         try:
             claim, first = await run_storage(
                 claim_and_begin, dialog_id, self.worker_id, lease_ms, takeover,
@@ -321,7 +321,7 @@ class AgentWorker:
         self.lapsed_leases = lapsed
 
     async def _scan_loop(self) -> None:
-        interval = float(settings.PICOBOT["INBOX_SCAN_SECONDS"])
+        interval = settings.PICOBOT.inbox_scan_seconds
         while True:
             try:
                 await self.scan_once()

@@ -40,7 +40,7 @@ def _new_dialog(owner: Any, channel: str, chat_id: str, title: str | None = None
 
 
 def _configured_model() -> str:
-    return settings.PICOBOT.get("LLM_MODEL") or settings.PICOBOT.get("LLM_PROVIDER") or "replay"
+    return settings.PICOBOT.llm_model or settings.PICOBOT.llm_provider or "replay"
 
 
 def active_dialog(owner: Any, channel: str, chat_id: str) -> Dialog:
@@ -101,7 +101,7 @@ def _most_recent_live(owner: Any, channel: str, chat_id: str, *, exclude: str | 
 
 def session_ttl_ms() -> int:
     """The idle TTL of a chat's active dialog in ms (``PICOBOT_SESSION_TTL_HOURS``; 0 = never)."""
-    return int(float(settings.PICOBOT.get("SESSION_TTL_HOURS", 24.0)) * 3_600_000)
+    return int(settings.PICOBOT.session_ttl_hours * 3_600_000)
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def accept_message(
             return AcceptedMessage(str(sql.as_uuid(inbox_id)), dialog_id, _queued_ahead(dialog_id, position), True)
     resolved = resolve_dialog(owner, channel, chat_id, session_id)
     dialog = resolved.dialog
-    capacity = int(settings.PICOBOT["INBOX_CAPACITY"])
+    capacity = settings.PICOBOT.inbox_capacity
     try:
         with transaction.atomic():
             # Bump the position first: the UPDATE locks the dialog row, so concurrent sends count

@@ -39,7 +39,7 @@ def _get_executor() -> ThreadPoolExecutor:
     if _executor is None:
         sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
         # SQLite has one writer anyway; PostgreSQL gets a few threads (and connections).
-        workers = 1 if sqlite else int(settings.PICOBOT.get("STORAGE_THREADS", 4))
+        workers = 1 if sqlite else settings.PICOBOT.storage_threads
         _executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="picobot-storage")
     return _executor
 
@@ -70,7 +70,7 @@ async def run_storage(fn: Callable[..., T], *args: Any, retry: bool = True, **kw
     our own ``StorageError``s are answers, not glitches, and would fail the same way again. Raises
     the last exception when every attempt failed.
     """
-    delays = list(settings.PICOBOT["STORAGE_RETRY_DELAYS_MS"]) if retry else []
+    delays = list(settings.PICOBOT.storage_retry_delays_ms) if retry else []
     runner = sync_to_async(_call, thread_sensitive=False, executor=_get_executor())
     attempt = 0
     while True:

@@ -15,9 +15,6 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from conversations.agent.tool_registry import (
-    DEFAULT_MAX_ARGUMENT_BYTES,
-    DEFAULT_MAX_CONCURRENT_CALLS,
-    DEFAULT_RESULT_MAX_CHARS,
     BoundToolRegistry,
     Tool,
     ToolContext,
@@ -34,13 +31,13 @@ SETTING = "PICOBOT_TOOL_MODULES"
 def default_registry(modules: Iterable[str] | None = None) -> ToolRegistry:
     """The registry with PicoBot's built-in tools plus those of the plugin modules.
 
-    Results are bounded by ``settings.PICOBOT["TOOL_RESULT_MAX_CHARS"]``, the calls of one turn
-    running at once by ``settings.PICOBOT["MAX_TOOL_CALLS"]``, one call's argument text by
-    ``settings.PICOBOT["MAX_TOOL_ARGUMENT_BYTES"]`` (UTF-8 bytes); ``http_fetch`` follows
+    Results are bounded by ``settings.PICOBOT.tool_result_max_chars``, the calls of one turn
+    running at once by ``settings.PICOBOT.max_tool_calls``, one call's argument text by
+    ``settings.PICOBOT.max_tool_argument_bytes`` (UTF-8 bytes); ``http_fetch`` follows
     the ``HTTP_FETCH_*`` settings (``FetchPolicy.from_settings``).
 
     Args:
-        modules: dotted module paths; default ``settings.PICOBOT["TOOL_MODULES"]``.
+        modules: dotted module paths; default ``settings.PICOBOT.tool_modules``.
 
     Raises:
         ImproperlyConfigured: a module cannot be imported, has no callable ``register``, or its
@@ -55,12 +52,12 @@ def default_registry(modules: Iterable[str] | None = None) -> ToolRegistry:
 
     registry = ToolRegistry(
         [current_time_tool(), *memory_tools(), *plan_tools(), http_fetch_tool()],
-        max_result_chars=int(settings.PICOBOT.get("TOOL_RESULT_MAX_CHARS", DEFAULT_RESULT_MAX_CHARS)),
-        max_concurrent_calls=int(settings.PICOBOT.get("MAX_TOOL_CALLS", DEFAULT_MAX_CONCURRENT_CALLS)),
-        max_argument_bytes=int(settings.PICOBOT.get("MAX_TOOL_ARGUMENT_BYTES", DEFAULT_MAX_ARGUMENT_BYTES)),
+        max_result_chars=settings.PICOBOT.tool_result_max_chars,
+        max_concurrent_calls=settings.PICOBOT.max_tool_calls,
+        max_argument_bytes=settings.PICOBOT.max_tool_argument_bytes,
     )
     if modules is None:
-        modules = settings.PICOBOT.get("TOOL_MODULES") or ()
+        modules = settings.PICOBOT.tool_modules or ()
     for path in modules:
         load_tool_module(str(path).strip(), registry)
     return registry

@@ -398,7 +398,7 @@ async def test_send_message_validates_like_the_websocket(alice):
 
 
 async def test_a_full_inbox_answers_429(alice, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "INBOX_CAPACITY": 2}
+    settings.PICOBOT = settings.PICOBOT.replace(inbox_capacity=2)
     sid = (await new_dialog(alice))["session_id"]
     for text in ("a", "b"):
         assert (await alice.post(f"/dialogs/{sid}/messages", json={"content": text})).status_code == 202

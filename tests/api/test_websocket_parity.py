@@ -156,7 +156,7 @@ def fresh_control_supervisor():
 async def test_compact_runs_in_the_background_and_notifies_the_chat(
     connect, start_worker, alice, settings, fresh_control_supervisor
 ):
-    settings.PICOBOT = {**settings.PICOBOT, "COMPACT_KEEP_MESSAGES": 1}
+    settings.PICOBOT = settings.PICOBOT.replace(compact_keep_messages=1)
     await start_worker(ScriptedProvider([
         script_text("First answer."), script_text("Second answer."), script_text("Summary: the user said hi twice."),
     ]))

@@ -18,13 +18,7 @@ from conversations.runtime.worker import AgentWorker
 @pytest.fixture(autouse=True)
 def fast_picobot(settings: object) -> None:
     """Short scan/renew intervals and retry delays so tests never wait on production timers."""
-    settings.PICOBOT = {
-        **settings.PICOBOT,
-        "INBOX_SCAN_SECONDS": 0.2,
-        "LEASE_RENEW_SECONDS": 0.5,
-        "WS_SNAPSHOT_INTERVAL_MS": 1,
-        "STORAGE_RETRY_DELAYS_MS": [10, 20, 30],
-    }
+    settings.PICOBOT = settings.PICOBOT.replace(inbox_scan_seconds=0.2, lease_renew_seconds=0.5, ws_snapshot_interval_ms=1, storage_retry_delays_ms=[10, 20, 30])
 
 
 @pytest.fixture(autouse=True)

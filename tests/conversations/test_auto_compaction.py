@@ -231,9 +231,7 @@ def dialog_state(session_id: str) -> dict:
 
 
 def small_window(settings, window: int = WINDOW, **extra) -> None:
-    settings.PICOBOT = {
-        **settings.PICOBOT, "LLM_CONTEXT_WINDOW": window, "COMPACT_THRESHOLD": 0.8, "AUTO_TITLE_AFTER": 0, **extra
-    }
+    settings.PICOBOT = settings.PICOBOT.replace(llm_context_window=window, compact_threshold=0.8, auto_title_after=0, **extra)
 
 
 async def send(client, content: str) -> dict:
@@ -327,7 +325,7 @@ async def test_error_tool_results_survive_microcompact_and_nothing_is_stored(con
 async def test_a_hanging_summary_call_ends_at_its_time_bound_visibly_and_the_dialog_goes_on(
     connect, start_worker, settings
 ):
-    small_window(settings, COMPACT_TIMEOUT=0.3)
+    small_window(settings, compact_timeout=0.3)
     provider = SummaryGate([script_text("Answer without a summary."), script_text("Second answer.")], hang=True)
     client = await connect(await make_token())
     session_id = (await client.until("ready"))["active_session_id"]
@@ -361,7 +359,7 @@ async def test_a_hanging_summary_call_ends_at_its_time_bound_visibly_and_the_dia
 async def test_three_failures_in_a_row_switch_automatic_compaction_off_until_a_manual_compact(
     connect, start_worker, settings
 ):
-    small_window(settings, COMPACT_TIMEOUT=0.2)
+    small_window(settings, compact_timeout=0.2)
     provider = SummaryGate([script_text("One."), script_text("Two.")], hang=True)
     client = await connect(await make_token())
     session_id = (await client.until("ready"))["active_session_id"]

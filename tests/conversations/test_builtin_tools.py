@@ -786,9 +786,9 @@ async def test_http_fetch_stops_at_its_time_limit(servers):
 
 async def test_the_settings_configure_the_built_in_http_fetch(settings, servers):
     base, _, _ = servers
-    settings.PICOBOT = {**settings.PICOBOT, "HTTP_FETCH_ALLOW_PRIVATE": False, "HTTP_FETCH_MAX_BYTES": 64}
+    settings.PICOBOT = settings.PICOBOT.replace(http_fetch_allow_private=False, http_fetch_max_bytes=64)
     refused = await default_registry([]).run(call("http_fetch", {"url": f"{base}/big"}))
-    settings.PICOBOT = {**settings.PICOBOT, "HTTP_FETCH_ALLOW_PRIVATE": True}
+    settings.PICOBOT = settings.PICOBOT.replace(http_fetch_allow_private=True)
     allowed = await default_registry([]).run(call("http_fetch", {"url": f"{base}/big"}))
 
     assert refused.content == "Error: refused: 127.0.0.2 is loopback"

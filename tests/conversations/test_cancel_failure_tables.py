@@ -400,7 +400,7 @@ async def test_failure_row_a_fatal_tool_error_fails_the_turn_and_keeps_its_cause
 
 
 async def test_failure_row_the_turn_deadline_keeps_the_shown_text_interrupted(connect, start_worker, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "TURN_TIMEOUT": 0.5}
+    settings.PICOBOT = settings.PICOBOT.replace(turn_timeout=0.5)
     provider = SilentProvider([[TextDelta("Slow"), SILENCE]])
     client, _, _ = await begin(connect, start_worker, provider)
     turn = await terminal(client)
@@ -481,7 +481,7 @@ async def test_failure_row_a_key_echoed_by_the_provider_is_redacted_for_the_user
 @pytest.fixture
 def short_leases(settings):
     """Leases short enough to expire within a test, renewed often while renewals work."""
-    settings.PICOBOT = {**settings.PICOBOT, "LEASE_SECONDS": 0.6, "LEASE_RENEW_SECONDS": 0.05}
+    settings.PICOBOT = settings.PICOBOT.replace(lease_seconds=0.6, lease_renew_seconds=0.05)
 
 
 def break_renewals(monkeypatch) -> None:

@@ -269,7 +269,7 @@ async def test_connections_stay_in_their_chat_group_past_the_layers_group_expiry
     settings.CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"group_expiry": 1}}
     }
-    settings.PICOBOT = {**settings.PICOBOT, "GROUP_REFRESH_SECONDS": 0.2}
+    settings.PICOBOT = settings.PICOBOT.replace(group_refresh_seconds=0.2)
     client = await connect(await make_token())
     ready = await client.until("ready")
     await asyncio.sleep(1.5)

@@ -282,7 +282,7 @@ async def test_commands_are_answered_while_a_tool_of_the_same_dialog_runs(connec
 
 
 async def test_compact_summarises_older_history_and_reports_when_done(connect, start_worker, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "COMPACT_KEEP_MESSAGES": 2}
+    settings.PICOBOT = settings.PICOBOT.replace(compact_keep_messages=2)
     provider = ScriptedProvider(
         [script_text("one"), script_text("two"), script_text("three"),
          script_text("The user counted to three with the assistant.")]
@@ -303,7 +303,7 @@ async def test_compact_summarises_older_history_and_reports_when_done(connect, s
 
 
 async def test_compact_failure_is_reported_and_changes_nothing(connect, start_worker, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "COMPACT_KEEP_MESSAGES": 1}
+    settings.PICOBOT = settings.PICOBOT.replace(compact_keep_messages=1)
     from providers.errors import ServerError
 
     await start_worker(ScriptedProvider([script_text("one"), script_text("two"), ServerError("boom", http_status=500)]))

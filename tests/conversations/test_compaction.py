@@ -278,7 +278,7 @@ async def test_the_offline_provider_and_a_deleted_dialog_are_refused():
 async def test_after_a_compaction_the_next_turn_sees_the_summary_and_only_the_newer_rows(
     connect, start_worker, settings
 ):
-    settings.PICOBOT = {**settings.PICOBOT, "AUTO_TITLE_AFTER": 0}
+    settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=0)
     provider = ScriptedProvider(
         [
             script_text("Answer one."),

@@ -56,7 +56,7 @@ def rows() -> list[Message]:
 
 @pytest.fixture(autouse=True)
 def no_auto_titles(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "AUTO_TITLE_AFTER": 0}
+    settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=0)
 
 
 @pytest.mark.django_db(transaction=True)

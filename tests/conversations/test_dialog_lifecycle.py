@@ -48,7 +48,7 @@ def run_one_turn(dialog: Dialog) -> None:
 
 @pytest.mark.django_db
 def test_an_active_dialog_idle_past_the_ttl_is_replaced_on_the_next_message(alice, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "SESSION_TTL_HOURS": 24}
+    settings.PICOBOT = settings.PICOBOT.replace(session_ttl_hours=24)
     old = storage.active_dialog(alice, CHANNEL, "c")
     age(old, 25)
     accepted = storage.accept_message(alice, CHANNEL, "c", "back again")
@@ -64,7 +64,7 @@ def test_an_active_dialog_idle_past_the_ttl_is_replaced_on_the_next_message(alic
 @pytest.mark.django_db
 def test_switching_back_to_an_idle_dialog_continues_it(alice, settings):
     """QA finding: /switch to the old dialog must not be undone by another idle reset."""
-    settings.PICOBOT = {**settings.PICOBOT, "SESSION_TTL_HOURS": 1}
+    settings.PICOBOT = settings.PICOBOT.replace(session_ttl_hours=1)
     old = storage.active_dialog(alice, CHANNEL, "c")
     age(old, 5)
     new = storage.accept_message(alice, CHANNEL, "c", "after a break").session_id
@@ -81,7 +81,7 @@ def test_switching_back_to_an_idle_dialog_continues_it(alice, settings):
     ids=["inside-ttl", "empty-dialog", "ttl-0-never", "short-ttl"],
 )
 def test_idle_reset_rules(alice, settings, ttl_hours, idle_hours, messages, replaced):
-    settings.PICOBOT = {**settings.PICOBOT, "SESSION_TTL_HOURS": ttl_hours}
+    settings.PICOBOT = settings.PICOBOT.replace(session_ttl_hours=ttl_hours)
     old = storage.active_dialog(alice, CHANNEL, "c")
     age(old, idle_hours, messages=messages)
     accepted = storage.accept_message(alice, CHANNEL, "c", "hi")
@@ -90,7 +90,7 @@ def test_idle_reset_rules(alice, settings, ttl_hours, idle_hours, messages, repl
 
 @pytest.mark.django_db
 def test_an_explicit_session_id_or_a_busy_dialog_is_never_reset(alice, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "SESSION_TTL_HOURS": 1}
+    settings.PICOBOT = settings.PICOBOT.replace(session_ttl_hours=1)
     old = storage.active_dialog(alice, CHANNEL, "c")
     age(old, 5)
     assert storage.accept_message(alice, CHANNEL, "c", "to it", session_id=old.id).session_id == old.id
@@ -219,7 +219,7 @@ def test_inbound_sender_time_reply_to_and_context_are_kept_but_not_shown(alice):
 
 @pytest.mark.django_db(transaction=True)
 async def test_the_client_is_told_about_an_idle_reset_before_the_ack(connect, start_worker, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "SESSION_TTL_HOURS": 24}
+    settings.PICOBOT = settings.PICOBOT.replace(session_ttl_hours=24)
     await start_worker(ScriptedProvider([script_text("first"), script_text("fresh start")]))
     client = await connect(await make_token())
     ready = await client.until("ready")

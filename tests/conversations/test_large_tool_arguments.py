@@ -81,7 +81,7 @@ async def test_arguments_over_the_cap_get_an_error_result_without_being_parsed(p
 
 def test_the_cap_comes_from_the_settings(settings):
     assert default_registry([]).max_argument_bytes == DEFAULT_MAX_ARGUMENT_BYTES == 256 * 1024
-    settings.PICOBOT = {**settings.PICOBOT, "MAX_TOOL_ARGUMENT_BYTES": 5000}
+    settings.PICOBOT = settings.PICOBOT.replace(max_tool_argument_bytes=5000)
     registry = default_registry([])
     assert registry.max_argument_bytes == 5000
     assert registry.bind(registry_module.ToolContext("cli_chat:u:d")).max_argument_bytes == 5000

@@ -34,12 +34,12 @@ ANSWER = "Forty two, after a long wait."
 @pytest.fixture
 def short_leases(settings):
     """A 0.6 s lease renewed every 0.1 s: a block of a second or two outlives it several times."""
-    settings.PICOBOT = {**settings.PICOBOT, "LEASE_SECONDS": 0.6, "LEASE_RENEW_SECONDS": 0.1, "INBOX_SCAN_SECONDS": 0.1}
+    settings.PICOBOT = settings.PICOBOT.replace(lease_seconds=0.6, lease_renew_seconds=0.1, inbox_scan_seconds=0.1)
 
 
 @pytest.fixture
 def quick_reconcile(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "RECONCILE_QUIET_SECONDS": 0.3}
+    settings.PICOBOT = settings.PICOBOT.replace(reconcile_quiet_seconds=0.3)
 
 
 @database_sync_to_async
@@ -301,7 +301,7 @@ async def test_deleting_a_dialog_with_a_running_turn_sends_no_rebuilt_terminal(c
 
 
 async def test_a_quiet_period_of_zero_turns_the_lookups_off(connect, start_worker, monkeypatch, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "RECONCILE_QUIET_SECONDS": 0}
+    settings.PICOBOT = settings.PICOBOT.replace(reconcile_quiet_seconds=0)
     reads: list[tuple] = []
     monkeypatch.setattr("conversations.storage.turn_states", lambda *args: reads.append(args) or [])
     await start_worker(ScriptedProvider([script_text(ANSWER)], delay=0.01))

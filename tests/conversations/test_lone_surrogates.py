@@ -44,7 +44,7 @@ ANY_OBJECT = {"type": "object", "properties": {}}
 
 @pytest.fixture(autouse=True)
 def no_auto_titles(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "AUTO_TITLE_AFTER": 0}
+    settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=0)
 
 
 async def start(connect, start_worker, provider, content="hi", **options):

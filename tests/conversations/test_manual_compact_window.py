@@ -77,7 +77,7 @@ def test_rows_to_keep_is_at_most_the_configured_count_and_fewer_when_they_do_not
 
 @pytest.mark.django_db(transaction=True)
 async def test_manual_compact_compacts_sixteen_rows_too_big_for_a_small_window(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_CONTEXT_WINDOW": 16000, "COMPACT_KEEP_MESSAGES": 20}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_context_window=16000, compact_keep_messages=20)
     dialog = await seed(pairs(8, 40000))  # the QA's shape: 16 rows of ~40 KB
 
     outcome = await compact_dialog(dialog.id, ScriptedProvider([script_text(SUMMARY)]), timeout=5)
@@ -93,7 +93,7 @@ async def test_manual_compact_compacts_sixteen_rows_too_big_for_a_small_window(s
 
 @pytest.mark.django_db(transaction=True)
 async def test_manual_compact_keeps_the_rows_that_fit_and_never_splits_a_tool_call_from_its_result(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_CONTEXT_WINDOW": 16000, "COMPACT_KEEP_MESSAGES": 20}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_context_window=16000, compact_keep_messages=20)
     tail = [
         {"role": "user", "content": "q6 " + "x" * 8000},
         {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "clock", "arguments": {}}]},

@@ -54,7 +54,7 @@ def test_the_mid_turn_message_claims_shortening_only_when_the_request_was_shorte
 
 @pytest.fixture
 def window_8000(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_CONTEXT_WINDOW": 8000, "AUTO_TITLE_AFTER": 0}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_context_window=8000, auto_title_after=0)
 
 
 async def test_a_later_request_with_nothing_to_cut_fails_without_claiming_a_compaction(

@@ -251,7 +251,7 @@ def test_a_history_page_reaching_the_first_row_has_no_more():
 
 
 def test_the_process_wide_manager_uses_the_configured_ttl(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "SESSION_TTL_HOURS": 2.5}
+    settings.PICOBOT = settings.PICOBOT.replace(session_ttl_hours=2.5)
     sessions_module.reset_session_manager()
     try:
         manager = sessions_module.session_manager()
@@ -404,7 +404,7 @@ def fresh_full_load_input(dialog_id: str, upto_seq: int) -> list[dict]:
         for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq, seq__lte=upto_seq)
     ]
     messages = build_turn_input(
-        django_settings.PICOBOT["SYSTEM_PROMPT"], rows, runtime_context="ctx", summary=dialog.summary
+        django_settings.PICOBOT.system_prompt, rows, runtime_context="ctx", summary=dialog.summary
     )
     return without_runtime_context(messages)
 
@@ -653,7 +653,7 @@ async def test_a_live_dialogs_history_page_from_memory_equals_the_db_page_and_le
 
 @e2e
 async def test_the_worker_runs_the_cleanup_loop_at_the_configured_interval_until_stopped(start_worker, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "SESSION_CLEANUP_MINUTES": 0.5}
+    settings.PICOBOT = settings.PICOBOT.replace(session_cleanup_minutes=0.5)
     intervals: list[float] = []
 
     class Recording(SessionManager):

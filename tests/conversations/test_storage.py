@@ -146,7 +146,7 @@ def test_a_message_to_an_unknown_dialog_is_not_found(alice):
 
 
 def test_the_33rd_queued_message_is_refused(alice, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "INBOX_CAPACITY": 32}
+    settings.PICOBOT = settings.PICOBOT.replace(inbox_capacity=32)
     for i in range(32):
         accept(alice, f"m{i}")
 
@@ -162,7 +162,7 @@ def test_the_33rd_queued_message_is_refused(alice, settings):
 
 
 def test_a_full_inbox_accepts_again_once_a_queued_message_has_started(alice, dialog, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "INBOX_CAPACITY": 2}
+    settings.PICOBOT = settings.PICOBOT.replace(inbox_capacity=2)
     accept(alice, "m1", session_id=dialog.id)
     accept(alice, "m2", session_id=dialog.id)
     with pytest.raises(storage.InboxFullError):

@@ -298,7 +298,7 @@ async def send_and_commit(client, content: str, msg_id: str) -> dict:
 
 @pytest.mark.django_db(transaction=True)
 async def test_after_the_nth_user_message_the_chat_receives_the_generated_title(connect, start_worker, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "AUTO_TITLE_AFTER": 2}
+    settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=2)
     provider = TitleRoutingProvider(
         turns=[
             script_text("Kyoto is lovely in autumn.", reasoning="SECRET-REASONING one"),
@@ -338,7 +338,7 @@ async def test_after_the_nth_user_message_the_chat_receives_the_generated_title(
 async def test_a_provider_error_while_titling_is_a_warning_and_the_dialog_keeps_working(
     connect, start_worker, settings, caplog
 ):
-    settings.PICOBOT = {**settings.PICOBOT, "AUTO_TITLE_AFTER": 2}
+    settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=2)
     provider = TitleRoutingProvider(
         turns=[script_text("One."), script_text("Two."), script_text("Three.")],
         titles=[ServerError("upstream exploded", http_status=500)],
@@ -364,7 +364,7 @@ async def test_a_provider_error_while_titling_is_a_warning_and_the_dialog_keeps_
 
 @pytest.mark.django_db(transaction=True)
 async def test_stopping_the_worker_cancels_a_title_in_flight(connect, start_worker, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "AUTO_TITLE_AFTER": 1}
+    settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=1)
     provider = TitleRoutingProvider(
         turns=[script_text("Hello.")], titles=[script_text("Never Used")], gate=asyncio.Event()
     )

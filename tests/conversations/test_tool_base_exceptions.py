@@ -173,7 +173,7 @@ def stored() -> list[tuple]:
     [(cancels_itself, "CancelledError"), (exits, "SystemExit"), (generator_exit, "GeneratorExit")],
 )
 async def test_the_turn_completes_with_an_error_result_and_no_false_stop(connect, start_worker, settings, handler, kind):
-    settings.PICOBOT = {**settings.PICOBOT, "AUTO_TITLE_AFTER": 0}
+    settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=0)
     provider = ScriptedProvider([two_calls("bad", "ok"), script_text("answer")])
     tools = ToolRegistry([tool("bad", handler), tool("ok", ok)])
     client = await start(connect, start_worker, provider, tools=tools)

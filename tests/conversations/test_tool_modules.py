@@ -46,13 +46,13 @@ def add_echo(registry: ToolRegistry) -> None:
 
 
 def test_no_modules_means_the_built_in_tools(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "TOOL_MODULES": []}
+    settings.PICOBOT = settings.PICOBOT.replace(tool_modules=[])
     assert [d.name for d in default_registry().definitions()] == BUILT_IN
 
 
 async def test_modules_from_the_setting_add_their_tools(settings, plugin):
     plugin("picobot_test_echo_tools", add_echo)
-    settings.PICOBOT = {**settings.PICOBOT, "TOOL_MODULES": ["tests.e2e.slow_tools", "picobot_test_echo_tools"]}
+    settings.PICOBOT = settings.PICOBOT.replace(tool_modules=["tests.e2e.slow_tools", "picobot_test_echo_tools"])
     registry = default_registry()
     assert [d.name for d in registry.definitions()] == [*BUILT_IN, "slow_tool", "echo"]
     outcome = await registry.run(ToolCall(id="c1", name="echo", arguments_json='{"text": "hi"}'))
@@ -61,7 +61,7 @@ async def test_modules_from_the_setting_add_their_tools(settings, plugin):
 
 def test_explicit_modules_override_the_setting(settings, plugin):
     plugin("picobot_test_echo_tools", add_echo)
-    settings.PICOBOT = {**settings.PICOBOT, "TOOL_MODULES": ["no.such.module"]}
+    settings.PICOBOT = settings.PICOBOT.replace(tool_modules=["no.such.module"])
     assert "echo" in default_registry(["picobot_test_echo_tools", " "])
 
 
@@ -81,7 +81,7 @@ def test_a_bad_tool_module_is_a_configuration_error_naming_the_setting(settings,
         plugin(path)
     elif register == "boom":
         plugin(path, boom)
-    settings.PICOBOT = {**settings.PICOBOT, "TOOL_MODULES": [path]}
+    settings.PICOBOT = settings.PICOBOT.replace(tool_modules=[path])
     with pytest.raises(ImproperlyConfigured) as failed:
         default_registry()
     message = str(failed.value)
@@ -92,8 +92,8 @@ def test_a_bad_tool_module_is_a_configuration_error_naming_the_setting(settings,
 
 def test_the_worker_builds_its_registry_from_the_setting_at_construction(settings, plugin):
     plugin("picobot_test_echo_tools", add_echo)
-    settings.PICOBOT = {**settings.PICOBOT, "TOOL_MODULES": ["picobot_test_echo_tools"]}
+    settings.PICOBOT = settings.PICOBOT.replace(tool_modules=["picobot_test_echo_tools"])
     assert "echo" in AgentWorker("t:1", provider=ScriptedProvider([])).tools
-    settings.PICOBOT = {**settings.PICOBOT, "TOOL_MODULES": ["picobot_no_such_tools_module"]}
+    settings.PICOBOT = settings.PICOBOT.replace(tool_modules=["picobot_no_such_tools_module"])
     with pytest.raises(ImproperlyConfigured, match="PICOBOT_TOOL_MODULES"):
         AgentWorker("t:2", provider=ScriptedProvider([]))

@@ -326,7 +326,7 @@ async def test_a_crashing_tool_becomes_an_error_result_instead_of_raising():
 async def test_a_crash_is_logged_once_redacted_on_one_line_under_the_results_ref(caplog, settings):
     """QA: the log held ``RuntimeError: boom with key sk-SECRET123 and password=hunter2`` raw, and
     a multi-line message could forge log lines."""
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_API_KEY": "configured-llm-key-4711"}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_api_key="configured-llm-key-4711")
 
     async def crash(arguments: dict) -> str:
         try:
@@ -499,7 +499,7 @@ def test_truncate_result_bounds():
 
 def test_the_default_registry_takes_its_result_bound_from_the_settings(settings):
     assert default_registry([]).max_result_chars == DEFAULT_RESULT_MAX_CHARS == 16000
-    settings.PICOBOT = {**settings.PICOBOT, "TOOL_RESULT_MAX_CHARS": 1234}
+    settings.PICOBOT = settings.PICOBOT.replace(tool_result_max_chars=1234)
     assert default_registry([]).max_result_chars == 1234
 
 
@@ -623,6 +623,6 @@ async def test_a_call_waiting_for_a_slot_starts_its_time_limit_only_when_it_runs
 
 def test_the_default_registry_takes_its_concurrency_bound_from_the_settings(settings):
     assert default_registry([]).max_concurrent_calls == DEFAULT_MAX_CONCURRENT_CALLS == 16
-    settings.PICOBOT = {**settings.PICOBOT, "MAX_TOOL_CALLS": 3}
+    settings.PICOBOT = settings.PICOBOT.replace(max_tool_calls=3)
     registry = default_registry([])
     assert registry.max_concurrent_calls == 3 and registry.bind(CONTEXT).max_concurrent_calls == 3

@@ -148,7 +148,7 @@ def test_turn_failed_error_carries_its_failure():
 
 
 def test_the_configured_api_key_is_redacted_from_details(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_API_KEY": "custom-configured-key-777"}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_api_key="custom-configured-key-777")
     failure = TurnFailure.of(TurnFailureKind.PROVIDER, detail="echo: custom-configured-key-777")
     assert failure.detail == "echo: [redacted]"
 
@@ -265,7 +265,7 @@ async def test_reasoning_alone_is_no_partial_answer():
 
 @pytest.mark.parametrize("placeholder", ["ollama", "EMPTY", "none", "test", "dummy", "lm-studio", "not-needed"])
 def test_a_placeholder_api_key_does_not_redact_ordinary_words(settings, placeholder):
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_API_KEY": placeholder}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_api_key=placeholder)
     text = f"model '{placeholder}/llama3' not found; none of the test models match"
 
     assert redact(text, configured_secrets()) == text
@@ -311,7 +311,7 @@ def test_a_logged_traceback_is_one_bounded_line_that_keeps_its_head_and_tail(cap
 def test_configured_secrets_come_from_the_registered_sources_a_failing_one_gives_nothing(settings, monkeypatch):
     from conversations.agent import log_safety
 
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_API_KEY": "sk-live-key-123456"}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_api_key="sk-live-key-123456")
     assert "sk-live-key-123456" in configured_secrets(), "the app registers its settings at start-up"
 
     def broken() -> list[str]:

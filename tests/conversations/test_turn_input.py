@@ -353,8 +353,8 @@ async def run_one(client, content: str) -> dict:
 async def test_after_an_overflow_the_retried_request_has_the_system_prompt_and_runtime_context_once(
     connect, start_worker, settings
 ):
-    settings.PICOBOT = {**settings.PICOBOT, "AUTO_TITLE_AFTER": 0}
-    system_prompt = django_settings.PICOBOT["SYSTEM_PROMPT"]
+    settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=0)
+    system_prompt = django_settings.PICOBOT.system_prompt
     async with LocalSSEServer(handler=WindowedUpstream()) as server:
         client = await connect(await make_token())
         session_id = (await client.until("ready"))["active_session_id"]
@@ -381,7 +381,7 @@ async def test_after_an_overflow_the_retried_request_has_the_system_prompt_and_r
 
 
 async def test_a_second_overflow_fails_the_turn_clearly_and_stores_no_answer(connect, start_worker, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "AUTO_TITLE_AFTER": 0}
+    settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=0)
     async with LocalSSEServer(handler=WindowedUpstream(always=True)) as server:
         client = await connect(await make_token())
         session_id = (await client.until("ready"))["active_session_id"]
@@ -415,7 +415,7 @@ async def test_an_overflow_after_text_was_shown_is_not_retried(connect, start_wo
 
 
 async def test_a_stop_during_automatic_compaction_cancels_the_turn(connect, start_worker, settings):
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_CONTEXT_WINDOW": 4000, "AUTO_TITLE_AFTER": 0}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_context_window=4000, auto_title_after=0)
 
     class Hanging(ScriptedProvider):
         entered = asyncio.Event()

@@ -137,7 +137,7 @@ def stored_rows() -> list[tuple[str, str, str]]:
 async def test_a_long_answer_is_cut_at_the_cap_kept_interrupted_and_the_next_turn_works(
     connect, start_worker, settings
 ):
-    settings.PICOBOT = {**settings.PICOBOT, "MAX_TURN_OUTPUT_CHARS": 25}
+    settings.PICOBOT = settings.PICOBOT.replace(max_turn_output_chars=25)
     long_answer = [TextChunk("0123456789") for _ in range(1000)] + [Done("stop")]
     await start_worker(ScriptedProvider([long_answer, script_text("Short again.")]))
     client = await connect(await make_token())

@@ -203,7 +203,7 @@ THREE_DUMPS = calls(("d1", "dump"), ("d2", "dump"), ("d3", "dump"))
 
 @pytest.fixture
 def window_8000(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_CONTEXT_WINDOW": 8000, "AUTO_TITLE_AFTER": 0}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_context_window=8000, auto_title_after=0)
 
 
 async def test_a_request_after_large_tool_results_is_fitted_to_the_window_and_history_keeps_them(
@@ -510,7 +510,7 @@ async def test_an_automatic_summary_cut_off_at_max_tokens_is_refused_and_the_tur
 
 
 async def test_a_manual_compact_refuses_an_oversized_summary(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_CONTEXT_WINDOW": 8000}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_context_window=8000)
     dialog = await seed_dialog(30, 400)
     with pytest.raises(CompactionError, match="too long to use"):
         await compact_dialog(dialog.id, ScriptedProvider([script_text(HUGE_SUMMARY)]), keep=4)

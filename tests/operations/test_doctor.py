@@ -45,10 +45,7 @@ def closed_port() -> int:
 
 
 def use_openai(settings, base_url: str) -> None:
-    settings.PICOBOT = {
-        **settings.PICOBOT, "LLM_PROVIDER": "openai", "LLM_BASE_URL": base_url, "LLM_MODEL": "test-model",
-        "LLM_API_KEY": KEY,
-    }
+    settings.PICOBOT = settings.PICOBOT.replace(llm_provider="openai", llm_base_url=base_url, llm_model="test-model", llm_api_key=KEY)
 
 
 def test_a_wrong_provider_url_is_a_failure_naming_the_setting_and_the_connection_error(settings):
@@ -91,7 +88,7 @@ def test_a_malformed_ipv6_base_url_names_the_setting(settings):
 
 
 def test_the_embedded_defaults_pass_with_a_warning_for_the_replay_provider(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_PROVIDER": ""}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_provider="replay")
     text, error = doctor()
     assert error is None, text
     assert line(text, "database").startswith("OK") and "all migrations applied" in text
@@ -164,7 +161,7 @@ def test_no_llm_request_only_builds_the_provider(settings, fake_openai):
 
 
 def test_a_configuration_error_names_the_variable(settings):
-    settings.PICOBOT = {**settings.PICOBOT, "LLM_PROVIDER": "openai", "LLM_MODEL": ""}
+    settings.PICOBOT = settings.PICOBOT.replace(llm_provider="openai", llm_model="")
     text, error = doctor()
     assert error is not None and "PICOBOT_LLM_MODEL" in line(text, "LLM provider")
 
@@ -206,3 +203,11 @@ def test_unapplied_migrations_fail_with_the_migrate_command(monkeypatch):
     assert error is not None
     assert "migration(s) not applied: conversations.0003_sessions_titles_context" in line(text, "database")
     assert "python manage.py migrate" in line(text, "database")
+
+
+def test_the_configuration_line_names_the_changed_variables_without_their_values(settings):
+    settings.PICOBOT = settings.PICOBOT.replace(inbox_capacity=5, llm_api_key="sk-doctor-secret-0123456789")
+    text, _ = doctor()
+    said = line(text, "configuration")
+    assert said.startswith("OK") and "PICOBOT_INBOX_CAPACITY" in said and "PICOBOT_LLM_API_KEY" in said
+    assert "sk-doctor-secret" not in text and "PICOBOT_LLM_IDLE_TIMEOUT" not in said

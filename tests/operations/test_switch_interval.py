@@ -19,17 +19,17 @@ def restore_interval():
 
 
 def test_the_setting_becomes_the_switch_interval_and_zero_keeps_pythons(settings, restore_interval):
-    settings.PICOBOT = {**settings.PICOBOT, "SWITCH_INTERVAL_MS": 2.5}
+    settings.PICOBOT = settings.PICOBOT.replace(switch_interval_ms=2.5)
     assert apply_switch_interval() == pytest.approx(0.0025) == sys.getswitchinterval()
-    settings.PICOBOT = {**settings.PICOBOT, "SWITCH_INTERVAL_MS": 0}
+    settings.PICOBOT = settings.PICOBOT.replace(switch_interval_ms=0)
     assert apply_switch_interval() == pytest.approx(0.0025), "0: left as it is"
 
 
 def test_the_default_is_one_millisecond(settings, restore_interval):
     from picobot_site import settings as site
 
-    assert site.PICOBOT["SWITCH_INTERVAL_MS"] == 1.0
-    settings.PICOBOT = {**settings.PICOBOT, "SWITCH_INTERVAL_MS": site.PICOBOT["SWITCH_INTERVAL_MS"]}
+    assert site.PICOBOT.switch_interval_ms == 1.0
+    settings.PICOBOT = settings.PICOBOT.replace(switch_interval_ms=site.PICOBOT.switch_interval_ms)
     assert apply_switch_interval() == pytest.approx(0.001)
 
 
@@ -39,7 +39,7 @@ def test_runagent_applies_it_before_its_loop_runs(settings, restore_interval, mo
 
     from django.core.management import call_command
 
-    settings.PICOBOT = {**settings.PICOBOT, "SWITCH_INTERVAL_MS": 3.0}
+    settings.PICOBOT = settings.PICOBOT.replace(switch_interval_ms=3.0)
     seen: list[float] = []
 
     def fake_run(coro):  # runagent's loop: record the interval in force, run nothing

@@ -2,48 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from providers.anthropic import AnthropicProvider
+from providers.config import ProviderConfig
 from providers.factory import build_provider
 from providers.openai_compat import OpenAICompatProvider
 from providers.replay import ReplayProvider
 
-BASE = {
-    "LLM_PROVIDER": "",
-    "LLM_BASE_URL": "",
-    "LLM_API_KEY": "",
-    "LLM_MODEL": "",
-    "LLM_MAX_TOKENS": 4096,
-    "LLM_THINK_TAGS": True,
-    "LLM_IMPLICIT_THINK_START": False,
-    "LLM_CONNECT_TIMEOUT": 10.0,
-    "LLM_FIRST_BYTE_TIMEOUT": 60.0,
-    "LLM_IDLE_TIMEOUT": 60.0,
-    "LLM_MAX_RETRIES": 2,
-    "REPLAY_DIR": "",
-}
+BASE = ProviderConfig(provider="", base_url="", api_key="", model="", max_tokens=4096, think_tags=True, implicit_think_start=False, connect_timeout=10.0, first_byte_timeout=60.0, idle_timeout=60.0, max_retries=2, replay_dir="")
 
 
 @pytest.mark.parametrize("kind", ["", "replay", "REPLAY"])
 def test_no_provider_means_replay(kind: str) -> None:
-    provider = build_provider({**BASE, "LLM_PROVIDER": kind})
+    provider = build_provider(replace(BASE, provider=kind))
     assert isinstance(provider, ReplayProvider) and provider.offline
 
 
 def test_openai_takes_every_setting() -> None:
     provider = build_provider(
-        {
-            **BASE,
-            "LLM_PROVIDER": "openai",
-            "LLM_BASE_URL": "http://localhost:11434/v1",
-            "LLM_MODEL": "qwen3",
-            "LLM_THINK_TAGS": False,
-            "LLM_IMPLICIT_THINK_START": True,
-            "LLM_IDLE_TIMEOUT": 5.0,
-            "LLM_FIRST_BYTE_TIMEOUT": 7.0,
-            "LLM_MAX_RETRIES": 0,
-        }
+        replace(BASE, provider="openai", base_url="http://localhost:11434/v1", model="qwen3", think_tags=False, implicit_think_start=True, idle_timeout=5.0, first_byte_timeout=7.0, max_retries=0)
     )
     assert isinstance(provider, OpenAICompatProvider) and not provider.offline
     assert (provider.base_url, provider.model, provider.max_tokens) == (
@@ -57,22 +37,22 @@ def test_openai_takes_every_setting() -> None:
 
 def test_openai_defaults_the_base_url_but_then_needs_a_key() -> None:
     provider = build_provider(
-        {**BASE, "LLM_PROVIDER": "openai", "LLM_MODEL": "gpt-4o-mini", "LLM_API_KEY": "sk-x"}
+        replace(BASE, provider="openai", model="gpt-4o-mini", api_key="sk-x")
     )
     assert provider.base_url == "https://api.openai.com/v1"
     with pytest.raises(ValueError, match="PICOBOT_LLM_API_KEY"):
-        build_provider({**BASE, "LLM_PROVIDER": "openai", "LLM_MODEL": "gpt-4o-mini"})
+        build_provider(replace(BASE, provider="openai", model="gpt-4o-mini"))
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 def test_a_model_is_required(kind: str) -> None:
     with pytest.raises(ValueError, match="PICOBOT_LLM_MODEL"):
-        build_provider({**BASE, "LLM_PROVIDER": kind, "LLM_API_KEY": "k"})
+        build_provider(replace(BASE, provider=kind, api_key="k"))
 
 
 def test_anthropic() -> None:
     provider = build_provider(
-        {**BASE, "LLM_PROVIDER": "anthropic", "LLM_MODEL": "claude-sonnet-4-5", "LLM_API_KEY": "k"}
+        replace(BASE, provider="anthropic", model="claude-sonnet-4-5", api_key="k")
     )
     assert isinstance(provider, AnthropicProvider)
     assert provider.base_url == "https://api.anthropic.com" and provider.name == "anthropic"
@@ -80,9 +60,9 @@ def test_anthropic() -> None:
 
 def test_unknown_provider_names_the_variable() -> None:
     with pytest.raises(ValueError, match="PICOBOT_LLM_PROVIDER"):
-        build_provider({**BASE, "LLM_PROVIDER": "gemini"})
+        build_provider(replace(BASE, provider="gemini"))
 
 
 def test_a_bad_replay_dir_names_the_variable(tmp_path) -> None:
     with pytest.raises(ValueError, match="PICOBOT_REPLAY_DIR"):
-        build_provider({**BASE, "REPLAY_DIR": str(tmp_path)})
+        build_provider(replace(BASE, replay_dir=str(tmp_path)))

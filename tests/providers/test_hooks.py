@@ -9,8 +9,9 @@ import httpx2
 import pytest
 
 from providers.chunks import Done, TextDelta
+from providers.config import ProviderConfig
 from providers.errors import OverloadedError, ProviderError, RequestBlockedError, StreamTruncatedError
-from providers.factory import ProviderConfig, build_provider
+from providers.factory import build_provider
 from providers.hooks import Block, HookContext, ProviderHooks
 from providers.messages import Message
 from providers.openai_compat import OpenAICompatProvider

@@ -17,8 +17,9 @@ import pytest
 
 from providers.anthropic import AnthropicProvider
 from providers.chunks import ProviderChunk, ReasoningDelta, TextDelta
+from providers.config import ProviderConfig
 from providers.errors import parse_retry_after
-from providers.factory import ProviderConfig, build_provider
+from providers.factory import build_provider
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import split_events, split_every, sse_body
 from providers.types import AssistantResponse

@@ -97,7 +97,7 @@ def require_database() -> None:
 def apply_switch_interval() -> float:
     """Set the interpreter's thread switch interval from ``PICOBOT_SWITCH_INTERVAL_MS`` (serve and
     runagent: an event loop beside storage threads). Returns the interval in force, seconds."""
-    interval_ms = float(settings.PICOBOT["SWITCH_INTERVAL_MS"])
+    interval_ms = settings.PICOBOT.switch_interval_ms
     if interval_ms > 0:
         sys.setswitchinterval(interval_ms / 1000)
     return sys.getswitchinterval()

@@ -1,4 +1,4 @@
-"""``manage.py doctor``: check that this PicoBot can run, and say how to fix what cannot (issue 7).
+"""``manage.py doctor``: check that this PicoBot can run, and say how to fix what cannot.
 
 Checks, one line each (``OK`` / ``WARN`` / ``FAIL``):
 
@@ -8,7 +8,8 @@ Checks, one line each (``OK`` / ``WARN`` / ``FAIL``):
 * LLM provider: the configuration builds (``providers.factory.build_provider``), and for a real
   provider one cheap authenticated request — a streamed completion of at most 1 token, no
   retries, short timeouts (DESIGN §8);
-* settings: ``DEBUG`` off, ``ALLOWED_HOSTS``, the secret key, a writable data directory (DESIGN
+* settings: the ``PICOBOT_*`` variables changed from their defaults (``settings.PICOBOT``, typed
+  and checked at start-up), ``DEBUG`` off, ``ALLOWED_HOSTS``, the secret key, a writable data directory (DESIGN
   §8–§9).
 
 Exits 1 (CommandError) when something FAILs. Secrets are never printed: URLs lose their
@@ -18,6 +19,7 @@ userinfo, provider errors are redacted by the provider.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import socket
@@ -27,7 +29,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
@@ -36,6 +38,10 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from conversations.management.commands._common import PicoBotCommand
+from picobot_site.config import env_name
+
+if TYPE_CHECKING:
+    from providers.config import ProviderConfig
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 _PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "secret-key", "insecure", "django-insecure", "dev", "test"}
@@ -71,7 +77,7 @@ def check_database() -> list[Check]:
     connection = connections[DEFAULT_DB_ALIAS]
     engine = connection.vendor
     where = settings.DATABASES[DEFAULT_DB_ALIAS].get("NAME", "")
-    shown = str(where) if engine == "sqlite" else _safe_url(os.environ.get("PICOBOT_DATABASE_URL", "")) or str(where)
+    shown = str(where) if engine == "sqlite" else _safe_url(settings.PICOBOT.database_url) or str(where)
     try:
         connection.ensure_connection()
         with connection.cursor() as cursor:
@@ -142,16 +148,16 @@ def check_channel_layer(timeout: float) -> list[Check]:
 # --- LLM provider ------------------------------------------------------------------------------
 
 
-def _provider_config(timeout: float) -> dict[str, Any]:
-    config = dict(settings.PICOBOT)
-    config.update(
-        LLM_MAX_RETRIES=0,
-        LLM_CONNECT_TIMEOUT=min(float(config.get("LLM_CONNECT_TIMEOUT", 10.0)), timeout),
-        LLM_FIRST_BYTE_TIMEOUT=timeout,
-        LLM_IDLE_TIMEOUT=timeout,
-        LLM_THINKING_BUDGET=0,  # a 1-token probe cannot carry a thinking budget
+def _provider_config(timeout: float) -> ProviderConfig:
+    config = settings.PICOBOT.provider_config()
+    return dataclasses.replace(
+        config,
+        max_retries=0,
+        connect_timeout=min(config.connect_timeout, timeout),
+        first_byte_timeout=timeout,
+        idle_timeout=timeout,
+        thinking_budget=0,  # a 1-token probe cannot carry a thinking budget
     )
-    return config
 
 
 def _cause(exc: BaseException) -> str:
@@ -186,7 +192,7 @@ def check_provider(timeout: float, request: bool) -> list[Check]:
     from providers.factory import build_provider
 
     config = _provider_config(timeout)
-    kind = str(config.get("LLM_PROVIDER") or "replay")
+    kind = config.provider or "replay"
     try:
         provider = build_provider(config)
     except ValueError as exc:
@@ -199,7 +205,7 @@ def check_provider(timeout: float, request: bool) -> list[Check]:
         return [Check(WARN, "LLM provider", "offline replay provider (no LLM configured): answers are recorded samples",
                       "set PICOBOT_LLM_PROVIDER (openai | anthropic), PICOBOT_LLM_MODEL, PICOBOT_LLM_API_KEY "
                       "and, for other servers, PICOBOT_LLM_BASE_URL")]
-    url = getattr(provider, "display_url", "") or _safe_url(str(config.get("LLM_BASE_URL") or ""))
+    url = getattr(provider, "display_url", "") or _safe_url(config.base_url)
     what = f"{provider.name} at {url}, model {provider.model}"
     if not request:
         asyncio.run(provider.aclose())
@@ -242,8 +248,20 @@ def check_provider(timeout: float, request: bool) -> list[Check]:
 # --- settings ----------------------------------------------------------------------------------
 
 
+def check_configuration() -> list[Check]:
+    """The ``PICOBOT_*`` variables that differ from their defaults (names only: values may be secret).
+    Their values were checked when the settings loaded (``picobot_site.config``)."""
+    config = settings.PICOBOT
+    changed = [
+        env_name(name) for name, field in type(config).model_fields.items()
+        if getattr(config, name) != field.get_default(call_default_factory=True)
+    ]
+    detail = f"{len(changed)} PICOBOT_* variable(s) set: {', '.join(changed)}" if changed else "all defaults"
+    return [Check(OK, "configuration", detail)]
+
+
 def check_settings() -> list[Check]:
-    out: list[Check] = []
+    out: list[Check] = check_configuration()
     if settings.DEBUG:
         out.append(Check(FAIL, "DEBUG", "on: error pages show stack traces and settings to anyone",
                          "unset PICOBOT_DEBUG (or set it to 0) outside development"))
@@ -261,12 +279,12 @@ def check_settings() -> list[Check]:
         note = " (local only: set PICOBOT_ALLOWED_HOSTS to serve other machines)" if set(hosts) <= local else ""
         out.append(Check(OK, "ALLOWED_HOSTS", ", ".join(hosts) + note))
     key = str(settings.SECRET_KEY or "")
-    from_env = bool(os.environ.get("PICOBOT_SECRET_KEY", "").strip())
+    from_env = bool(settings.PICOBOT.secret_key.get_secret_value())
     if len(key) < 32 or key.lower() in _PLACEHOLDER_KEYS or key.startswith("django-insecure"):
         out.append(Check(FAIL, "secret key", "missing, short or a well-known placeholder",
                          "set PICOBOT_SECRET_KEY to a long random string (e.g. python -c 'import secrets; "
                          "print(secrets.token_urlsafe(50))'), the same in every process"))
-    elif not from_env and (getattr(settings, "REDIS_URL", "") or os.environ.get("PICOBOT_DATABASE_URL")):
+    elif not from_env and (settings.PICOBOT.redis_url or settings.PICOBOT.database_url):
         out.append(Check(WARN, "secret key", "generated per data directory, but this looks like a scale-out setup",
                          "set PICOBOT_SECRET_KEY, the same in every process, or logins break between them"))
     else:

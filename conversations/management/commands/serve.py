@@ -172,7 +172,7 @@ class Command(PicoBotCommand):
             first_user = ensure_first_user() if worker is not None else None
             # Not accepting yet: every connection gets the body limit.
             install_body_limit(server.http_factory)
-            install_output_bound(server.ws_factory, int(settings.PICOBOT["WS_MAX_UNSENT_BYTES"]))
+            install_output_bound(server.ws_factory, settings.PICOBOT.ws_max_unsent_bytes)
             loop = asyncio.get_event_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)

@@ -52,7 +52,7 @@ class FetchPolicy:
 
         config = settings.PICOBOT
         return cls(
-            max_bytes=int(config.get("HTTP_FETCH_MAX_BYTES", DEFAULT_MAX_BYTES)),
-            timeout=float(config.get("HTTP_FETCH_TIMEOUT", DEFAULT_TIMEOUT)),
-            allow_private=bool(config.get("HTTP_FETCH_ALLOW_PRIVATE", False)),
+            max_bytes=config.http_fetch_max_bytes,
+            timeout=config.http_fetch_timeout,
+            allow_private=config.http_fetch_allow_private,
         )

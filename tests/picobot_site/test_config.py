@@ -1,0 +1,171 @@
+"""The typed settings (picobot_site/config.py): types, bounds, one-line errors, the README table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from picobot_site.config import (
+    ConfigError,
+    PicoBotSettings,
+    env_name,
+    load_settings,
+    settings_table,
+    with_settings_table,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def env(monkeypatch):
+    """A clean PICOBOT_* environment; returns a setter."""
+    for name in list(os.environ):
+        if name.startswith("PICOBOT_") and name.removeprefix("PICOBOT_").lower() in PicoBotSettings.model_fields:
+            monkeypatch.delenv(name)
+
+    def set_(**values: str) -> None:
+        for name, value in values.items():
+            monkeypatch.setenv(name, value)
+
+    return set_
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "said"),
+    [
+        ("PICOBOT_LLM_IDLE_TIMEOUT", "nan", "finite number"),
+        ("PICOBOT_LLM_IDLE_TIMEOUT", "inf", "finite number"),
+        ("PICOBOT_TURN_TIMEOUT", "-infinity", "finite number"),
+        ("PICOBOT_INBOX_CAPACITY", "-1", "greater than or equal to 1"),
+        ("PICOBOT_INBOX_CAPACITY", "lots", "valid integer"),
+        ("PICOBOT_LLM_PROVIDER", "bogus", "'openai', 'anthropic' or 'replay'"),
+        ("PICOBOT_DEBUG", "maybe", "valid boolean"),
+        ("PICOBOT_COMPACT_THRESHOLD", "1.5", "less than or equal to 1"),
+        ("PICOBOT_LLM_CONNECT_TIMEOUT", "0", "greater than 0"),
+        ("PICOBOT_STORAGE_RETRY_DELAYS_MS", "100,x", "valid integer"),
+        ("PICOBOT_STORAGE_RETRY_DELAYS_MS", "100,-5", "greater than or equal to 0"),
+        ("PICOBOT_TIME_ZONE", "Mars/Olympus", "unknown time zone"),
+        ("PICOBOT_LOG_LEVEL", "loud", "'DEBUG'"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_variable(env, name, raw, said) -> None:
+    env(**{name: raw})
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert message.startswith(f"{name}={raw}: ") and said in message
+    assert "\n" not in message
+
+
+def test_every_bad_variable_is_named_on_the_same_line(env) -> None:
+    env(PICOBOT_LLM_IDLE_TIMEOUT="nan", PICOBOT_INBOX_CAPACITY="-1", PICOBOT_LLM_PROVIDER="bogus")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "\n" not in message
+    for name in ("PICOBOT_LLM_IDLE_TIMEOUT=nan", "PICOBOT_INBOX_CAPACITY=-1", "PICOBOT_LLM_PROVIDER=bogus"):
+        assert name in message
+
+
+def test_the_lease_must_outlast_its_renewal(env) -> None:
+    env(PICOBOT_LEASE_SECONDS="5", PICOBOT_LEASE_RENEW_SECONDS="5")
+    with pytest.raises(ConfigError, match="PICOBOT_LEASE_RENEW_SECONDS must be below PICOBOT_LEASE_SECONDS"):
+        load_settings()
+
+
+def test_blank_means_the_default_and_values_are_parsed_as_written(env) -> None:
+    env(
+        PICOBOT_INBOX_CAPACITY="  ",
+        PICOBOT_LLM_PROVIDER=" OpenAI ",
+        PICOBOT_LOG_LEVEL="debug",
+        PICOBOT_DEBUG="yes",
+        PICOBOT_ALLOWED_HOSTS="chat.example.com, ,10.0.0.2",
+        PICOBOT_STORAGE_RETRY_DELAYS_MS="5,10",
+        PICOBOT_LLM_IDLE_TIMEOUT="2.5",
+        PICOBOT_LLM_API_KEY="sk-secret-value-123",
+    )
+    config = load_settings()
+    assert config.inbox_capacity == 32
+    assert (config.llm_provider, config.log_level, config.debug) == ("openai", "DEBUG", True)
+    assert config.allowed_hosts == ["chat.example.com", "10.0.0.2"]
+    assert config.storage_retry_delays_ms == [5, 10]
+    assert config.llm_idle_timeout == 2.5
+    assert "sk-secret-value-123" not in repr(config)
+    assert config.llm_api_key.get_secret_value() == "sk-secret-value-123"
+
+
+def test_the_defaults_are_the_documented_ones(env) -> None:
+    config = load_settings()
+    assert (config.llm_provider, config.inbox_capacity, config.lease_seconds) == ("replay", 32, 15.0)
+    assert config.allowed_hosts == ["localhost", "127.0.0.1", "[::1]"]
+    assert config.storage_retry_delays_ms == [100, 200, 300]
+
+
+def test_replace_validates_and_knows_its_fields(env) -> None:
+    config = load_settings()
+    assert config.replace(inbox_capacity=2).inbox_capacity == 2
+    assert config.inbox_capacity == 32, "a copy: the original is unchanged"
+    with pytest.raises(ValidationError):
+        config.replace(inbox_capacity=0)
+    with pytest.raises(ValidationError):
+        config.replace(llm_idle_timeout=float("nan"))
+    with pytest.raises(TypeError, match="INBOX_CAPACITY"):
+        config.replace(INBOX_CAPACITY=3)
+
+
+def test_the_settings_are_frozen(env) -> None:
+    with pytest.raises(ValidationError):
+        load_settings().inbox_capacity = 3  # type: ignore[misc]
+
+
+def test_the_provider_config_carries_the_llm_fields(env) -> None:
+    env(PICOBOT_LLM_PROVIDER="anthropic", PICOBOT_LLM_MODEL="claude", PICOBOT_LLM_API_KEY="k" * 20,
+        PICOBOT_LLM_THINKING_BUDGET="2048", PICOBOT_LLM_HOOKS="a.install,b.install")
+    provider = load_settings().provider_config()
+    assert (provider.provider, provider.model, provider.api_key) == ("anthropic", "claude", "k" * 20)
+    assert (provider.thinking_budget, provider.hooks) == (2048, ("a.install", "b.install"))
+
+
+def test_every_field_has_a_meaning_and_its_variable_name() -> None:
+    for name, field in PicoBotSettings.model_fields.items():
+        assert field.description, name
+        assert env_name(name) == "PICOBOT_" + name.upper()
+
+
+def test_the_readme_table_equals_the_settings_model() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert with_settings_table(readme) == readme, (
+        "README's configuration table differs from picobot_site/config.py: "
+        "run `python -m picobot_site.config --write README.md`"
+    )
+    assert settings_table().count("\n| `PICOBOT_") == len(PicoBotSettings.model_fields)
+
+
+def test_the_table_markers_are_required() -> None:
+    with pytest.raises(ValueError, match="markers"):
+        with_settings_table("# no table here\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [("PICOBOT_LLM_IDLE_TIMEOUT", "nan"), ("PICOBOT_INBOX_CAPACITY", "-1"), ("PICOBOT_LLM_PROVIDER", "bogus")],
+)
+def test_serve_stops_with_one_line_naming_the_variable(name, raw) -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
+    environ[name] = raw
+    environ["PICOBOT_DATA_DIR"] = os.environ.get("PICOBOT_DATA_DIR", str(ROOT / "var"))
+    done = subprocess.run(
+        [sys.executable, "manage.py", "serve", "--port", "0"], cwd=ROOT, env=environ,
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"PicoBot configuration error: {name}={raw}: "), lines[0]
+    assert "Traceback" not in done.stderr and done.stdout == ""
