@@ -8,10 +8,9 @@ See :class:`AnthropicStreamParser` for the rules; the request side is
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
-from providers._errorbody import clean_message, error_info
+from providers._errorbody import error_info
 from providers._stream_base import StreamParserBase
 from providers.chunks import (
     Done,
@@ -31,10 +30,9 @@ from providers.errors import (
 )
 from providers.messages import Usage
 from providers.replay_identity import replay_identity
-from providers.sse import ServerSentEvent, event_json
+from providers.sse import ServerSentEvent
 from providers.think import ThinkTagSplitter
 
-logger = logging.getLogger(__name__)
 
 
 class _Block:
@@ -111,17 +109,8 @@ class AnthropicStreamParser(StreamParserBase):
         data = event.data.strip()
         if not data:
             return []
-        try:
-            obj = event_json(data)
-        except ValueError:
-            if event.event == "error":
-                self._fail(clean_message(data), None)
-            else:
-                logger.warning(
-                    "%s stream: skipped a non-JSON event (%d chars)", self.provider_name, len(data)
-                )
-            return []
-        if not isinstance(obj, dict):
+        obj = self._event_object(event, data)
+        if obj is None:
             return []
         kind = obj.get("type") or event.event
         out: list[ProviderChunk] = []

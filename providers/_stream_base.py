@@ -13,9 +13,10 @@ from typing import Any, Protocol
 
 from httpx_sse import ServerSentEvent
 
-from providers._errorbody import is_context_overflow, is_retryable_code
+from providers._errorbody import clean_message, is_context_overflow, is_retryable_code
 from providers.chunks import ProviderChunk
 from providers.errors import BadResponseError, ContextOverflowError, InBandError, ProviderError
+from providers.sse import event_json
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,20 @@ class StreamParserBase:
 
     def _feed(self, event: ServerSentEvent) -> list[ProviderChunk]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _event_object(self, event: ServerSentEvent, data: str) -> dict[str, Any] | None:
+        """The JSON object ``data`` (an event's stripped data) holds, else None: a non-JSON
+        ``error`` event fails the stream with its text, other non-JSON events are skipped (logged)
+        and JSON that is not an object is ignored."""
+        try:
+            obj = event_json(data)
+        except ValueError:
+            if event.event == "error":
+                self._fail(clean_message(data), None)
+            else:
+                logger.warning("%s stream: skipped a non-JSON event (%d chars)", self.provider_name, len(data))
+            return None
+        return obj if isinstance(obj, dict) else None
 
     def _malformed(self, what: str) -> None:
         if self.error is None:
