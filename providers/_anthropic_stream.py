@@ -34,7 +34,6 @@ from providers.sse import ServerSentEvent
 from providers.think import ThinkTagSplitter
 
 
-
 class _Block:
     __slots__ = (
         "kind", "open", "parts", "signature", "data", "call", "id", "name", "input", "got_arguments", "chars"

@@ -34,7 +34,6 @@ from providers.sse import ServerSentEvent
 from providers.think import ThinkTagSplitter
 
 
-
 def _usage(raw: dict[str, Any]) -> Usage:
     def count(*keys: str) -> int:
         for key in keys:
