@@ -1,4 +1,9 @@
-"""Fixtures for gateway tests: fast worker loops, users with tokens, an agent worker, WS clients."""
+"""Fixtures for gateway tests: users with tokens, an agent worker, WebSocket clients.
+
+The autouse fixtures of the tests that run turns (fast worker loops, an empty runtime session
+cache) are in ``gateway_fixtures.py``: the conftest.py of each package directory that runs turns
+imports them, so the operator tools' tests (admin/, management/, transfer/) run without them.
+"""
 
 from __future__ import annotations
 
@@ -13,20 +18,6 @@ from channels.testing import WebsocketCommunicator
 from conversations.auth import create_token, get_or_create_user
 from conversations.runtime.provider import set_provider
 from conversations.runtime.worker import AgentWorker
-
-
-@pytest.fixture(autouse=True)
-def fast_picobot(settings: object) -> None:
-    """Short scan/renew intervals and retry delays so tests never wait on production timers."""
-    settings.PICOBOT = settings.PICOBOT.replace(inbox_scan_seconds=0.2, lease_renew_seconds=0.5, ws_snapshot_interval_ms=1, storage_retry_delays_ms=[10, 20, 30])
-
-
-@pytest.fixture(autouse=True)
-def fresh_runtime_sessions() -> None:
-    """Each test starts with an empty process-wide runtime session cache (seed 004 §5)."""
-    from conversations.runtime.sessions import reset_session_manager
-
-    reset_session_manager()
 
 
 @database_sync_to_async

@@ -23,25 +23,25 @@ from tests.services.conftest import require_service
 pytestmark = [pytest.mark.services]
 
 STORAGE_TESTS = [
-    "tests/conversations/test_storage.py",
-    "tests/conversations/test_dialog_lifecycle.py",
-    "tests/conversations/test_sessions.py",
-    "tests/conversations/test_titles.py",
-    "tests/conversations/test_compaction.py",
-    "tests/conversations/test_restart_notices.py",
-    "tests/conversations/test_commands.py",
-    "tests/conversations/test_builtin_tools.py",  # memory_search takes PostgreSQL's full-text path
-    "tests/conversations/test_memory_turns.py",
-    "tests/conversations/test_auto_compaction.py",
-    "tests/conversations/test_cancel_failure_tables.py",
-    "tests/operations/test_purge.py",
-    "tests/operations/test_export_import.py",
-    "tests/api/test_endpoints.py",
-    "tests/api/test_stop_and_compact_once.py",  # stop marks and compaction claims live in rows
-    "tests/operations/test_nul_urls.py",  # PostgreSQL cannot hold NUL: the admin answered 500
-    "tests/operations/test_admin_json_input.py",
-    "tests/operations/test_admin_lookups.py",
-    "tests/operations/test_import_exact.py",
+    "tests/conversations/storage/test_storage.py",
+    "tests/conversations/storage/test_dialog_lifecycle.py",
+    "tests/conversations/runtime/test_sessions.py",
+    "tests/conversations/titles/test_titles.py",
+    "tests/conversations/context/test_compaction.py",
+    "tests/conversations/runtime/test_restart_notices.py",
+    "tests/conversations/chat/test_commands.py",
+    "tests/conversations/tools/test_builtin_tools.py",  # memory_search takes PostgreSQL's full-text path
+    "tests/conversations/tools/test_memory_turns.py",
+    "tests/conversations/context/test_auto_compaction.py",
+    "tests/conversations/runtime/test_cancel_failure_tables.py",
+    "tests/conversations/management/test_purge.py",
+    "tests/conversations/transfer/test_export_import.py",
+    "tests/conversations/api/test_endpoints.py",
+    "tests/conversations/api/test_stop_and_compact_once.py",  # stop marks and compaction claims live in rows
+    "tests/picobot_site/test_nul_urls.py",  # PostgreSQL cannot hold NUL: the admin answered 500
+    "tests/conversations/admin/test_admin_json_input.py",
+    "tests/conversations/admin/test_admin_lookups.py",
+    "tests/conversations/transfer/test_import_exact.py",
 ]
 
 
