@@ -40,3 +40,9 @@ def test_a_terminal_turn_ignores_compacting():
     revision = c.revision
     assert c.begin_compacting() is False and c.end_compacting() is False
     assert c.revision == revision and c.snapshot().status is TurnStatus.FAILED
+
+
+def test_after_compacting_the_phase_goes_on_to_responding_not_back_to_queued():
+    controller = TurnController("t1", "cli_chat:u1:d1", "m1")
+    assert controller.begin_compacting() and controller.phase is TurnPhase.COMPACTING
+    assert controller.end_compacting() and controller.phase is TurnPhase.RESPONDING

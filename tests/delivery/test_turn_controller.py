@@ -12,8 +12,9 @@ from delivery.events import (
     ToolFinished,
     ToolStarted,
 )
+from delivery.presentation import PresentationPolicy, serialize_snapshot
 from delivery.snapshot import TurnPhase, TurnStatus
-from delivery.turn import MAX_PREVIEW_CHARS, TurnController, TurnEventError
+from delivery.turn import MAX_ARGUMENTS_BYTES, MAX_PREVIEW_CHARS, TurnController, TurnEventError
 
 
 def make() -> TurnController:
@@ -307,3 +308,15 @@ def test_deltas_only_append_parts_until_a_snapshot_joins_them():
     assert len(block.parts) == 1
     c.apply(TextDelta(0, "y"))
     assert len(block.parts) == 2
+
+
+def test_a_snapshot_shows_non_object_arguments_as_an_empty_object_and_bounds_large_ones():
+    controller = TurnController("t1", "cli_chat:u1:d1", "m1")
+    controller.apply(ToolStarted(0, "c1", "search", "{not json"))
+    controller.apply(ToolStarted(0, "c2", "search", {"query": "q" * 10_000}))
+    controller.apply(ToolStarted(0, "c3", "search", {"query": "fine"}))
+    blocks = controller.snapshot().to_dict()["blocks"]
+    size = len(json.dumps({"query": "q" * 10_000}, separators=(",", ":")).encode())
+    assert size > MAX_ARGUMENTS_BYTES
+    assert [b["arguments"] for b in blocks] == [{}, {"_truncated": f"{size} bytes"}, {"query": "fine"}]
+    assert len(serialize_snapshot(controller.snapshot(), PresentationPolicy.websocket())) < 2000

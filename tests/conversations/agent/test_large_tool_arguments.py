@@ -4,6 +4,7 @@
 ``plan_update`` for 5.7 s: the argument text had no size bound, it was parsed three times (the
 tool block, the registry, the history message), and ``jsonschema`` looked at every array item
 before it reported ``maxItems``. These tests count parses and validator calls instead of timing.
+A live snapshot shows arguments over its bound as ``{"_truncated": …}``; the history keeps them.
 """
 
 from __future__ import annotations
@@ -222,3 +223,24 @@ async def test_a_huge_call_gets_an_error_result_a_bounded_block_and_empty_histor
     assert parses == [], "the huge text was never parsed"
     sent = provider.requests[1].messages
     assert sent[-2].tool_calls == [ToolUseBlock("c1", name, {})], "nor sent back to the model"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_history_keeps_large_arguments_that_the_snapshot_bounds(connect, start_worker):
+    big = json.dumps({"query": "q" * 20_000})
+
+    async def search(arguments: dict) -> str:
+        return "nothing found"
+
+    provider = ScriptedProvider(
+        [[ToolCallStart(0, "c1", "search"), ToolCallArgumentsDelta(0, big), Done("tool_calls")], script_text("No luck.")]
+    )
+    tools = ToolRegistry([Tool("search", "search", {"type": "object"}, search)])
+    client = await start(connect, start_worker, provider, tools=tools)
+    turn = await finished(client)
+    assert turn["status"] == "completed"
+    size = len(json.dumps(json.loads(big), ensure_ascii=False, separators=(",", ":")).encode())
+    shown = [b["arguments"] for f in client.of_type("turn_updated") for b in f["turn"]["blocks"] if b["type"] == "tool"]
+    assert shown and all(arguments == {"_truncated": f"{size} bytes"} for arguments in shown)
+    committed = await client.until("turn_committed")
+    assert committed["messages"][1]["tool_calls"][0]["arguments"] == json.loads(big), "history keeps them"

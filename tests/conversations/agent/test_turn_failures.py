@@ -31,6 +31,7 @@ from providers.errors import (
     BadResponseError,
     OverloadedError,
     ProviderError,
+    RateLimitedError,
     RequestBlockedError,
     ServerError,
 )
@@ -163,6 +164,39 @@ def test_log_failure_writes_kind_ref_and_redacted_detail(caplog):
     assert first.levelno == logging.ERROR and second.levelno == logging.WARNING
     assert "turn-1" in first.getMessage() and failure.ref in first.getMessage()
     assert "turn_persistence" in first.getMessage() and "opensesame" not in first.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        pytest.param(
+            RateLimitedError("Rate limit reached for requests", http_status=429, provider_code="rate_limit_exceeded"),
+            "Rate limit reached for requests",
+            id="structured-429-shown",
+        ),
+        pytest.param(
+            AuthenticationError("Incorrect API key provided: sk-live-0123456789abcdef", http_status=401,
+                                provider_code="invalid_api_key"),
+            "Incorrect API key provided: sk-[redacted]",
+            id="structured-401-shown-redacted",
+        ),
+        pytest.param(
+            BadResponseError("x" * 201, http_status=400, provider_code="invalid_request_error"), None, id="too-long"
+        ),
+        pytest.param(BadResponseError("Request Entity Too Large", http_status=404), None, id="unstructured-4xx"),
+        pytest.param(ServerError("The server had an error", http_status=500, provider_code="server_error"), None,
+                     id="structured-5xx"),
+        pytest.param(BadResponseError("weird 200", http_status=200, provider_code="x"), None, id="200-json-error"),
+    ],
+)
+def test_only_a_short_structured_4xx_message_is_shown(error, shown):
+    failure = TurnFailure.provider(error)
+    text = present(failure)
+    if shown is None:
+        assert text == f"{text.split(' (ref ')[0]} (ref {failure.ref})." and ":" not in text.split(" (ref ")[0]
+        assert error.message not in text
+    else:
+        assert text.endswith(f": {shown} (ref {failure.ref}).")
 
 
 # -- the agent loop: stale state (seed 003 §8.3) -----------------------------------------------

@@ -14,7 +14,7 @@ from conversations.agent.tool_registry import ToolRegistry
 from conversations.context.overflow import overflow_mid_turn_message
 from providers.errors import ContextOverflowError
 from providers.testing import ScriptedProvider, script_text
-from tests.conversations.context.test_turn_review_fixes import (
+from tests.conversations.context.test_overflow_mid_turn import (
     DUMP,
     REF,
     THREE_DUMPS,

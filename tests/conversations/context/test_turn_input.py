@@ -3,10 +3,11 @@
 The builder is the one assembly path of a turn's request: the system prompt once, the runtime
 context (time, channel, title, active plan, recalled memory) once inside the last user message,
 plan and memory fetched concurrently, a compression update committed only while the dialog's
-``state_version`` still matches. After a context overflow the input is rebuilt once through the
-same path with a smaller window; the retried request still has the system prompt and the runtime
-context exactly once (checked on what a real HTTP upstream received), and a second overflow
-fails the turn with a clear message.
+``state_version`` still matches. Over the budget it shortens tool results before it leaves whole
+turns out, and its left-out notice does not suggest ``/compact`` right after a compaction. After
+a context overflow the input is rebuilt once through the same path with a smaller window; the
+retried request still has the system prompt and the runtime context exactly once (checked on
+what a real HTTP upstream received), and a second overflow fails the turn with a clear message.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from django.db.models import F
 from conversations import storage
 from conversations.agent.loop import AgentResult, TurnMessage
 from conversations.auth import get_or_create_user
-from conversations.context import turn_context
+from conversations.context import auto_compaction, turn_context
 from conversations.context.compaction import SUMMARY_INSTRUCTIONS
+from conversations.context.compaction_service import RowsSummary
 from conversations.context.overflow import overflowed_before_output, run_with_overflow_recovery
 from conversations.context.tokens import estimate_request
 from conversations.context.turn_input import (
@@ -37,6 +39,7 @@ from conversations.context.turn_input import (
 )
 from conversations.models import Dialog, InboxMessage, Message, Plan
 from conversations.storage import TurnStart, message_to_history_row
+from providers.blocks import ToolResultBlock
 from providers.chunks import TextDelta
 from providers.errors import ContextOverflowError, OverloadedError
 from providers.messages import RUNTIME_CONTEXT_MARKER
@@ -216,6 +219,68 @@ async def test_an_input_that_cannot_fit_fails_with_a_clear_message():
     with pytest.raises(ContextPreparationError) as caught:
         await builder(ScriptedProvider([]), window_tokens=2000).prepare(await start_of(dialog.id))
     assert caught.value.message.startswith(TOO_LONG) and "/new" in caught.value.message
+
+
+# --- the budget ladder: tool results are shortened before whole turns are left out ----------------
+
+
+@database_sync_to_async
+def seed_rows(rows: list[dict]) -> TurnStart:
+    owner = get_or_create_user("alice")[0]
+    dialog = storage.active_dialog(owner, "cli_chat", "chat-alice")
+    Message.objects.bulk_create([Message(dialog=dialog, seq=i + 1, **row) for i, row in enumerate(rows)])
+    Dialog.objects.filter(pk=dialog.pk).update(history_revision=len(rows))
+    dialog = Dialog.objects.get(pk=dialog.pk)
+    history = [message_to_history_row(m) for m in Message.objects.filter(dialog=dialog).order_by("seq")]
+    return TurnStart(
+        dialog_id=dialog.id, channel=dialog.channel, chat_id=dialog.chat_id, title=dialog.title, inbox_id="inbox",
+        turn_id="turn", reply_message_id="reply", user_message={}, history=history, summary="", summary_seq=0,
+        history_revision=len(rows),
+    )
+
+
+U_ORDER = [  # the QA's u_order.py dialog: one earlier turn with a 3,000-character tool result
+    {"role": "user", "content": "previous question " * 30},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "http_fetch", "arguments": {"url": "http://x"}}]},
+    {"role": "tool", "content": "R" * 3000, "tool_call_id": "c1", "tool_name": "http_fetch"},
+    {"role": "assistant", "content": "previous answer the user relies on"},
+    {"role": "user", "content": "current question"},
+]
+
+
+async def test_tool_results_are_shortened_before_whole_turns_are_left_out():
+    start = await seed_rows(U_ORDER)
+    build = TurnInputBuilder(ScriptedProvider([]), system_prompt="sys", keep_tool_results=4)
+    full = await build.prepare(start)
+    # A window whose share fits the input once the old result is pruned, but not with it whole.
+    shortened = build.estimate(
+        [m if m.role != "tool" else ProviderMessage.tool_result("c1", "[older tool result pruned: 3000 chars]",
+                                                                 tool_name="http_fetch") for m in full.messages]
+    )
+    assert shortened < 400 < full.estimate
+    prepared = await build.prepare(start, window_tokens=int(400 / build.threshold))
+    assert prepared.dropped_messages == 0 and prepared.notices == ()
+    assert prepared.pruned_results == 1 and prepared.estimate <= 400
+    texts = [m.text for m in prepared.messages]
+    assert "previous answer the user relies on" in texts and texts[1].startswith("previous question")
+    (result,) = [b for m in prepared.messages for b in m.content if isinstance(b, ToolResultBlock)]
+    assert result.content == "[older tool result pruned: 3000 chars]"
+
+
+async def test_the_left_out_notice_does_not_suggest_compact_right_after_a_compaction(monkeypatch):
+    dialog = await seed(30, chars=400)
+    start = await start_of(dialog.id)
+
+    async def summarise_keeping_everything(dialog_id, provider, previous, rows, *, keep, budget, timeout):
+        # A compaction that folded only the first exchange: the rest is still over the budget.
+        return RowsSummary(summary="Earlier: topic 0.", covers_seq=2, kept_rows=rows[2:], summarised_rows=2)
+
+    monkeypatch.setattr(auto_compaction, "summarise_rows", summarise_keeping_everything)
+    build = TurnInputBuilder(ScriptedProvider([]), system_prompt="sys", window_tokens=4000, keep_messages=4)
+    prepared = await build.prepare(start)
+    assert prepared.compression is not None and prepared.dropped_messages > 0
+    [notice] = prepared.notices
+    assert "left out of the model's input" in notice and "/compact" not in notice
 
 
 # --- overflow recovery (unit) -------------------------------------------------------------------

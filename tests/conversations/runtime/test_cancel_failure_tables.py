@@ -6,11 +6,17 @@ Each test asserts what the user saw — the turn's terminal snapshot (status, er
 ``completion_status``) and the ``InboxMessage`` row (status, error). Stops are checked by event
 order, not by the clock: the slow tool or the silent stream is still blocked (it never produced
 anything more) when the cancelled snapshot arrives.
+
+Beside the rows of the tables: a tool result that finished before a stop or a fatal error of its
+batch is kept; a provider's plain-text error body never reaches the user (kind, status and ref
+only) and is logged on one redacted line; a library's ``TimeoutError`` is an internal error, not
+the turn deadline; a storage error while the input is prepared is a context preparation failure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 
@@ -20,10 +26,11 @@ from django.db import OperationalError
 
 from conversations import storage
 from conversations.agent.tool_registry import Tool, ToolFatalError, ToolRegistry
+from conversations.context import turn_context
 from conversations.models import Dialog, InboxMessage, Message
 from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.runtime.turn_sinks import open_cli_chat_sink
-from providers.chunks import ReasoningDelta, TextDelta
+from providers.chunks import Done, ReasoningDelta, TextDelta, ToolCallArgumentsDelta, ToolCallStart
 from providers.errors import AuthenticationError, OverloadedError, ProviderConnectionError, ServerError
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import (
@@ -152,6 +159,25 @@ def shows(kind: str, text: str | None = None):
 
 def texts(turn: dict, kind: str = "assistant") -> list[str]:
     return [b["text"] for b in turn["blocks"] if b["type"] == kind]
+
+
+ANY_OBJECT = {"type": "object", "properties": {}}
+
+
+def calls(*pairs: tuple[str, str], arguments: str = "{}") -> list:
+    """One model response that calls each ``(call_id, tool_name)`` with ``arguments``."""
+    chunks: list = []
+    for index, (call_id, name) in enumerate(pairs):
+        chunks += [ToolCallStart(index, call_id, name), ToolCallArgumentsDelta(index, arguments)]
+    return [*chunks, Done("tool_calls")]
+
+
+def tool(name: str, handler) -> Tool:
+    return Tool(name, name, ANY_OBJECT, handler, timeout=600)
+
+
+def tool_blocks(turn: dict) -> list[tuple[str, str]]:
+    return [(b["id"], b["status"]) for b in turn["blocks"] if b["type"] == "tool"]
 
 
 # == Cancel (seed 003 §14.1) ====================================================================
@@ -290,6 +316,65 @@ async def test_cancel_row_late_deltas_after_the_stop_are_dropped(connect, start_
     assert state["rows"][1:] == [("assistant", "Shown", "cancelled", False, None)]
 
 
+class Batch:
+    """``gate`` blocks until cancelled; ``stamp`` answers at once; ``fatal`` raises once ``stamp``
+    is shown completed (read from the running turn's own snapshot)."""
+
+    def __init__(self) -> None:
+        self.gate_started = asyncio.Event()
+        self.gate_cancelled = asyncio.Event()
+        self.worker = None
+
+    async def gate(self, arguments: dict) -> str:
+        self.gate_started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.gate_cancelled.set()
+            raise
+        return "never"  # pragma: no cover
+
+    async def stamp(self, arguments: dict) -> str:
+        return "stamped"
+
+    def stamp_shown(self) -> bool:
+        for executor in self.worker.executors.values():
+            running = executor.running
+            if running is not None:
+                blocks = running.controller.snapshot().blocks
+                return any(b["type"] == "tool" and b["id"] == "s1" and b["status"] == "completed" for b in blocks)
+        return False
+
+    async def fatal(self, arguments: dict) -> str:
+        for _ in range(500):
+            if self.stamp_shown():
+                break
+            await asyncio.sleep(0.01)
+        raise ToolFatalError("the vault is gone")
+
+    def registry(self) -> ToolRegistry:
+        return ToolRegistry([tool("gate", self.gate), tool("stamp", self.stamp), tool("fatal", self.fatal)])
+
+
+async def test_a_stop_during_a_tool_batch_keeps_the_sibling_result_that_finished(connect, start_worker):
+    batch = Batch()
+    provider = ScriptedProvider([calls(("g1", "gate"), ("s1", "stamp"))])
+    client, session_id, batch.worker = await begin(connect, start_worker, provider, tools=batch.registry())
+    await client.until("turn_updated", lambda f: ("s1", "completed") in tool_blocks(f["turn"]))
+    await asyncio.wait_for(batch.gate_started.wait(), 10)
+    await client.send({"type": "stop", "session_id": session_id})
+    turn = await terminal(client)
+    assert turn["status"] == "cancelled" and batch.gate_cancelled.is_set()
+    assert tool_blocks(turn) == [("g1", "failed"), ("s1", "completed")]
+    state = await stored()
+    assert state["rows"] == [
+        ("user", "hi", "completed", False, None),
+        ("assistant", "", "completed", False, None),
+        ("tool", CANCELLED_TOOL_RESULT, "completed", True, "g1"),
+        ("tool", "stamped", "completed", False, "s1"),
+    ]
+
+
 # == Failure (seed 003 §14.2, seed 000 §13) ======================================================
 
 
@@ -399,6 +484,23 @@ async def test_failure_row_a_fatal_tool_error_fails_the_turn_and_keeps_its_cause
     assert "vault unreachable" in logged and "pw0rd" not in logged
 
 
+async def test_a_fatal_tool_error_keeps_the_sibling_result_that_finished(connect, start_worker):
+    batch = Batch()
+    provider = ScriptedProvider([calls(("f1", "fatal"), ("s1", "stamp"))])
+    client, _, batch.worker = await begin(connect, start_worker, provider, tools=batch.registry())
+    turn = await terminal(client)
+    assert turn["status"] == "failed" and turn["error"].startswith("A tool failed and the turn cannot go on")
+    assert tool_blocks(turn) == [("f1", "failed"), ("s1", "completed")]
+    state = await stored()
+    assert state["rows"] == [
+        ("user", "hi", "completed", False, None),
+        ("assistant", "", "completed", False, None),
+        ("tool", CANCELLED_TOOL_RESULT, "completed", True, "f1"),
+        ("tool", "stamped", "completed", False, "s1"),
+    ]
+    assert state["inbox"] == [("done", turn["error"])]
+
+
 async def test_failure_row_the_turn_deadline_keeps_the_shown_text_interrupted(connect, start_worker, settings):
     settings.PICOBOT = settings.PICOBOT.replace(turn_timeout=0.5)
     provider = SilentProvider([[TextDelta("Slow"), SILENCE]])
@@ -410,6 +512,16 @@ async def test_failure_row_the_turn_deadline_keeps_the_shown_text_interrupted(co
     state = await stored()
     assert state["rows"][1:] == [("assistant", "Slow", "interrupted", False, None)]
     assert state["inbox"] == [("done", turn["error"])]
+
+
+async def test_a_timeout_error_inside_the_turn_is_not_reported_as_the_turn_deadline(connect, start_worker):
+    provider = ScriptedProvider([[TextDelta("Before"), TimeoutError("a library timed out")]])
+    client, _, _ = await begin(connect, start_worker, provider)
+    turn = await terminal(client)
+    ref = REF.search(turn["error"]).group(1)
+    assert (turn["status"], turn["error"]) == ("failed", f"Internal error (ref {ref}).")
+    state = await stored()
+    assert state["rows"][1:] == [("assistant", "Before", "interrupted", False, None)]
 
 
 async def test_failure_row_an_internal_error_shows_only_its_ref(connect, start_worker, caplog):
@@ -424,6 +536,26 @@ async def test_failure_row_an_internal_error_shows_only_its_ref(connect, start_w
     assert state["inbox"] == [("done", turn["error"])]
     logged = "\n".join(r.getMessage() for r in caplog.records if ref in r.getMessage())
     assert "boom" in logged and "0123456789abcdef" not in logged and "sk-[redacted]" in logged
+
+
+async def test_a_storage_error_while_preparing_the_input_is_a_context_preparation_failure(
+    connect, start_worker, monkeypatch
+):
+    def broken(dialog_id: str) -> dict:
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(turn_context, "load_dialog_context", broken)
+    provider = ScriptedProvider([script_text("never")])
+    client, _, _ = await begin(connect, start_worker, provider)
+    turn = await terminal(client)
+    ref = REF.search(turn["error"]).group(1)
+    assert (turn["status"], turn["error"]) == (
+        "failed", f"The conversation could not be prepared for the model (ref {ref}).",
+    )
+    assert provider.requests == []
+    state = await stored()
+    assert state["rows"] == [("user", "hi", "completed", False, None)]
+    assert state["inbox"] == [("done", turn["error"])]
 
 
 class LibraryAbort(BaseException):
@@ -473,6 +605,38 @@ async def test_failure_row_a_key_echoed_by_the_provider_is_redacted_for_the_user
     state = await stored()
     assert [r[0] for r in state["rows"]] == ["user"]
     assert "0123456789abcdef" not in state["inbox"][0][1]
+
+
+PLAIN_500 = (
+    "Traceback (most recent call last):\n  File \"/srv/llm/gateway.py\", line 42, in handle\n"
+    "    upstream = connect('http://10.1.2.3:8080/v1?api_key=SECRET123')\n"
+    "ConnectionRefusedError: [Errno 111] user=admin pass: hunter2 db=postgres://svc:pw@10.0.0.7/prod"
+)
+LEAKS = ("Traceback", "gateway.py", "10.1.2.3", "10.0.0.7", "SECRET123", "admin", "hunter2", "svc:pw", "/prod")
+
+
+async def test_a_plain_text_500_body_never_reaches_the_user_and_is_logged_on_one_redacted_line(
+    connect, start_worker, caplog
+):
+    caplog.set_level(logging.WARNING, logger="conversations.runtime.executor")
+    response = SSEResponse(500, {"content-type": "text/plain"}, [PLAIN_500.encode()], chunked=False)
+    async with LocalSSEServer([response]) as server:
+        provider = OpenAICompatProvider(server.base_url, "sk-test", "test-model", max_retries=0)
+        client, _, _ = await begin(connect, start_worker, provider)
+        turn = await terminal(client)
+        committed = await client.until("turn_committed")
+    ref = REF.search(turn["error"]).group(1)
+    assert turn["status"] == "failed"
+    assert turn["error"] == f"The model provider had a server error (server_error, HTTP 500) (ref {ref})."
+    assert [m["role"] for m in committed["messages"]] == ["user"]
+    state = await stored()
+    assert state["rows"] == [("user", "hi", "completed", False, None)]
+    assert state["inbox"] == [("done", turn["error"])]
+    frames = json.dumps(client.frames)
+    assert not [leak for leak in LEAKS if leak in frames]
+    [line] = [r.getMessage() for r in caplog.records if ref in r.getMessage()]
+    assert "\n" not in line and "ConnectionRefusedError" in line and "gateway.py" in line
+    assert not [leak for leak in ("SECRET123", "hunter2", "svc:pw", "user=admin") if leak in line]
 
 
 # == Stale state (seed 003 §8.3) ================================================================

@@ -1,5 +1,6 @@
-"""Dialog lifecycle in storage (seed 004 §6, DESIGN §6): idle reset, rename, soft delete, info, and
-inbound fidelity (seed 000 §10) — plus the idle reset as a cli_chat client sees it."""
+"""Dialog lifecycle in storage (seed 004 §6, DESIGN §6): idle reset, rename, soft delete (during a
+turn too: it ends the lease generation and the started row), info, and inbound fidelity (seed 000
+§10) — plus the idle reset as a cli_chat client sees it."""
 
 from __future__ import annotations
 
@@ -144,6 +145,34 @@ def test_delete_soft_deletes_drops_queued_and_picks_the_most_recent_other(alice,
     last = storage.delete_dialog(alice, CHANNEL, "c", first.id)
     assert last.active_created and last.active.message_count == 0
     assert storage.active_dialog(alice, CHANNEL, "c").pk == last.active.pk
+
+
+def started_turn(worker_id: str = "w1") -> tuple[Dialog, int]:
+    owner = get_or_create_user("alice")[0]
+    dialog = storage.active_dialog(owner, "cli_chat", str(owner.pk))
+    storage.accept_message(owner, "cli_chat", str(owner.pk), "running", client_msg_id="del-1")
+    storage.accept_message(owner, "cli_chat", str(owner.pk), "queued", client_msg_id="del-2")
+    epoch = storage.claim_lease(dialog.id, worker_id, 60_000)
+    storage.start_next_turn(dialog.id, worker_id, epoch)
+    return dialog, epoch
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_a_dialog_ends_its_lease_generation_and_its_started_row():
+    dialog, epoch = started_turn()
+    owner = dialog.owner
+    result = storage.delete_dialog(owner, "cli_chat", str(owner.pk), dialog.id)
+    assert result.running_turn and result.dropped_queued == 1
+    assert storage.renew_worker_leases("w1", 60_000) == 0
+    assert storage.lease_epochs([dialog.id])[dialog.id] != ("w1", epoch), "the keeper sees the loss"
+    with pytest.raises(storage.LeaseLostError):
+        storage.commit_turn(dialog.id, "w1", epoch, "x", [])
+    assert storage.claim_lease(dialog.id, "w1", 60_000) is None
+    assert storage.dialogs_needing_work("w1") == []
+    rows = list(InboxMessage.objects.order_by("position").values_list("status", "error", "notice_sent_at"))
+    assert [(s, e) for s, e, _ in rows] == [("done", "the dialog was deleted")] * 2
+    assert rows[0][2] is not None, "no 'interrupted by a restart' notice for it, ever"
+    assert storage.pending_interrupted_notices("cli_chat", str(owner.pk)) == []
 
 
 @pytest.mark.django_db
