@@ -66,3 +66,17 @@ def test_unknown_provider_names_the_variable() -> None:
 def test_a_bad_replay_dir_names_the_variable(tmp_path) -> None:
     with pytest.raises(ValueError, match="PICOBOT_REPLAY_DIR"):
         build_provider(replace(BASE, replay_dir=str(tmp_path)))
+
+
+def test_factory_turns_think_tags_off_for_anthropic_unless_asked() -> None:
+    base = ProviderConfig(provider="anthropic", model="claude", api_key="k", think_tags=True)
+    assert build_provider(base).think_tags is False
+    assert build_provider(replace(base, anthropic_think_tags=True)).think_tags is True
+    assert AnthropicProvider("http://x", "k", "m").think_tags is False
+
+
+@pytest.mark.parametrize(("budget", "max_tokens"), [(500, None), (4096, None), (8000, 8000), (2000, 1500)])
+def test_an_invalid_thinking_budget_is_refused_at_construction(budget, max_tokens) -> None:
+    with pytest.raises(ValueError, match="PICOBOT_LLM_THINKING_BUDGET.*PICOBOT_LLM_MAX_TOKENS"):
+        AnthropicProvider("http://x", "k", "m", thinking_budget=budget, max_tokens=max_tokens)
+    assert AnthropicProvider("http://x", "k", "m", thinking_budget=1024).thinking_budget == 1024

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import time
+from typing import Any
 
 import httpx2
 import pytest
@@ -26,6 +28,8 @@ from providers.messages import Message
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import openai_events, sse_body
 from providers.types import ProviderRequest
+from tests.providers._cases import run_stream
+from tests.providers._mock_sse import _provider, _transport, all_modes
 
 REQUEST = ProviderRequest([Message.user("hi")])
 
@@ -277,3 +281,102 @@ async def test_a_read_error_mid_body_is_truncation() -> None:
     )
     with pytest.raises(StreamTruncatedError, match="connection lost"):
         await provider.collect(REQUEST)
+
+
+def test_infinite_retry_after_is_clamped() -> None:
+    assert parse_retry_after({"retry-after": "inf"}) == 86400.0
+    assert parse_retry_after({"retry-after-ms": "1e400"}) == 86400.0
+    assert parse_retry_after({"retry-after": "nan"}) is None
+
+
+async def test_an_html_error_page_is_summarised() -> None:
+    page = b"<html><head><title>502 Bad Gateway</title></head><body><h1>502</h1></body></html>"
+    provider = _provider("openai", _transport([(502, {"content-type": "text/html"}, [page])]))
+    result, _ = await run_stream(provider)
+    assert result.error is not None and result.error.kind == "server_error"
+    assert result.error.message == "HTTP 502 with an HTML body: 502 Bad Gateway"
+
+
+@pytest.mark.parametrize(
+    ("vendor", "body", "message", "retryable"),
+    [
+        ("openai", b'{"error":{"message":"Invalid model name","code":"400"}}', "Invalid model name", False),
+        (
+            "anthropic",
+            b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n',
+            "Overloaded",
+            True,
+        ),  # noqa: E501
+    ],
+)
+async def test_an_unframed_json_error_on_an_event_stream_is_typed(vendor, body, message, retryable) -> None:
+    for mode, result, _ in await all_modes(body, vendor):
+        assert result.error is not None and result.error.kind == "provider_error", mode
+        assert (result.error.message, result.error.retryable) == (message, retryable), mode
+
+
+@pytest.mark.parametrize(
+    ("vendor", "body"),
+    [
+        (
+            "anthropic",
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "input length and `max_tokens` exceed context limit: 198000 + 8192 > 200000, decrease input length or `max_tokens` and try again",
+                },
+            },
+        ),  # noqa: E501
+        (
+            "anthropic",
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "prompt is too long: 210000 tokens > 200000 maximum",
+                },
+            },
+        ),  # noqa: E501
+        (
+            "openai",
+            {"error": {"message": "This model's maximum context length is 128000 tokens.", "code": None}},
+        ),
+        ("openai", {"error": {"message": "Input too large", "code": "context_length_exceeded"}}),
+        (
+            "openai",
+            [
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).",
+                    }
+                }
+            ],
+        ),  # noqa: E501
+    ],
+)
+async def test_context_overflow_phrasings(vendor: str, body: Any) -> None:
+    provider = _provider(
+        vendor, _transport([(400, {"content-type": "application/json"}, [json.dumps(body).encode()])])
+    )
+    result, _ = await run_stream(provider)
+    assert result.error is not None and result.error.kind == "context_overflow"
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, {"error": {"code": 400, "type": "exceed_context_size_error",
+                         "message": "request (9412 tokens) exceeds the available context size (8192 tokens)"}}),
+        (400, {"code": "invalid-argument",
+               "error": "This model's maximum prompt length is 131072 but the request contains 140000 tokens."}),
+    ],
+    ids=["llama.cpp", "xai"],
+)
+async def test_context_overflow_of_llama_cpp_and_xai_is_recognised(status, body):
+    from providers.errors import ContextOverflowError
+
+    provider = _provider("openai", _transport([(status, {"content-type": "application/json"}, [json.dumps(body).encode()])]))
+    result, _ = await run_stream(provider)
+    assert isinstance(result.error, ContextOverflowError)

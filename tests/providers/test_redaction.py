@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from providers.openai_compat import OpenAICompatProvider
 from providers.redaction import looks_like_secret, redact
+from tests.providers._cases import run_stream
+from tests.providers._mock_sse import KEY, _provider, _transport
 
 
 @pytest.mark.parametrize(
@@ -193,3 +198,18 @@ def test_the_configured_key_echoed_in_a_provider_message_is_redacted():
     cleaned = redact(message, ("sk-SECRETKEY1234567",))
     assert "SECRETKEY" not in cleaned and "abcdefgh" not in cleaned
     assert cleaned.startswith("Invalid API key: ")
+
+
+async def test_an_echoed_key_is_redacted_from_the_error_message() -> None:
+    body = json.dumps({"error": {"message": f"Invalid API key: {KEY} (also sk-ant-api03-abcdefgh)"}}).encode()
+    provider = _provider("openai", _transport([(401, {"content-type": "application/json"}, [body])]))
+    result, _ = await run_stream(provider)
+    assert result.error is not None and "SECRETKEY" not in result.error.message
+    assert "abcdefgh" not in result.error.message and "SECRETKEY" not in str(result.error)
+    assert "Invalid API key" in result.error.message
+
+
+def test_repr_never_shows_url_credentials() -> None:
+    provider = OpenAICompatProvider("https://user:sk-SECRETKEY123@proxy.example/v1?key=abc", "k", "m")
+    assert "SECRET" not in repr(provider) and "key=abc" not in repr(provider)
+    assert "proxy.example/v1" in repr(provider)

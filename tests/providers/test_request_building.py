@@ -229,3 +229,15 @@ async def test_anthropic_request_uses_v1_messages_and_its_headers() -> None:
     assert info.value.provider_code == "authentication_error" and info.value.http_status == 401
     assert str(seen[0].url) == "https://api.anthropic.test/v1/messages"
     assert seen[0].headers["x-api-key"] == "sk-ant" and seen[0].headers["anthropic-version"] == "2023-06-01"
+
+
+def test_anthropic_requests_with_thinking_never_carry_a_temperature():
+    from providers._anthropic_request import build_messages_request
+    from providers.messages import Message
+    from providers.types import ProviderRequest
+
+    request = ProviderRequest([Message.user("hi")], temperature=0.2)
+    with_thinking = build_messages_request(request, model="c", max_tokens=4096, thinking_budget=2048)
+    without = build_messages_request(request, model="c", max_tokens=4096, thinking_budget=None)
+    assert "temperature" not in with_thinking and with_thinking["thinking"]["budget_tokens"] == 2048
+    assert without["temperature"] == 0.2

@@ -139,3 +139,16 @@ def test_any_split_gives_the_same_output(text: str, data, implicit: bool) -> Non
 @given(st.text(alphabet=st.characters(blacklist_characters="<")))
 def test_text_without_tags_passes_through_unchanged(text: str) -> None:
     assert run([text]) == ([("text", text)] if text else [])
+
+
+def test_an_explicit_unclosed_think_span_stays_reasoning_in_implicit_start_mode():
+    from providers.think import ThinkTagSplitter
+
+    splitter = ThinkTagSplitter(implicit_start=True)
+    pieces = splitter.feed("<think>r only") + splitter.flush()
+    assert "".join(t for k, t in pieces if k == "text") == ""
+    assert "".join(t for k, t in pieces if k == "reasoning").strip() == "r only"
+    # Without the explicit tag and without a closing one, the held text is the answer (SC-02 rule).
+    splitter = ThinkTagSplitter(implicit_start=True)
+    pieces = splitter.feed("just an answer") + splitter.flush()
+    assert "".join(t for k, t in pieces if k == "text") == "just an answer"
