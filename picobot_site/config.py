@@ -6,8 +6,8 @@ holds it as ``settings.PICOBOT``); every module reads its attributes. Values are
 :class:`ConfigError` whose one-line message names the variable, e.g.
 ``PICOBOT_INBOX_CAPACITY=-1: input should be greater than or equal to 1``.
 
-The README's configuration table is generated from the fields (:func:`settings_table`); a test
-keeps the two equal. Pure: imports pydantic-settings, no Django.
+The README's configuration table is generated from the fields (``picobot_site.config_table``); a
+test keeps the two equal. Pure: imports pydantic-settings, no Django.
 """
 
 from __future__ import annotations
@@ -55,180 +55,295 @@ class PicoBotSettings(BaseSettings):
 
     # --- the LLM provider ---------------------------------------------------------------------
     llm_provider: Literal["openai", "anthropic", "replay"] = setting(
-        "replay", "`openai` (any OpenAI-compatible server), `anthropic` (Messages API; its base URL has no "
-        "`/v1`: `https://api.anthropic.com`), `replay` (offline)", shown="*(unset → replay)*")
+        "replay",
+        "`openai` (any OpenAI-compatible server), `anthropic` (Messages API; its base URL has no "
+        "`/v1`: `https://api.anthropic.com`), `replay` (offline)",
+        shown="*(unset → replay)*",
+    )
     llm_base_url: str = setting(
-        "", "base URL **including** the version path, as in the official SDK; requests go to "
-        "`{base}/chat/completions`", shown="`https://api.openai.com/v1`")
+        "",
+        "base URL **including** the version path, as in the official SDK; requests go to "
+        "`{base}/chat/completions`",
+        shown="`https://api.openai.com/v1`",
+    )
     llm_api_key: SecretStr = setting(
-        SecretStr(""), "sent as `Authorization: Bearer …`; error texts and logs have it replaced by `[redacted]` "
+        SecretStr(""),
+        "sent as `Authorization: Bearer …`; error texts and logs have it replaced by `[redacted]` "
         "wherever it appears, unless it is a placeholder a local server accepts (`ollama`, `EMPTY`, `none`, "
         "`test`…) or too short to be a secret (under 12 characters, or under 8 with a digit) — such a word "
-        "would otherwise blank ordinary words in messages", shown="")
+        "would otherwise blank ordinary words in messages",
+        shown="",
+    )
     llm_model: str = setting("", "model name (required for `openai` and `anthropic`)")
     llm_max_tokens: int = setting(4096, "output budget per request", ge=1)
     llm_think_tags: bool = setting(
-        True, "OpenAI-compatible: turn inline `<think>`/`<thought>`/`<reasoning>` spans into reasoning")
+        True, "OpenAI-compatible: turn inline `<think>`/`<thought>`/`<reasoning>` spans into reasoning"
+    )
     llm_anthropic_think_tags: bool = setting(
-        False, "the same for the native Anthropic provider (its reasoning arrives as thinking blocks, so "
-        "inline tags are text by default)")
+        False,
+        "the same for the native Anthropic provider (its reasoning arrives as thinking blocks, so "
+        "inline tags are text by default)",
+    )
     llm_implicit_think_start: bool = setting(
-        False, "the model's output starts inside reasoning; the first `</think>` ends it (R1-style templates)")
+        False, "the model's output starts inside reasoning; the first `</think>` ends it (R1-style templates)"
+    )
     llm_connect_timeout: float = setting(10.0, "provider connect timeout", unit="s", gt=0)
     llm_first_byte_timeout: float = setting(60.0, "longest wait for the first stream chunk", unit="s", gt=0)
     llm_idle_timeout: float = setting(60.0, "longest gap between stream chunks", unit="s", gt=0)
     llm_max_retries: int = setting(2, "retries of a failed request, only before any content arrived", ge=0)
     llm_max_connections: int = setting(
-        1000, "upstream connections per process (one per streaming turn, reused); a turn that finds none free "
-        "waits for one (bounded by `PICOBOT_TURN_TIMEOUT`, not the connect timeout), it never fails for it", ge=1)
+        1000,
+        "upstream connections per process (one per streaming turn, reused); a turn that finds none free "
+        "waits for one (bounded by `PICOBOT_TURN_TIMEOUT`, not the connect timeout), it never fails for it",
+        ge=1,
+    )
     llm_thinking_budget: int = setting(
-        0, "Anthropic: extended-thinking budget in tokens (0 = off; else ≥ 1024 and below "
-        "`PICOBOT_LLM_MAX_TOKENS`); signed thinking is replayed to the same provider only", ge=0)
+        0,
+        "Anthropic: extended-thinking budget in tokens (0 = off; else ≥ 1024 and below "
+        "`PICOBOT_LLM_MAX_TOKENS`); signed thinking is replayed to the same provider only",
+        ge=0,
+    )
     llm_replay_reasoning: bool = setting(
-        True, "OpenAI-compatible: send a tool-call turn's streamed `reasoning_content` back in later requests "
-        "(DeepSeek thinking mode requires it); `0` for servers that reject the field")
+        True,
+        "OpenAI-compatible: send a tool-call turn's streamed `reasoning_content` back in later requests "
+        "(DeepSeek thinking mode requires it); `0` for servers that reject the field",
+    )
     llm_hooks: CommaList = setting(
-        [], "comma-separated dotted paths of functions `install(hooks)` that register pre-request / "
-        "post-request / on-error hooks (`providers/hooks.py`); a pre-request hook can block a call")
+        [],
+        "comma-separated dotted paths of functions `install(hooks)` that register pre-request / "
+        "post-request / on-error hooks (`providers/hooks.py`); a pre-request hook can block a call",
+    )
     llm_context_window: int = setting(
-        128000, "the model's context window, in tokens; turn inputs are estimated against it (≈3.5 ASCII "
-        "characters or 1 CJK character per token, on the safe side)", ge=1)
+        128000,
+        "the model's context window, in tokens; turn inputs are estimated against it (≈3.5 ASCII "
+        "characters or 1 CJK character per token, on the safe side)",
+        ge=1,
+    )
     replay_dir: Path = setting(
-        BASE_DIR / "providers" / "transcripts", "the offline replay provider's recorded transcripts",
-        shown="`providers/transcripts`")
+        BASE_DIR / "providers" / "transcripts",
+        "the offline replay provider's recorded transcripts",
+        shown="`providers/transcripts`",
+    )
     replay_event_delay: float = setting(
-        0.03, "pause between the offline replay's stream events (so it streams visibly)", unit="s", ge=0)
+        0.03, "pause between the offline replay's stream events (so it streams visibly)", unit="s", ge=0
+    )
 
     # --- the agent loop -----------------------------------------------------------------------
     system_prompt: str = setting(
         "You are PicoBot, a helpful assistant. Use tools when they help; answer concisely.",
-        "the system prompt (built per request, never stored)", shown="a short default")
+        "the system prompt (built per request, never stored)",
+        shown="a short default",
+    )
     max_iterations: int = setting(8, "model requests per turn (tool loop bound)", ge=1)
     turn_timeout: float = setting(600.0, "whole-turn deadline", unit="s", gt=0)
     max_turn_output_chars: int = setting(
-        1_000_000, "characters of answer text and reasoning one turn may stream, summed over all its model "
+        1_000_000,
+        "characters of answer text and reasoning one turn may stream, summed over all its model "
         "requests; past it the stream is closed, the part that fit is kept as an interrupted answer and the "
-        "user reads \"The answer and its reasoning were longer than N characters and were cut off\" (a server "
-        "that ignores `max_tokens` cannot make a frame too large for the WebSocket)", ge=1)
+        'user reads "The answer and its reasoning were longer than N characters and were cut off" (a server '
+        "that ignores `max_tokens` cannot make a frame too large for the WebSocket)",
+        ge=1,
+    )
 
     # --- tools --------------------------------------------------------------------------------
     tool_modules: CommaList = setting(
-        [], "comma-separated dotted module paths whose `register(registry)` adds your own tools")
+        [], "comma-separated dotted module paths whose `register(registry)` adds your own tools"
+    )
     tool_timeout: float = setting(
-        30.0, "per tool call (a tool may declare a shorter limit of its own, never a longer one; `current_time` "
-        "has 5 s)", unit="s", gt=0)
+        30.0,
+        "per tool call (a tool may declare a shorter limit of its own, never a longer one; `current_time` "
+        "has 5 s)",
+        unit="s",
+        gt=0,
+    )
     tool_result_max_chars: int = setting(
-        16000, "a tool result longer than this many characters is cut, with a marker saying how much was cut "
-        "(`0` = no limit)", ge=0)
+        16000,
+        "a tool result longer than this many characters is cut, with a marker saying how much was cut "
+        "(`0` = no limit)",
+        ge=0,
+    )
     max_tool_calls: int = setting(
-        16, "tool calls of one turn that run at the same time; the model's further calls in the same response "
-        "wait for a free slot (their time limit starts then)", ge=1)
+        16,
+        "tool calls of one turn that run at the same time; the model's further calls in the same response "
+        "wait for a free slot (their time limit starts then)",
+        ge=1,
+    )
     max_tool_calls_per_response: int = setting(
-        64, "tool calls of one model response that run at all; further calls in that response are dropped (not "
+        64,
+        "tool calls of one model response that run at all; further calls in that response are dropped (not "
         "run, stored, shown or sent back) and the last kept call's result tells the model how many were "
-        "dropped (it may repeat them in its next response)", ge=1)
+        "dropped (it may repeat them in its next response)",
+        ge=1,
+    )
     max_tool_argument_bytes: int = setting(
-        256 * 1024, "UTF-8 bytes of one tool call's argument text; a larger call is not parsed: it gets the error "
-        "result \"arguments too large (N bytes; at most M)\", its block shows `{\"_truncated\": \"N bytes\"}` and "
-        "history keeps it with `{}` arguments", ge=1)
+        256 * 1024,
+        "UTF-8 bytes of one tool call's argument text; a larger call is not parsed: it gets the error "
+        'result "arguments too large (N bytes; at most M)", its block shows `{"_truncated": "N bytes"}` and '
+        "history keeps it with `{}` arguments",
+        ge=1,
+    )
     http_fetch_max_bytes: int = setting(
-        1024 * 1024, "`http_fetch`: body bytes read at most (after gzip/deflate decoding); a call may ask for "
-        "fewer", ge=1)
-    http_fetch_timeout: float = setting(15.0, "`http_fetch`: bound of one fetch, redirects included", unit="s", gt=0)
+        1024 * 1024,
+        "`http_fetch`: body bytes read at most (after gzip/deflate decoding); a call may ask for fewer",
+        ge=1,
+    )
+    http_fetch_timeout: float = setting(
+        15.0, "`http_fetch`: bound of one fetch, redirects included", unit="s", gt=0
+    )
     http_fetch_allow_private: bool = setting(
-        False, "`1` lets `http_fetch` reach loopback, private and link-local addresses (an intranet); the cloud "
-        "metadata address, `0.0.0.0` and multicast stay refused")
+        False,
+        "`1` lets `http_fetch` reach loopback, private and link-local addresses (an intranet); the cloud "
+        "metadata address, `0.0.0.0` and multicast stay refused",
+    )
 
     # --- dialogs, titles, compaction ----------------------------------------------------------
     inbox_capacity: int = setting(32, "queued messages per dialog before new ones are refused", ge=1)
     session_ttl_hours: float = setting(
-        24.0, "a chat's active dialog idle longer than this is replaced by a new one on the next message; "
-        "runtime sessions idle this long leave the worker's memory (`0` = never)", ge=0)
+        24.0,
+        "a chat's active dialog idle longer than this is replaced by a new one on the next message; "
+        "runtime sessions idle this long leave the worker's memory (`0` = never)",
+        ge=0,
+    )
     session_cleanup_minutes: float = setting(60.0, "how often the worker evicts idle runtime sessions", gt=0)
     auto_title_after: int = setting(
-        10, "generate a title after this many user messages while the title is the default (`0` = never)", ge=0)
+        10,
+        "generate a title after this many user messages while the title is the default (`0` = never)",
+        ge=0,
+    )
     auto_title_on_first_message: bool = setting(False, "also title a dialog right after its first message")
     title_timeout: float = setting(
-        30.0, "bound of one title generation (a failure is only logged)", unit="s", gt=0)
+        30.0, "bound of one title generation (a failure is only logged)", unit="s", gt=0
+    )
     compact_keep_messages: int = setting(
-        20, "compaction (`/compact` and automatic): newest history rows kept verbatim at most", ge=0)
+        20, "compaction (`/compact` and automatic): newest history rows kept verbatim at most", ge=0
+    )
     compact_timeout: float = setting(120.0, "compaction: the time bound of one summary call", unit="s", gt=0)
     compact_threshold: float = setting(
-        0.8, "share of the context window a turn's estimated request may use; past it old tool results are "
+        0.8,
+        "share of the context window a turn's estimated request may use; past it old tool results are "
         "pruned from the request and, if that is not enough, older history is summarised automatically (the "
         "turn shows a `compacting` phase). Three failed automatic compactions in a row switch it off for the "
-        "dialog until `/compact` or a new dialog", gt=0, le=1)
+        "dialog until `/compact` or a new dialog",
+        gt=0,
+        le=1,
+    )
 
     # --- storage ------------------------------------------------------------------------------
     data_dir: Path = setting(BASE_DIR / "var", "SQLite file, generated secret key", shown="`./var`")
     database_url: str = setting(
-        "", "any dj-database-url URL, e.g. `postgres://user@host:5432/picobot`",
-        shown="`sqlite:///var/picobot.sqlite3`")
+        "",
+        "any dj-database-url URL, e.g. `postgres://user@host:5432/picobot`",
+        shown="`sqlite:///var/picobot.sqlite3`",
+    )
     database_pool: bool = setting(
-        False, "PostgreSQL: use Django's psycopg connection pool (each storage thread and the lease keeper keep "
-        "one connection: leave room above `PICOBOT_STORAGE_THREADS` + 1)")
+        False,
+        "PostgreSQL: use Django's psycopg connection pool (each storage thread and the lease keeper keep "
+        "one connection: leave room above `PICOBOT_STORAGE_THREADS` + 1)",
+    )
     database_pool_size: int = setting(10, "PostgreSQL: the pool's size per process", ge=1)
     sqlite_busy_timeout: float = setting(20.0, "how long a SQLite writer waits for the lock", unit="s", gt=0)
-    storage_threads: int = setting(4, "threads for the agent's DB calls on PostgreSQL (SQLite: always 1)", ge=1)
+    storage_threads: int = setting(
+        4, "threads for the agent's DB calls on PostgreSQL (SQLite: always 1)", ge=1
+    )
     storage_retry_delays_ms: Annotated[list[Annotated[int, Field(ge=0)]], NoDecode] = setting(
-        [100, 200, 300], "retries of a failed DB write (delays in ms, comma-separated)")
+        [100, 200, 300], "retries of a failed DB write (delays in ms, comma-separated)"
+    )
     switch_interval_ms: float = setting(
-        1.0, "how long one thread of `serve`/`runagent` may hold Python's GIL while another waits (Python's "
+        1.0,
+        "how long one thread of `serve`/`runagent` may hold Python's GIL while another waits (Python's "
         "default, 5 ms, made the event loop wait behind the storage thread under load); 0 keeps Python's "
-        "default; plain `daphne` does not apply it. Rarely worth changing", ge=0)
+        "default; plain `daphne` does not apply it. Rarely worth changing",
+        ge=0,
+    )
 
     # --- channel layer, workers, WebSockets ---------------------------------------------------
     redis_url: str = setting(
-        "", "`redis://host:6379/0` for the channel layer (scale-out)", shown="*(unset → in-memory layer)*")
+        "", "`redis://host:6379/0` for the channel layer (scale-out)", shown="*(unset → in-memory layer)*"
+    )
     redis_max_connections: int = setting(500, "channel layer connection pool (Redis)", ge=1)
     channel_capacity: int = setting(1000, "channel layer per-channel capacity", ge=1)
     group_expiry_seconds: int = setting(
-        86400, "a channel layer group member that did not re-join for this long is dropped", unit="s", ge=1)
+        86400, "a channel layer group member that did not re-join for this long is dropped", unit="s", ge=1
+    )
     group_refresh_seconds: float = setting(
-        3600.0, "how often live processes re-join their channel layer groups", unit="s", gt=0)
+        3600.0, "how often live processes re-join their channel layer groups", unit="s", gt=0
+    )
     worker_id: str = setting(
-        "", "a worker's identity in the lease rows (`serve` keeps it across restarts, so it resumes its own "
-        "dialogs at once)", shown="`host:serve` / `host:pid`")
+        "",
+        "a worker's identity in the lease rows (`serve` keeps it across restarts, so it resumes its own "
+        "dialogs at once)",
+        shown="`host:serve` / `host:pid`",
+    )
     lease_seconds: float = setting(
-        15.0, "dialog ownership across worker processes: a dead process's dialogs move to a live one within "
-        "about 30 s (the lease, plus two renewal intervals in which nobody renewed it)", unit="s", gt=0)
+        15.0,
+        "dialog ownership across worker processes: a dead process's dialogs move to a live one within "
+        "about 30 s (the lease, plus two renewal intervals in which nobody renewed it)",
+        unit="s",
+        gt=0,
+    )
     lease_renew_seconds: float = setting(
-        5.0, "how often a worker renews its leases; a busy or slow process keeps its dialogs (a thread of its "
-        "own renews all its leases at once)", unit="s", gt=0)
+        5.0,
+        "how often a worker renews its leases; a busy or slow process keeps its dialogs (a thread of its "
+        "own renews all its leases at once)",
+        unit="s",
+        gt=0,
+    )
     inbox_scan_seconds: float = setting(
-        5.0, "how often a worker looks for queued input whose wake-up message was lost", unit="s", gt=0)
+        5.0, "how often a worker looks for queued input whose wake-up message was lost", unit="s", gt=0
+    )
     reconcile_quiet_seconds: float = setting(
-        5.0, "a turn a WebSocket connection watches ([PROTOCOL \"Convergence\"](docs/PROTOCOL.md)) that shows "
+        5.0,
+        'a turn a WebSocket connection watches ([PROTOCOL "Convergence"](docs/PROTOCOL.md)) that shows '
         "nothing for this long is looked up in the database, so a final the channel layer dropped still "
-        "reaches every connection; `0` turns the lookups off", unit="s", ge=0)
+        "reaches every connection; `0` turns the lookups off",
+        unit="s",
+        ge=0,
+    )
     ws_snapshot_interval_ms: int = setting(
-        33, "live snapshot throttle per WebSocket turn (≈30/s); a busy process stretches it with its event-loop "
-        "lag, up to 1 s, instead of queueing frames", ge=0)
+        33,
+        "live snapshot throttle per WebSocket turn (≈30/s); a busy process stretches it with its event-loop "
+        "lag, up to 1 s, instead of queueing frames",
+        ge=0,
+    )
     ws_max_unsent_bytes: int = setting(
-        16 * 1024 * 1024, "a WebSocket whose client leaves more than this many bytes of output unread is closed "
+        16 * 1024 * 1024,
+        "a WebSocket whose client leaves more than this many bytes of output unread is closed "
         "(4408 in the log; a client that does not read usually just sees the connection drop), and the memory "
-        "is freed; the client reconnects and resyncs, nothing is lost. `0`: no bound", ge=0)
+        "is freed; the client reconnects and resyncs, nothing is lost. `0`: no bound",
+        ge=0,
+    )
 
     # --- Django -------------------------------------------------------------------------------
     secret_key: SecretStr = setting(
-        SecretStr(""), "Django secret key (the same in every process)", shown="generated into `var/secret_key`")
+        SecretStr(""),
+        "Django secret key (the same in every process)",
+        shown="generated into `var/secret_key`",
+    )
     debug: bool = setting(False, "Django debug mode (never in production)")
     allowed_hosts: CommaList = setting(
-        ["localhost", "127.0.0.1", "[::1]"], "host names the server answers to; add your host name or IP when "
-        "you serve with `--host 0.0.0.0`")
+        ["localhost", "127.0.0.1", "[::1]"],
+        "host names the server answers to; add your host name or IP when you serve with `--host 0.0.0.0`",
+    )
     csrf_trusted_origins: CommaList = setting(
-        [], "extra origins (`https://chat.example.com`) for logins and cookie WebSockets, e.g. behind an HTTPS "
-        "proxy; by default only same-origin pages may open a cookie-authenticated WebSocket")
+        [],
+        "extra origins (`https://chat.example.com`) for logins and cookie WebSockets, e.g. behind an HTTPS "
+        "proxy; by default only same-origin pages may open a cookie-authenticated WebSocket",
+    )
     time_zone: str = setting("UTC", "the server's time zone for Django (an IANA name)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = setting(
-        "INFO", "the root logger's level")
+        "INFO", "the root logger's level"
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _blank_is_unset(cls, data: Any) -> Any:
         """A variable set to spaces means its default, like an empty one."""
         if isinstance(data, dict):
-            return {key: value for key, value in data.items() if not (isinstance(value, str) and not value.strip())}
+            return {
+                key: value
+                for key, value in data.items()
+                if not (isinstance(value, str) and not value.strip())
+            }
         return data
 
     @field_validator("llm_provider", mode="before")
@@ -241,8 +356,14 @@ class PicoBotSettings(BaseSettings):
     def _upper(cls, value: Any) -> Any:
         return value.strip().upper() if isinstance(value, str) else value
 
-    @field_validator("llm_hooks", "tool_modules", "allowed_hosts", "csrf_trusted_origins",
-                     "storage_retry_delays_ms", mode="before")
+    @field_validator(
+        "llm_hooks",
+        "tool_modules",
+        "allowed_hosts",
+        "csrf_trusted_origins",
+        "storage_retry_delays_ms",
+        mode="before",
+    )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -326,50 +447,3 @@ def describe_errors(exc: ValidationError, environ: Mapping[str, str]) -> str:
         raw = environ.get(name, "")
         parts.append(f"{name}={raw.strip()}: {message}" if raw.strip() else f"{name}: {message}")
     return "; ".join(dict.fromkeys(parts))
-
-
-def settings_table() -> str:
-    """The README's configuration table (Markdown), one row per field in the model's order."""
-    rows = ["| variable | default | meaning |", "|---|---|---|"]
-    for name, field in PicoBotSettings.model_fields.items():
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        shown = extra.get("shown")
-        if shown is None:
-            text = _shown_value(field.default)
-            shown = f"`{text}` {extra.get('unit') or ''}".rstrip() if text else ""
-        rows.append(f"| `{env_name(name)}` | {shown} | {field.description} |")
-    return "\n".join(rows) + "\n"
-
-
-def _shown_value(value: Any) -> str:
-    """A default as one writes it in the environment: ``1``/``0``, ``10`` (not ``10.0``), ``a,b``."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, list):
-        return ",".join(str(item) for item in value)
-    return str(value)
-
-
-TABLE_START = "<!-- settings-table: generated by `python -m picobot_site.config --write README.md` -->"
-TABLE_END = "<!-- /settings-table -->"
-
-
-def with_settings_table(readme: str) -> str:
-    """``readme`` with the text between :data:`TABLE_START` and :data:`TABLE_END` replaced by
-    :func:`settings_table`. Raises ValueError when the markers are missing."""
-    start, end = readme.find(TABLE_START), readme.find(TABLE_END)
-    if start < 0 or end < start:
-        raise ValueError("the README has no settings-table markers")
-    return readme[: start + len(TABLE_START)] + "\n" + settings_table() + readme[end:]
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:2] == ["--write"] and len(sys.argv) == 3:
-        target = Path(sys.argv[2])
-        target.write_text(with_settings_table(target.read_text(encoding="utf-8")), encoding="utf-8")
-    else:
-        sys.stdout.write(settings_table())

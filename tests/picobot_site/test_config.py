@@ -15,9 +15,8 @@ from picobot_site.config import (
     PicoBotSettings,
     env_name,
     load_settings,
-    settings_table,
-    with_settings_table,
 )
+from picobot_site.config_table import settings_table, with_settings_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def env(monkeypatch):
     """A clean PICOBOT_* environment; returns a setter."""
     for name in list(os.environ):
-        if name.startswith("PICOBOT_") and name.removeprefix("PICOBOT_").lower() in PicoBotSettings.model_fields:
+        if (
+            name.startswith("PICOBOT_")
+            and name.removeprefix("PICOBOT_").lower() in PicoBotSettings.model_fields
+        ):
             monkeypatch.delenv(name)
 
     def set_(**values: str) -> None:
@@ -125,8 +127,13 @@ def test_the_settings_are_frozen(env) -> None:
 
 
 def test_the_provider_config_carries_the_llm_fields(env) -> None:
-    env(PICOBOT_LLM_PROVIDER="anthropic", PICOBOT_LLM_MODEL="claude", PICOBOT_LLM_API_KEY="k" * 20,
-        PICOBOT_LLM_THINKING_BUDGET="2048", PICOBOT_LLM_HOOKS="a.install,b.install")
+    env(
+        PICOBOT_LLM_PROVIDER="anthropic",
+        PICOBOT_LLM_MODEL="claude",
+        PICOBOT_LLM_API_KEY="k" * 20,
+        PICOBOT_LLM_THINKING_BUDGET="2048",
+        PICOBOT_LLM_HOOKS="a.install,b.install",
+    )
     provider = load_settings().provider_config()
     assert (provider.provider, provider.model, provider.api_key) == ("anthropic", "claude", "k" * 20)
     assert (provider.thinking_budget, provider.hooks) == (2048, ("a.install", "b.install"))
@@ -142,7 +149,7 @@ def test_the_readme_table_equals_the_settings_model() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert with_settings_table(readme) == readme, (
         "README's configuration table differs from picobot_site/config.py: "
-        "run `python -m picobot_site.config --write README.md`"
+        "run `python -m picobot_site.config_table --write README.md`"
     )
     assert settings_table().count("\n| `PICOBOT_") == len(PicoBotSettings.model_fields)
 
@@ -154,15 +161,23 @@ def test_the_table_markers_are_required() -> None:
 
 @pytest.mark.parametrize(
     ("name", "raw"),
-    [("PICOBOT_LLM_IDLE_TIMEOUT", "nan"), ("PICOBOT_INBOX_CAPACITY", "-1"), ("PICOBOT_LLM_PROVIDER", "bogus")],
+    [
+        ("PICOBOT_LLM_IDLE_TIMEOUT", "nan"),
+        ("PICOBOT_INBOX_CAPACITY", "-1"),
+        ("PICOBOT_LLM_PROVIDER", "bogus"),
+    ],
 )
 def test_serve_stops_with_one_line_naming_the_variable(name, raw) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
     environ[name] = raw
     environ["PICOBOT_DATA_DIR"] = os.environ.get("PICOBOT_DATA_DIR", str(ROOT / "var"))
     done = subprocess.run(
-        [sys.executable, "manage.py", "serve", "--port", "0"], cwd=ROOT, env=environ,
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "manage.py", "serve", "--port", "0"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()

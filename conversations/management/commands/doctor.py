@@ -19,18 +19,13 @@ userinfo, provider errors are redacted by the provider.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
-import os
-import socket
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
@@ -38,36 +33,23 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from conversations.management.commands._common import PicoBotCommand
+from conversations.management.commands._doctor_check import FAIL, OK, WARN, Check, safe_url
+from conversations.management.commands._doctor_provider import check_provider
 from picobot_site.config import env_name
 
 if TYPE_CHECKING:
-    from providers.config import ProviderConfig
+    pass
 
-OK, WARN, FAIL = "OK", "WARN", "FAIL"
-_PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "secret-key", "insecure", "django-insecure", "dev", "test"}
-
-
-@dataclass(frozen=True)
-class Check:
-    """One result line: ``status name: detail`` and, unless OK, how to fix it."""
-
-    status: str
-    name: str
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        text = f"{self.status:<4} {self.name}: {self.detail}"
-        return f"{text}\n     fix: {self.fix}" if self.fix else text
-
-
-def _safe_url(url: str) -> str:
-    """``url`` without userinfo (passwords), query or fragment."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+_PLACEHOLDER_KEYS = {
+    "changeme",
+    "change-me",
+    "secret",
+    "secret-key",
+    "insecure",
+    "django-insecure",
+    "dev",
+    "test",
+}
 
 
 # --- database -----------------------------------------------------------------------------------
@@ -77,25 +59,43 @@ def check_database() -> list[Check]:
     connection = connections[DEFAULT_DB_ALIAS]
     engine = connection.vendor
     where = settings.DATABASES[DEFAULT_DB_ALIAS].get("NAME", "")
-    shown = str(where) if engine == "sqlite" else _safe_url(settings.PICOBOT.database_url) or str(where)
+    shown = str(where) if engine == "sqlite" else safe_url(settings.PICOBOT.database_url) or str(where)
     try:
         connection.ensure_connection()
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except Exception as exc:
-        return [Check(FAIL, "database", f"cannot connect to {engine} at {shown}: {type(exc).__name__}: {exc}",
-                      "check PICOBOT_DATABASE_URL and that the database server runs and accepts this user")]
+        return [
+            Check(
+                FAIL,
+                "database",
+                f"cannot connect to {engine} at {shown}: {type(exc).__name__}: {exc}",
+                "check PICOBOT_DATABASE_URL and that the database server runs and accepts this user",
+            )
+        ]
     try:
         executor = MigrationExecutor(connection)
         pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
     except Exception as exc:
-        return [Check(FAIL, "database", f"cannot read the migration state: {type(exc).__name__}: {exc}",
-                      "run 'python manage.py migrate'")]
+        return [
+            Check(
+                FAIL,
+                "database",
+                f"cannot read the migration state: {type(exc).__name__}: {exc}",
+                "run 'python manage.py migrate'",
+            )
+        ]
     if pending:
         names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in pending[:3])
         more = f" and {len(pending) - 3} more" if len(pending) > 3 else ""
-        return [Check(FAIL, "database", f"{len(pending)} migration(s) not applied: {names}{more}",
-                      "run 'python manage.py migrate'")]
+        return [
+            Check(
+                FAIL,
+                "database",
+                f"{len(pending)} migration(s) not applied: {names}{more}",
+                "run 'python manage.py migrate'",
+            )
+        ]
     return [Check(OK, "database", f"{engine} at {shown}, all migrations applied")]
 
 
@@ -125,15 +125,18 @@ async def _layer_round_trip(timeout: float) -> None:
 def check_channel_layer(timeout: float) -> list[Check]:
     backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
     redis_url = getattr(settings, "REDIS_URL", "")
-    label = f"Redis at {_safe_url(redis_url)}" if redis_url else "in-memory"
+    label = f"Redis at {safe_url(redis_url)}" if redis_url else "in-memory"
     try:
         asyncio.run(_layer_round_trip(timeout))
     except TimeoutError:
         fix = "check that Redis runs and PICOBOT_REDIS_URL points at it" if redis_url else "see the logs"
         return [Check(FAIL, "channel layer", f"{label}: no round trip within {timeout:g}s", fix)]
     except Exception as exc:
-        fix = ("start Redis or correct PICOBOT_REDIS_URL (redis://host:6379/0)" if redis_url
-               else "check CHANNEL_LAYERS in the settings")
+        fix = (
+            "start Redis or correct PICOBOT_REDIS_URL (redis://host:6379/0)"
+            if redis_url
+            else "check CHANNEL_LAYERS in the settings"
+        )
         detail = f"{label} ({backend}): {type(exc).__name__}: {exc}"
         password = urlsplit(redis_url).password if redis_url else None
         if password:
@@ -141,108 +144,14 @@ def check_channel_layer(timeout: float) -> list[Check]:
         return [Check(FAIL, "channel layer", detail, fix)]
     if redis_url:
         return [Check(OK, "channel layer", f"{label}: send/receive round trip works")]
-    return [Check(OK, "channel layer", "in-memory (embedded mode): fine for one 'serve' process; "
-                  "'runagent' and several Daphne processes need PICOBOT_REDIS_URL")]
-
-
-# --- LLM provider ------------------------------------------------------------------------------
-
-
-def _provider_config(timeout: float) -> ProviderConfig:
-    config = settings.PICOBOT.provider_config()
-    return dataclasses.replace(
-        config,
-        max_retries=0,
-        connect_timeout=min(config.connect_timeout, timeout),
-        first_byte_timeout=timeout,
-        idle_timeout=timeout,
-        thinking_budget=0,  # a 1-token probe cannot carry a thinking budget
-    )
-
-
-def _cause(exc: BaseException) -> str:
-    """The transport error under a provider error (e.g. ``[Errno 111] Connection refused``);
-    text the error's own message already says is not repeated."""
-    parts: list[str] = []
-    said = str(exc)
-    cause, seen = exc.__cause__, 0
-    while cause is not None and seen < 6:
-        text = str(cause).strip()
-        if isinstance(cause, OSError) and not isinstance(cause, socket.gaierror) and (cause.errno or 0) > 0:
-            text = f"{os.strerror(cause.errno)}: {cause.strerror or text}"
-        if text and text not in parts and text not in said:
-            parts.append(text)
-        cause, seen = cause.__cause__ or cause.__context__, seen + 1
-    return f" ({'; '.join(parts)[:200]})" if parts else ""
-
-
-async def _probe(provider: Any, timeout: float) -> None:
-    from providers.messages import Message
-    from providers.types import ProviderRequest
-
-    try:
-        async with asyncio.timeout(timeout + 5):
-            await provider.collect(ProviderRequest(messages=[Message.user("ping")], max_tokens=1))
-    finally:
-        await provider.aclose()
-
-
-def check_provider(timeout: float, request: bool) -> list[Check]:
-    from providers import errors
-    from providers.factory import build_provider
-
-    config = _provider_config(timeout)
-    kind = config.provider or "replay"
-    try:
-        provider = build_provider(config)
-    except ValueError as exc:
-        said = str(exc)
-        if "PICOBOT_" not in said:  # e.g. urlsplit's "Invalid IPv6 URL": it is the base URL's
-            said = f"PICOBOT_LLM_BASE_URL: {said}"
-        return [Check(FAIL, "LLM provider", f"configuration: {said}",
-                      "set the PICOBOT_LLM_* variable named above (README, Configuration)")]
-    if getattr(provider, "offline", False) or kind == "replay":
-        return [Check(WARN, "LLM provider", "offline replay provider (no LLM configured): answers are recorded samples",
-                      "set PICOBOT_LLM_PROVIDER (openai | anthropic), PICOBOT_LLM_MODEL, PICOBOT_LLM_API_KEY "
-                      "and, for other servers, PICOBOT_LLM_BASE_URL")]
-    url = getattr(provider, "display_url", "") or _safe_url(config.base_url)
-    what = f"{provider.name} at {url}, model {provider.model}"
-    if not request:
-        asyncio.run(provider.aclose())
-        return [Check(OK, "LLM provider", f"{what}: configuration builds (no request made: --no-llm-request)")]
-    started = time.monotonic()
-    try:
-        asyncio.run(_probe(provider, timeout))
-    except errors.ProviderConnectionError as exc:
-        return [Check(FAIL, "LLM provider", f"{what}: cannot connect: {exc.message}{_cause(exc)}",
-                      "check PICOBOT_LLM_BASE_URL (scheme, host, port, the /v1 part) and that the server runs")]
-    except (errors.ProviderTimeoutError, TimeoutError) as exc:
-        return [Check(FAIL, "LLM provider", f"{what}: no answer within {timeout:g}s ({exc})",
-                      "check PICOBOT_LLM_BASE_URL and the network path to it (proxy, firewall)")]
-    except errors.AuthenticationError as exc:
-        return [Check(FAIL, "LLM provider", f"{what}: the key was refused (HTTP {exc.http_status}): {exc.message}",
-                      "set a valid PICOBOT_LLM_API_KEY for this server")]
-    except errors.RateLimitedError as exc:
-        return [Check(WARN, "LLM provider", f"{what}: reachable, but rate limited now (HTTP 429): {exc.message}",
-                      "check the account's quota and limits")]
-    except errors.ServerError as exc:
-        return [Check(WARN, "LLM provider", f"{what}: reachable, but it failed (HTTP {exc.http_status}): {exc.message}",
-                      "try again later; see the provider's status page")]
-    except errors.ProviderError as exc:
-        if exc.http_status == 404:
-            return [Check(FAIL, "LLM provider", f"{what}: not found (HTTP 404): {exc.message}",
-                          "check PICOBOT_LLM_BASE_URL (OpenAI-compatible URLs end in /v1) and PICOBOT_LLM_MODEL")]
-        if exc.http_status in (400, 422):
-            return [Check(WARN, "LLM provider",
-                          f"{what}: reachable, but the 1-token test request was refused (HTTP {exc.http_status}): "
-                          f"{exc.message}",
-                          "check PICOBOT_LLM_MODEL; some servers refuse tiny max_tokens, which is harmless")]
-        return [Check(FAIL, "LLM provider", f"{what}: {exc.kind}: {exc.message}",
-                      "check PICOBOT_LLM_BASE_URL, PICOBOT_LLM_MODEL and PICOBOT_LLM_API_KEY")]
-    except Exception as exc:  # a hook or a bug: still one line, not a traceback
-        return [Check(FAIL, "LLM provider", f"{what}: {type(exc).__name__}: {str(exc)[:200]}",
-                      "check the PICOBOT_LLM_* settings and PICOBOT_LLM_HOOKS")]
-    return [Check(OK, "LLM provider", f"{what}: answered a 1-token request in {time.monotonic() - started:.1f}s")]
+    return [
+        Check(
+            OK,
+            "channel layer",
+            "in-memory (embedded mode): fine for one 'serve' process; "
+            "'runagent' and several Daphne processes need PICOBOT_REDIS_URL",
+        )
+    ]
 
 
 # --- settings ----------------------------------------------------------------------------------
@@ -253,7 +162,8 @@ def check_configuration() -> list[Check]:
     Their values were checked when the settings loaded (``picobot_site.config``)."""
     config = settings.PICOBOT
     changed = [
-        env_name(name) for name, field in type(config).model_fields.items()
+        env_name(name)
+        for name, field in type(config).model_fields.items()
         if getattr(config, name) != field.get_default(call_default_factory=True)
     ]
     detail = f"{len(changed)} PICOBOT_* variable(s) set: {', '.join(changed)}" if changed else "all defaults"
@@ -263,40 +173,82 @@ def check_configuration() -> list[Check]:
 def check_settings() -> list[Check]:
     out: list[Check] = check_configuration()
     if settings.DEBUG:
-        out.append(Check(FAIL, "DEBUG", "on: error pages show stack traces and settings to anyone",
-                         "unset PICOBOT_DEBUG (or set it to 0) outside development"))
+        out.append(
+            Check(
+                FAIL,
+                "DEBUG",
+                "on: error pages show stack traces and settings to anyone",
+                "unset PICOBOT_DEBUG (or set it to 0) outside development",
+            )
+        )
     else:
         out.append(Check(OK, "DEBUG", "off"))
     hosts = list(settings.ALLOWED_HOSTS)
     if not hosts:
-        out.append(Check(FAIL, "ALLOWED_HOSTS", "empty: every request is refused (400)",
-                         "set PICOBOT_ALLOWED_HOSTS to the names clients use, e.g. chat.example.com"))
+        out.append(
+            Check(
+                FAIL,
+                "ALLOWED_HOSTS",
+                "empty: every request is refused (400)",
+                "set PICOBOT_ALLOWED_HOSTS to the names clients use, e.g. chat.example.com",
+            )
+        )
     elif "*" in hosts:
-        out.append(Check(WARN, "ALLOWED_HOSTS", "'*' accepts any Host header (host header attacks, DNS rebinding)",
-                         "list the real names in PICOBOT_ALLOWED_HOSTS"))
+        out.append(
+            Check(
+                WARN,
+                "ALLOWED_HOSTS",
+                "'*' accepts any Host header (host header attacks, DNS rebinding)",
+                "list the real names in PICOBOT_ALLOWED_HOSTS",
+            )
+        )
     else:
         local = {"localhost", "127.0.0.1", "[::1]", "testserver"}
-        note = " (local only: set PICOBOT_ALLOWED_HOSTS to serve other machines)" if set(hosts) <= local else ""
+        note = (
+            " (local only: set PICOBOT_ALLOWED_HOSTS to serve other machines)" if set(hosts) <= local else ""
+        )
         out.append(Check(OK, "ALLOWED_HOSTS", ", ".join(hosts) + note))
     key = str(settings.SECRET_KEY or "")
     from_env = bool(settings.PICOBOT.secret_key.get_secret_value())
     if len(key) < 32 or key.lower() in _PLACEHOLDER_KEYS or key.startswith("django-insecure"):
-        out.append(Check(FAIL, "secret key", "missing, short or a well-known placeholder",
-                         "set PICOBOT_SECRET_KEY to a long random string (e.g. python -c 'import secrets; "
-                         "print(secrets.token_urlsafe(50))'), the same in every process"))
+        out.append(
+            Check(
+                FAIL,
+                "secret key",
+                "missing, short or a well-known placeholder",
+                "set PICOBOT_SECRET_KEY to a long random string (e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(50))'), the same in every process",
+            )
+        )
     elif not from_env and (settings.PICOBOT.redis_url or settings.PICOBOT.database_url):
-        out.append(Check(WARN, "secret key", "generated per data directory, but this looks like a scale-out setup",
-                         "set PICOBOT_SECRET_KEY, the same in every process, or logins break between them"))
+        out.append(
+            Check(
+                WARN,
+                "secret key",
+                "generated per data directory, but this looks like a scale-out setup",
+                "set PICOBOT_SECRET_KEY, the same in every process, or logins break between them",
+            )
+        )
     else:
-        source = "PICOBOT_SECRET_KEY" if from_env else f"generated, kept in {Path(settings.DATA_DIR) / 'secret_key'}"
+        source = (
+            "PICOBOT_SECRET_KEY"
+            if from_env
+            else f"generated, kept in {Path(settings.DATA_DIR) / 'secret_key'}"
+        )
         out.append(Check(OK, "secret key", f"set ({source})"))
     data_dir = Path(settings.DATA_DIR)
     try:
         with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".doctor-"):
             pass
     except OSError as exc:
-        out.append(Check(FAIL, "data directory", f"{data_dir} is not writable: {exc.strerror or exc}",
-                         "make it writable for this user, or point PICOBOT_DATA_DIR elsewhere"))
+        out.append(
+            Check(
+                FAIL,
+                "data directory",
+                f"{data_dir} is not writable: {exc.strerror or exc}",
+                "make it writable for this user, or point PICOBOT_DATA_DIR elsewhere",
+            )
+        )
     else:
         out.append(Check(OK, "data directory", f"{data_dir} is writable"))
     return out
@@ -311,9 +263,12 @@ class Command(PicoBotCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--timeout", type=float, default=15.0, help="seconds per network check (default 15)")
         parser.add_argument(
-            "--no-llm-request", action="store_true",
+            "--timeout", type=float, default=15.0, help="seconds per network check (default 15)"
+        )
+        parser.add_argument(
+            "--no-llm-request",
+            action="store_true",
             help="only build the provider from the configuration; send it no request (no cost)",
         )
 
@@ -331,8 +286,14 @@ class Command(PicoBotCommand):
             try:
                 checks = step()
             except Exception as exc:  # a check that breaks is a failed check, not a traceback
-                checks = [Check(FAIL, name, f"the check itself failed: {type(exc).__name__}: {str(exc)[:200]}",
-                                "a bug in the check: report it with this line")]
+                checks = [
+                    Check(
+                        FAIL,
+                        name,
+                        f"the check itself failed: {type(exc).__name__}: {str(exc)[:200]}",
+                        "a bug in the check: report it with this line",
+                    )
+                ]
             for check in checks:
                 results.append(check)
                 self.stdout.write(check.line())
