@@ -64,7 +64,21 @@ from delivery.presentation import PresentationPolicy, serialize_snapshot  # noqa
 from delivery.sinks import Snapshot  # noqa: E402
 from delivery.turn import TurnController  # noqa: E402
 
-WORDS = [" the", " gate", "way", " turn", " snap", "shot", " 界面", " über", " data", ",", " and", " flow", "."]
+WORDS = [
+    " the",
+    " gate",
+    "way",
+    " turn",
+    " snap",
+    "shot",
+    " 界面",
+    " über",
+    " data",
+    ",",
+    " and",
+    " flow",
+    ".",
+]
 TEXT_PER_CYCLE = 1000
 REASONING_PER_CYCLE = 40
 YIELD_EVERY = 8
@@ -111,11 +125,15 @@ class CountingSink:
         return None
 
 
-async def run_turn(events: list[TurnEvent], *, coordinated: bool) -> tuple[float, CountingSink, TurnController]:
+async def run_turn(
+    events: list[TurnEvent], *, coordinated: bool
+) -> tuple[float, CountingSink, TurnController]:
     """Seconds from the first event to the delivered terminal snapshot (or the last event)."""
     controller = TurnController("t", "cli_chat:1:d", "m")
     sink = CountingSink()
-    handle = DeliveryCoordinator(controller, sink, PresentationPolicy.websocket()).start() if coordinated else None
+    handle = (
+        DeliveryCoordinator(controller, sink, PresentationPolicy.websocket()).start() if coordinated else None
+    )
     apply = controller.apply
     gc.collect()
     started = time.perf_counter()
@@ -143,7 +161,9 @@ def serialise_cost_us(controller: TurnController, rounds: int = 20) -> float:
 
 
 async def part_one(sizes: list[int], repeat: int) -> None:
-    print(f"Part 1: reduce N text deltas (+ reasoning and tool blocks) and publish at <= 30/s; {repeat} rounds")
+    print(
+        f"Part 1: reduce N text deltas (+ reasoning and tool blocks) and publish at <= 30/s; {repeat} rounds"
+    )
     print()
     header = (
         f"| {'text deltas':>11} | {'events':>7} | {'blocks':>6} | {'reduce only µs/delta':>20} "
@@ -180,7 +200,9 @@ async def part_one(sizes: list[int], repeat: int) -> None:
         ratio = medians[large] / medians[small]
         verdict = "OK" if ratio <= 1.3 else "FAIL"
         print()
-        print(f"µs per delta, {large:,} vs {small:,} deltas (medians): ratio {ratio:.2f} (target <= 1.3: {verdict})")
+        print(
+            f"µs per delta, {large:,} vs {small:,} deltas (medians): ratio {ratio:.2f} (target <= 1.3: {verdict})"
+        )
         print(
             f"Publishing the largest snapshot 30 times a second costs {30 * last_serialise_us / 1e4:.1f} % of a core "
             "(bounded per second, whatever the token rate)."
@@ -189,7 +211,9 @@ async def part_one(sizes: list[int], repeat: int) -> None:
 
 async def part_two(watchers: int, text_deltas: int, seconds: float) -> None:
     print()
-    print(f"Part 2: one chat, {watchers} watchers on the in-memory layer, a turn of {text_deltas:,} text deltas")
+    print(
+        f"Part 2: one chat, {watchers} watchers on the in-memory layer, a turn of {text_deltas:,} text deltas"
+    )
     layer = LocalChannelLayer(capacity=10_000)
     group = chat_group("cli_chat", "1")
     channels = [await layer.new_channel() for _ in range(watchers)]
@@ -258,16 +282,22 @@ async def part_two(watchers: int, text_deltas: int, seconds: float) -> None:
     finally:
         coordinator_module.serialize_snapshot = real_serialize
         json.dumps = real_dumps
-    print(f"  published snapshots (layer messages per watcher): {published} in {elapsed:.1f} s "
-          f"({published / elapsed:.0f}/s)")
+    print(
+        f"  published snapshots (layer messages per watcher): {published} in {elapsed:.1f} s "
+        f"({published / elapsed:.0f}/s)"
+    )
     print(f"  frames sent, all watchers together: {sum(frames):,} ({min(frames)}–{max(frames)} per watcher)")
-    print(f"  serialize_snapshot calls: {counts['serialize_snapshot']}; json.dumps calls on the publish path: "
-          f"{counts['json.dumps']} (and {counts['json.dumps in apply']} while applying events: tool starts)")
+    print(
+        f"  serialize_snapshot calls: {counts['serialize_snapshot']}; json.dumps calls on the publish path: "
+        f"{counts['json.dumps']} (and {counts['json.dumps in apply']} while applying events: tool starts)"
+    )
     shared = all(len(ids) == 1 for ids in payload_objects.values())
     print(f"  every watcher got the same str object per snapshot (no copy, no re-encoding): {shared}")
     per_snapshot = counts["json.dumps"] / max(published, 1)
     verdict = "OK" if counts["serialize_snapshot"] == published and per_snapshot == 1 else "FAIL"
-    print(f"  serialisations per published snapshot: {per_snapshot:.2f} (target 1, for {watchers} watchers: {verdict})")
+    print(
+        f"  serialisations per published snapshot: {per_snapshot:.2f} (target 1, for {watchers} watchers: {verdict})"
+    )
 
 
 def part_paced(sizes: list[int], rates: list[int]) -> None:
@@ -300,10 +330,14 @@ def part_paced(sizes: list[int], rates: list[int]) -> None:
                         published += 1
                         next_at = sim_now + max(PUBLISH_INTERVAL, len(payload) / budget)
             per_delta[n] = (time.perf_counter() - started) / n * 1e6
-            print(f"  {rate:>4} tokens/s, {n:>7,} deltas: {per_delta[n]:7.2f} µs/delta ({published} snapshots)")
+            print(
+                f"  {rate:>4} tokens/s, {n:>7,} deltas: {per_delta[n]:7.2f} µs/delta ({published} snapshots)"
+            )
         low, high = min(sizes), max(sizes)
         ratio = per_delta[high] / per_delta[low]
-        print(f"  {rate:>4} tokens/s: ratio {high:,}/{low:,} = {ratio:.2f} (target <= 1.3: {'OK' if ratio <= 1.3 else 'FAIL'})")
+        print(
+            f"  {rate:>4} tokens/s: ratio {high:,}/{low:,} = {ratio:.2f} (target <= 1.3: {'OK' if ratio <= 1.3 else 'FAIL'})"
+        )
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -314,7 +348,9 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="text deltas per turn")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[10_000, 100_000], help="text deltas per turn"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="timed rounds per size")
     parser.add_argument("--rates", type=int, nargs="+", default=[60, 300], help="tokens/s in part 3")
     parser.add_argument("--watchers", type=int, default=100, help="group members in part 2")

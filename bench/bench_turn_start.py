@@ -24,7 +24,9 @@ sys.path.insert(0, str(REPO))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=5000, help="committed history rows before timing")
     parser.add_argument("--turns", type=int, default=50, help="turn starts timed per mode")
     parser.add_argument("--database-url", default="", help="default: a fresh SQLite file")
@@ -48,7 +50,10 @@ def main() -> None:
     dialog = storage.create_dialog(user, "cli_chat", "bench", f"bench {time.time_ns()}")
     body = "lorem ipsum dolor sit amet " * 20  # ~540 characters per row
     Message.objects.bulk_create(
-        [Message(dialog=dialog, seq=i, role="user" if i % 2 else "assistant", content=body) for i in range(1, args.rows + 1)],
+        [
+            Message(dialog=dialog, seq=i, role="user" if i % 2 else "assistant", content=body)
+            for i in range(1, args.rows + 1)
+        ],
         batch_size=2000,
     )
     type(dialog).objects.filter(pk=dialog.pk).update(history_revision=args.rows)
@@ -60,7 +65,9 @@ def main() -> None:
         started = time.perf_counter()
         start = storage.start_next_turn(dialog.id, "bench", epoch, **extra)
         elapsed = time.perf_counter() - started
-        commit = storage.commit_turn(dialog.id, "bench", epoch, start.inbox_id, [{"role": "assistant", "content": "ok"}])
+        commit = storage.commit_turn(
+            dialog.id, "bench", epoch, start.inbox_id, [{"role": "assistant", "content": "ok"}]
+        )
         storage.release_lease(dialog.id, "bench", epoch)
         return elapsed, commit.history_revision
 
@@ -72,7 +79,9 @@ def main() -> None:
             results[mode].append(elapsed * 1000)
     print(f"history ≈ {revision} rows; {args.turns} turn starts per mode (ms):")
     for mode, times in results.items():
-        print(f"  {mode:14s} median {statistics.median(times):8.2f}   p90 {sorted(times)[int(len(times) * 0.9)]:8.2f}")
+        print(
+            f"  {mode:14s} median {statistics.median(times):8.2f}   p90 {sorted(times)[int(len(times) * 0.9)]:8.2f}"
+        )
 
 
 if __name__ == "__main__":

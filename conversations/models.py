@@ -83,7 +83,9 @@ class ChatState(models.Model):
     channel = models.CharField(max_length=32)
     chat_id = models.CharField(max_length=128)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
-    active_dialog = models.ForeignKey(Dialog, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    active_dialog = models.ForeignKey(
+        Dialog, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     updated_at = models.BigIntegerField(default=now_ms)
 
     class Meta:

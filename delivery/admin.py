@@ -38,13 +38,31 @@ def _ms_to_text(ms: int | None) -> str:
 
 @admin.register(DeliveryFailure)
 class DeliveryFailureAdmin(SafeLookupsMixin, admin.ModelAdmin):
-    list_display = ["id", "created", "channel", "chat_id", "dialog_id", "stage", "attempts", "short_error", "resolved"]
+    list_display = [
+        "id",
+        "created",
+        "channel",
+        "chat_id",
+        "dialog_id",
+        "stage",
+        "attempts",
+        "short_error",
+        "resolved",
+    ]
     list_filter = ["channel", "stage", ResolvedFilter]
     search_fields = ["chat_id", "dialog_id", "error"]
     ordering = ["-created_at"]
     actions = ["mark_resolved"]
     readonly_fields = [
-        "channel", "chat_id", "dialog_id", "turn_id", "stage", "error", "attempts", "created_at", "resolved_at",
+        "channel",
+        "chat_id",
+        "dialog_id",
+        "turn_id",
+        "stage",
+        "error",
+        "attempts",
+        "created_at",
+        "resolved_at",
     ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

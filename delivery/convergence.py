@@ -179,7 +179,9 @@ class ConvergenceLedger:
 
     def postpone(self, due: Due, now: float) -> None:
         """After a lookup of ``due``: any of its turns still due waits a quiet period again."""
-        entries = [self._by_inbox.get(key) for key in due.inbox_ids] + [self._by_turn.get(key) for key in due.turn_ids]
+        entries = [self._by_inbox.get(key) for key in due.inbox_ids] + [
+            self._by_turn.get(key) for key in due.turn_ids
+        ]
         for entry in entries:
             if entry is not None and entry.quiet_until <= now:
                 entry.quiet_until = now + entry.quiet

@@ -76,4 +76,6 @@ def resolve_delivery_failures(rows: QuerySet[DeliveryFailure], *, now_ms: int | 
     Returns:
         How many rows changed (already resolved ones keep their time).
     """
-    return rows.filter(resolved_at__isnull=True).update(resolved_at=now_ms if now_ms is not None else _now_ms())
+    return rows.filter(resolved_at__isnull=True).update(
+        resolved_at=now_ms if now_ms is not None else _now_ms()
+    )

@@ -19,7 +19,9 @@ from typing import Any
 
 from providers.unicode_text import map_strings
 
-CUT_MARKER = "… [{cut} characters cut: too large for one WebSocket frame; the full text is in the history API]"
+CUT_MARKER = (
+    "… [{cut} characters cut: too large for one WebSocket frame; the full text is in the history API]"
+)
 """Appended to every cut string (``{cut}``: how many characters were removed)."""
 MAX_ROUNDS = 4
 

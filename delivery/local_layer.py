@@ -62,7 +62,11 @@ class LocalChannelLayer(InMemoryChannelLayer):
         **kwargs: Any,
     ) -> None:
         super().__init__(
-            expiry=expiry, group_expiry=group_expiry, capacity=capacity, channel_capacity=channel_capacity, **kwargs
+            expiry=expiry,
+            group_expiry=group_expiry,
+            capacity=capacity,
+            channel_capacity=channel_capacity,
+            **kwargs,
         )
         self.sweep_interval = min(1.0, expiry / 10, group_expiry / 10)
         self._next_sweep = 0.0
@@ -88,7 +92,9 @@ class LocalChannelLayer(InMemoryChannelLayer):
         self.require_valid_channel_name(channel)
         self._sweep_if_due()
         queue = self.channels.get(channel)
-        if queue is None or (queue.empty() and getattr(queue, "_loop", None) not in (None, asyncio.get_running_loop())):
+        if queue is None or (
+            queue.empty() and getattr(queue, "_loop", None) not in (None, asyncio.get_running_loop())
+        ):
             # New, or kept empty from another event loop (asyncio.run twice, async_to_sync): a
             # queue that once waited is bound to its loop.
             queue = self.channels[channel] = asyncio.Queue(maxsize=self.get_capacity(channel))

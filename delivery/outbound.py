@@ -186,7 +186,9 @@ class OutboundDispatcher:
             lane.task = asyncio.ensure_future(self._run_lane(key, lane))
             lane.task.add_done_callback(self._lane_done)
         elif lane.queue.qsize() >= self._queue_size:
-            raise OutboundRefusedError(f"{message.channel}:{message.chat_id} has {self._queue_size} messages waiting")
+            raise OutboundRefusedError(
+                f"{message.channel}:{message.chat_id} has {self._queue_size} messages waiting"
+            )
         future: asyncio.Future[OutboundResult] = asyncio.get_running_loop().create_future()
         lane.queue.put_nowait((message, future))
         return future
@@ -271,7 +273,11 @@ class OutboundDispatcher:
                 not_sent = permanent or isinstance(exc, OutboundNotSentError)
                 ambiguous = ambiguous or not not_sent
                 lane.maybe_sent = ambiguous
-                error = f"send timed out after {self._timeout}s" if isinstance(exc, TimeoutError) else _describe(exc)
+                error = (
+                    f"send timed out after {self._timeout}s"
+                    if isinstance(exc, TimeoutError)
+                    else _describe(exc)
+                )
                 logger.warning(
                     "outbound %s:%s %s attempt %d/%d failed%s: %s",
                     message.channel,
@@ -287,7 +293,9 @@ class OutboundDispatcher:
                     break
                 continue
             return OutboundResult(OutboundStatus.SENT, None, attempts=attempt)
-        return OutboundResult(OutboundStatus.UNKNOWN if ambiguous else OutboundStatus.NOT_SENT, error, attempts=attempt)
+        return OutboundResult(
+            OutboundStatus.UNKNOWN if ambiguous else OutboundStatus.NOT_SENT, error, attempts=attempt
+        )
 
     @staticmethod
     def _fail_unsent(lane: _Lane, current: asyncio.Future[OutboundResult] | None) -> None:

@@ -67,7 +67,10 @@ redis.call('ZADD', KEYS[2], popped[2], popped[1])
 return popped[1]
 """
 
-_SHA = {source: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest() for source in (_GROUP_SEND, _POP_WITH_BACKUP)}
+_SHA = {
+    source: hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
+    for source in (_GROUP_SEND, _POP_WITH_BACKUP)
+}
 
 
 class RoundTripRedisChannelLayer(RedisChannelLayer):
@@ -101,7 +104,9 @@ class RoundTripRedisChannelLayer(RedisChannelLayer):
             args += [time.time(), int(self.expiry)]
             over_capacity = await self._run_script(index, _GROUP_SEND, keys, args)
             if over_capacity > 0:
-                logger.info("%s of %s channels over capacity in group %s", over_capacity, len(channel_names), group)
+                logger.info(
+                    "%s of %s channels over capacity in group %s", over_capacity, len(channel_names), group
+                )
 
     async def _brpop_with_clean(self, index: int, channel: str, timeout: float) -> Any:
         """The oldest message of ``channel`` (backed up until it is processed), waiting up to
@@ -117,4 +122,3 @@ class RoundTripRedisChannelLayer(RedisChannelLayer):
         _, member, score = result
         await connection.zadd(backup_queue, {member: float(score)})
         return member
-

@@ -83,7 +83,9 @@ class _ToolBlock:
 
     type = TOOL
 
-    def __init__(self, call_id: str, iteration: int, segment: int, name: str, arguments: dict[str, Any]) -> None:
+    def __init__(
+        self, call_id: str, iteration: int, segment: int, name: str, arguments: dict[str, Any]
+    ) -> None:
         self.id = call_id
         self.iteration = iteration
         self.segment = segment

@@ -207,10 +207,14 @@ class TurnDelivery:
         if not snapshot.is_terminal:
             # Settled early (a bug or a hard shutdown): never send a "final" of a running turn.
             logger.error("turn %s: delivery settled before the turn ended", snapshot.id)
-            return DeliveryOutcome(delivered=False, fallback=None, failure=FailureReport(stage, error, attempts))
+            return DeliveryOutcome(
+                delivered=False, fallback=None, failure=FailureReport(stage, error, attempts)
+            )
         message = fallback_message(snapshot)
         if message is None or self._fallback_submitted:
-            return DeliveryOutcome(delivered=False, fallback=None, failure=FailureReport(stage, error, attempts))
+            return DeliveryOutcome(
+                delivered=False, fallback=None, failure=FailureReport(stage, error, attempts)
+            )
         level, text = message
         self._fallback_submitted = True
         fallback = await self._dispatcher.deliver(
@@ -233,7 +237,13 @@ class TurnDelivery:
             )
         if fallback.ok is None:
             # It may have arrived: not "the user got nothing", and never sent again.
-            logger.warning("turn %s: the plain fallback may not have arrived: %s", snapshot.id, fallback.error)
+            logger.warning(
+                "turn %s: the plain fallback may not have arrived: %s", snapshot.id, fallback.error
+            )
             detail = f"{error}; fallback outcome unknown (may have been delivered): {fallback.error}"
-            return DeliveryOutcome(delivered=False, fallback=fallback, failure=FailureReport(stage, detail, attempts))
-        return DeliveryOutcome(delivered=False, fallback=fallback, failure=FailureReport(stage, error, attempts))
+            return DeliveryOutcome(
+                delivered=False, fallback=fallback, failure=FailureReport(stage, detail, attempts)
+            )
+        return DeliveryOutcome(
+            delivered=False, fallback=fallback, failure=FailureReport(stage, error, attempts)
+        )

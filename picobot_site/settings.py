@@ -160,7 +160,11 @@ else:
         "default": {
             # Channels' in-memory layer without its per-call sweeps and per-receiver deepcopy.
             "BACKEND": "delivery.local_layer.LocalChannelLayer",
-            "CONFIG": {"capacity": CHANNEL_LAYER_CAPACITY, "expiry": 60, "group_expiry": GROUP_EXPIRY_SECONDS},
+            "CONFIG": {
+                "capacity": CHANNEL_LAYER_CAPACITY,
+                "expiry": 60,
+                "group_expiry": GROUP_EXPIRY_SECONDS,
+            },
         }
     }
 

@@ -36,7 +36,17 @@ from providers.think import ThinkTagSplitter
 
 class _Block:
     __slots__ = (
-        "kind", "open", "parts", "signature", "data", "call", "id", "name", "input", "got_arguments", "chars"
+        "kind",
+        "open",
+        "parts",
+        "signature",
+        "data",
+        "call",
+        "id",
+        "name",
+        "input",
+        "got_arguments",
+        "chars",
     )
 
     def __init__(self, kind: str) -> None:
@@ -157,7 +167,11 @@ class AnthropicStreamParser(StreamParserBase):
         complete = self._stopped or (
             self.finish_reason is not None and not any(b.open for b in self._blocks.values())
         )
-        if isinstance(failure, (StreamTruncatedError, ProviderTimeoutError)) and complete and self.error is None:
+        if (
+            isinstance(failure, (StreamTruncatedError, ProviderTimeoutError))
+            and complete
+            and self.error is None
+        ):
             failure = None  # the terminal event arrived: only the connection's tail was lost
         open_call = next((b for b in self._blocks.values() if b.open and b.kind == "tool_use"), None)
         if failure is not None:

@@ -34,7 +34,9 @@ def _mapped(timeout_error: type[Exception], error: type[Exception]) -> Iterator[
     try:
         yield
     except TimeoutError as exc:
-        if exc.errno is not None:  # the kernel's ETIMEDOUT (a dead peer): a broken connection, not our deadline
+        if (
+            exc.errno is not None
+        ):  # the kernel's ETIMEDOUT (a dead peer): a broken connection, not our deadline
             raise error(str(exc)) from exc
         raise timeout_error(str(exc) or "timed out") from exc
     except (OSError, EOFError, ssl.SSLError) as exc:

@@ -30,7 +30,12 @@ from providers.errors import (
 from providers.json_depth import value_too_deep
 
 _OVERFLOW_CODES = frozenset(
-    {"context_length_exceeded", "context_window_exceeded", "string_above_max_length", "exceed_context_size_error"}
+    {
+        "context_length_exceeded",
+        "context_window_exceeded",
+        "string_above_max_length",
+        "exceed_context_size_error",
+    }
 )
 # Known phrasings: OpenAI "This model's maximum context length is …" / code
 # context_length_exceeded; Anthropic "prompt is too long: … > … maximum" and "input length and
@@ -69,7 +74,9 @@ def error_info(obj: Any) -> tuple[str | None, Any]:
     message = source.get("message", source.get("detail"))
     if message is not None and not isinstance(message, str):
         # json.dumps recurses: a runaway structure is not shown (json_depth).
-        message = "(a nested error message)" if value_too_deep(message) else json.dumps(message, ensure_ascii=False)
+        message = (
+            "(a nested error message)" if value_too_deep(message) else json.dumps(message, ensure_ascii=False)
+        )
     code = source.get("code")
     if code is None:
         kind = source.get("type")

@@ -124,7 +124,9 @@ class HTTPStreamProvider(LLMProvider):
             connect=connect_timeout, read=None, write=max(connect_timeout, idle_timeout), pool=None
         )
         limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._client = httpx2.AsyncClient(transport=transport, timeout=timeout, limits=limits, follow_redirects=False)
+        self._client = httpx2.AsyncClient(
+            transport=transport, timeout=timeout, limits=limits, follow_redirects=False
+        )
         use_asyncio_network(self._client)
 
     # --- vendor hooks -------------------------------------------------------------------------
@@ -324,7 +326,9 @@ class HTTPStreamProvider(LLMProvider):
         except asyncio.CancelledError as exc:
             if not timer.expired():
                 raise
-            phase, limit = ("first_byte", self.first_byte_timeout) if first_byte else ("idle", self.idle_timeout)
+            phase, limit = (
+                ("first_byte", self.first_byte_timeout) if first_byte else ("idle", self.idle_timeout)
+            )
             raise ProviderTimeoutError(
                 f"{self.name}: no data for {limit:g}s ({phase.replace('_', ' ')})",
                 phase=phase,
@@ -359,7 +363,9 @@ class HTTPStreamProvider(LLMProvider):
     def _map_errors(self) -> Iterator[None]:
         """Translate httpx2 exceptions before a response exists (the one mapping boundary)."""
         if self._base_url_problem is not None:  # the socket layer would raise OverflowError
-            raise ProviderConnectionError(f"{self.name}: invalid base URL ({self._base_url_problem})", retryable=False)
+            raise ProviderConnectionError(
+                f"{self.name}: invalid base URL ({self._base_url_problem})", retryable=False
+            )
         try:
             yield
         except (httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:

@@ -102,7 +102,11 @@ def _assistant(message: Message, provider_name: str, endpoint: str | None) -> di
         out["tool_calls"] = [
             # A name outside OpenAI's pattern (kept as the model wrote it in history) would get the
             # whole request refused with HTTP 400: it is sent as ``unnamed_tool``.
-            {"id": c.id, "type": "function", "function": {"name": sendable_tool_name(c.name), "arguments": _arguments(c)}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": sendable_tool_name(c.name), "arguments": _arguments(c)},
+            }
             for c in calls
         ]
         state = message.provider_state

@@ -159,7 +159,7 @@ class OpenAIStreamParser(StreamParserBase):
         elif self.error is None and self.finish_reason == "error":
             # OpenRouter & co.: the upstream failed mid-answer, no error object sent.
             self.error = InBandError(
-                "provider ended the stream with finish_reason \"error\"",
+                'provider ended the stream with finish_reason "error"',
                 http_status=200,
                 retryable=True,
                 finish_reason="error",

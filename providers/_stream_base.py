@@ -74,7 +74,9 @@ class StreamParserBase:
             if event.event == "error":
                 self._fail(clean_message(data), None)
             else:
-                logger.warning("%s stream: skipped a non-JSON event (%d chars)", self.provider_name, len(data))
+                logger.warning(
+                    "%s stream: skipped a non-JSON event (%d chars)", self.provider_name, len(data)
+                )
             return None
         return obj if isinstance(obj, dict) else None
 
@@ -89,7 +91,11 @@ class StreamParserBase:
     def _fail(self, message: str | None, code: Any) -> None:
         """An in-band error (HTTP 200): a context overflow, or a typed ``InBandError``."""
         message = message or "provider reported an error in the stream"
-        kwargs: dict[str, Any] = {"http_status": 200, "provider_code": code, "finish_reason": self.finish_reason}
+        kwargs: dict[str, Any] = {
+            "http_status": 200,
+            "provider_code": code,
+            "finish_reason": self.finish_reason,
+        }
         if is_context_overflow(message, code):
             self.error = ContextOverflowError(message, **kwargs)
         else:

@@ -191,7 +191,9 @@ class LLMProvider(ABC):
     def _stream(self, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
         """The provider's own stream (the contract of :meth:`stream`, without hooks)."""
 
-    async def _hooked_stream(self, hooks: ProviderHooks, request: ProviderRequest) -> AsyncIterator[ProviderChunk]:
+    async def _hooked_stream(
+        self, hooks: ProviderHooks, request: ProviderRequest
+    ) -> AsyncIterator[ProviderChunk]:
         ctx = HookContext(provider=self.name, model=self.model, request=request)
         acc = StreamAccumulator() if hooks.wants_response else None
         try:

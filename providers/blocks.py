@@ -98,7 +98,6 @@ class ImageBlock:
 ContentBlock = TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock | ImageBlock
 
 
-
 def block_to_dict(block: ContentBlock) -> dict[str, Any]:
     """The dict form of one block, with its ``type`` discriminator."""
     match block:

@@ -46,6 +46,7 @@ ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 # last user message (seed 000 §7.1). It is never stored; the offline replay provider ignores it.
 RUNTIME_CONTEXT_MARKER = "\n\n[Runtime context: "
 
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One conversation message.
@@ -205,7 +206,9 @@ def _layout_blocks(provider_state: Any, text: str, calls: list[ToolUseBlock]) ->
     """The blocks in the stored layout order (see :meth:`Message.assistant`), or None when the
     state has no usable layout (absent, corrupt, thinking only, or inconsistent with ``text``)."""
     layout = _layout(provider_state)
-    if not layout or not any(isinstance(i, Mapping) and i.get("type") in ("text", "tool_use") for i in layout):
+    if not layout or not any(
+        isinstance(i, Mapping) and i.get("type") in ("text", "tool_use") for i in layout
+    ):
         return None
     by_id = {c.id: c for c in calls}
     placed: set[str] = set()

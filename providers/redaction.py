@@ -125,7 +125,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Any], ...] = (
         r"\1 " + _REDACTED,
     ),
     # ``Basic dXNlcjpwYXNz`` wherever else it appears (``_bare_basic``).
-    (re.compile(r"\b(Basic)(?:\s+|%20)(?!\[redacted\])([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])"), _bare_basic),
+    (
+        re.compile(r"\b(Basic)(?:\s+|%20)(?!\[redacted\])([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])"),
+        _bare_basic,
+    ),
     # OpenAI / Anthropic / OpenRouter style keys: ``sk-…``, ``sk-ant-…``, ``sk-proj-…``, ``sk-or-v1-…``.
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-" + _REDACTED),
     (re.compile(_PREFIXED), _prefixed),
@@ -154,11 +157,38 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Any], ...] = (
     ),
 )
 
-_PLACEHOLDERS = frozenset({
-    "ollama", "empty", "none", "null", "test", "testing", "dummy", "fake", "placeholder", "changeme",
-    "secret", "password", "apikey", "api-key", "api_key", "token", "key", "xxx", "unused", "not-needed",
-    "no-key", "nokey", "lm-studio", "lmstudio", "local", "sk-no-key-required", "sk-xxx", "sk-dummy",
-})
+_PLACEHOLDERS = frozenset(
+    {
+        "ollama",
+        "empty",
+        "none",
+        "null",
+        "test",
+        "testing",
+        "dummy",
+        "fake",
+        "placeholder",
+        "changeme",
+        "secret",
+        "password",
+        "apikey",
+        "api-key",
+        "api_key",
+        "token",
+        "key",
+        "xxx",
+        "unused",
+        "not-needed",
+        "no-key",
+        "nokey",
+        "lm-studio",
+        "lmstudio",
+        "local",
+        "sk-no-key-required",
+        "sk-xxx",
+        "sk-dummy",
+    }
+)
 """Placeholder API keys of local servers and examples: never treated as secrets to redact."""
 
 

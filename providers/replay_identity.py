@@ -56,7 +56,5 @@ def replays_to(state: Any, provider: str, endpoint: str | None) -> bool:
     so it is read as "no replay": the same endpoint cannot be proven.
     """
     return (
-        isinstance(state, Mapping)
-        and state.get("provider") == provider
-        and state.get("endpoint") == endpoint
+        isinstance(state, Mapping) and state.get("provider") == provider and state.get("endpoint") == endpoint
     )

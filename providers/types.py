@@ -107,9 +107,7 @@ class ToolCall:
         if not text:
             return {}
         if text_too_deep(text):
-            raise ToolArgumentsError(
-                f"arguments of {self.name!r} nest deeper than {MAX_JSON_DEPTH} levels"
-            )
+            raise ToolArgumentsError(f"arguments of {self.name!r} nest deeper than {MAX_JSON_DEPTH} levels")
         try:
             value = json.loads(text, parse_constant=_reject_constant)
         except ValueError as exc:

@@ -33,9 +33,12 @@ scenarios:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="bench_load.py", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", nargs="+", choices=["load", "slow", "lock", "idle", "churn"], default=["load"])
+    p = argparse.ArgumentParser(
+        prog="bench_load.py", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--scenario", nargs="+", choices=["load", "slow", "lock", "idle", "churn"], default=["load"]
+    )
     p.add_argument("--mode", choices=["embedded", "scaleout", "both"], default="embedded")
     p.add_argument("--dialogs", type=int, nargs="+", default=[10, 100], help="N values (default 10 100)")
     p.add_argument("--repeat", type=int, default=3, help="runs per (target, N); figures are medians")
@@ -44,21 +47,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--spread", type=float, default=2.0, help="seconds over which the N sends are spread")
     p.add_argument("--timeout", type=float, default=120.0, help="per-client bound of a turn, seconds")
     p.add_argument("--lock-seconds", type=float, default=30.0, help="lock: how long the storage stays locked")
-    p.add_argument("--lock-after", type=float, default=3.0, help="lock: seconds after the first send it starts")
+    p.add_argument(
+        "--lock-after", type=float, default=3.0, help="lock: seconds after the first send it starts"
+    )
     p.add_argument("--no-floors", dest="floors", action="store_false", help="skip the two floors")
     p.add_argument("--connections", type=int, default=5000, help="idle: sockets to open")
     p.add_argument("--cycles", type=int, default=10000, help="churn: connect/close cycles")
     p.add_argument("--churn-concurrency", type=int, default=32)
-    p.add_argument("--churn-time-limit", type=float, default=600.0, help="churn: stop after this many seconds")
-    p.add_argument("--slow-hold", type=float, default=10.0,
-                   help="slow: seconds the non-reading socket stays open after the others finish")
-    p.add_argument("--pg-url", default="postgres://postgres@127.0.0.1:5432/postgres",
-                   help="scaleout: a PostgreSQL database to CREATE/DROP the bench database from")
+    p.add_argument(
+        "--churn-time-limit", type=float, default=600.0, help="churn: stop after this many seconds"
+    )
+    p.add_argument(
+        "--slow-hold",
+        type=float,
+        default=10.0,
+        help="slow: seconds the non-reading socket stays open after the others finish",
+    )
+    p.add_argument(
+        "--pg-url",
+        default="postgres://postgres@127.0.0.1:5432/postgres",
+        help="scaleout: a PostgreSQL database to CREATE/DROP the bench database from",
+    )
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379", help="scaleout: Redis (no db index)")
-    p.add_argument("--redis-db", type=int, default=13, help="scaleout: Redis db index (flushed before and after)")
+    p.add_argument(
+        "--redis-db", type=int, default=13, help="scaleout: Redis db index (flushed before and after)"
+    )
     p.add_argument("--max-minutes", type=float, default=90.0, help="hard bound of the whole benchmark")
-    p.add_argument("--server-env", metavar="KEY=VALUE", action="append", default=[],
-                   help="a PICOBOT_* setting for the PicoBot processes (repeatable), e.g. PICOBOT_SWITCH_INTERVAL_MS=0.5")
+    p.add_argument(
+        "--server-env",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a PICOBOT_* setting for the PicoBot processes (repeatable), e.g. PICOBOT_SWITCH_INTERVAL_MS=0.5",
+    )
     p.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     p.add_argument("--keep", action="store_true", help="keep the temp directory (server logs)")
     args = p.parse_args(argv)
@@ -90,8 +111,15 @@ class Bench:
         self.args = args
         self.root = root
         self.llm: servers.LLMServer | None = None
-        self.out: dict[str, Any] = {"config": {k: v for k, v in vars(args).items()}, "load": [], "slow": [], "lock": [],
-                                    "idle": [], "churn": [], "server_logs": []}
+        self.out: dict[str, Any] = {
+            "config": {k: v for k, v in vars(args).items()},
+            "load": [],
+            "slow": [],
+            "lock": [],
+            "idle": [],
+            "churn": [],
+            "server_logs": [],
+        }
         self.run_no = 0
 
     @property
@@ -104,13 +132,22 @@ class Bench:
         extra = dict(item.partition("=")[::2] for item in a.server_env)
         if mode == "embedded":
             return servers.EmbeddedPicoBot(self.llm.port, users, self.root, extra_env=extra)
-        return servers.ScaleoutPicoBot(self.llm.port, users, self.root, pg_admin_url=a.pg_url,
-                                       redis_base=a.redis_url, redis_db=a.redis_db, extra_env=extra)
+        return servers.ScaleoutPicoBot(
+            self.llm.port,
+            users,
+            self.root,
+            pg_admin_url=a.pg_url,
+            redis_base=a.redis_url,
+            redis_db=a.redis_db,
+            extra_env=extra,
+        )
 
     def note_logs(self, label: str, target: Any) -> None:
         for name, (count, lines) in target.logs().items():
             if count:
-                self.out["server_logs"].append({"run": label, "process": name, "notable_lines": count, "first": lines})
+                self.out["server_logs"].append(
+                    {"run": label, "process": name, "notable_lines": count, "first": lines}
+                )
 
     async def one_load(self, mode: str, n: int, slow: bool, lock: bool = False) -> dict[str, Any]:
         a = self.args
@@ -120,9 +157,22 @@ class Bench:
         assert self.llm is not None
         if mode == "layer-floor":
             proc = await asyncio.create_subprocess_exec(
-                servers.PYTHON, "-m", "bench.load.layer_floor", "--dialogs", str(n), "--chunks", str(a.chunks),
-                "--rate", str(a.rate), "--spread", str(a.spread), cwd=servers.REPO,
-                env=servers.clean_env({}), stdout=asyncio.subprocess.PIPE, start_new_session=True)
+                servers.PYTHON,
+                "-m",
+                "bench.load.layer_floor",
+                "--dialogs",
+                str(n),
+                "--chunks",
+                str(a.chunks),
+                "--rate",
+                str(a.rate),
+                "--spread",
+                str(a.spread),
+                cwd=servers.REPO,
+                env=servers.clean_env({}),
+                stdout=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
             try:
                 async with asyncio.timeout(a.spread + a.chunks / a.rate + 120):
                     stdout, _ = await proc.communicate()
@@ -136,8 +186,17 @@ class Bench:
             try:
                 await floor.start()
                 tokens = ["floor"] * n
-                return await scenarios.run_load(floor, tokens, floor.take_times, dialogs=n, chunks=a.chunks,
-                                                spread=a.spread, timeout=a.timeout, run_id=run_id, llm_pids=[])
+                return await scenarios.run_load(
+                    floor,
+                    tokens,
+                    floor.take_times,
+                    dialogs=n,
+                    chunks=a.chunks,
+                    spread=a.spread,
+                    timeout=a.timeout,
+                    run_id=run_id,
+                    llm_pids=[],
+                )
             finally:
                 floor.stop()
                 self.note_logs(label, floor)
@@ -146,11 +205,21 @@ class Bench:
             await target.start()
             await self.llm.take_times()  # forget earlier runs
             return await scenarios.run_load(
-                target, target.tokens, self.llm.take_times, dialogs=n, chunks=a.chunks, spread=a.spread,
-                timeout=a.timeout, run_id=run_id, llm_pids=self.llm.pids,
+                target,
+                target.tokens,
+                self.llm.take_times,
+                dialogs=n,
+                chunks=a.chunks,
+                spread=a.spread,
+                timeout=a.timeout,
+                run_id=run_id,
+                llm_pids=self.llm.pids,
                 slow_token=target.tokens[n] if slow else None,
-                slow_port=target.http_ports[0] if target.http_ports else 0, slow_hold=a.slow_hold,
-                lock_after=a.lock_after if lock else None, lock_seconds=a.lock_seconds)
+                slow_port=target.http_ports[0] if target.http_ports else 0,
+                slow_hold=a.slow_hold,
+                lock_after=a.lock_after if lock else None,
+                lock_seconds=a.lock_seconds,
+            )
         finally:
             target.stop()
             self.note_logs(label, target)
@@ -170,8 +239,9 @@ class Bench:
                     result = await self.one_load(target, n, slow, lock)
                     runs.append(result)
                     say("    " + brief(target, result))
-                self.out[key].append({"target": target, "dialogs": n, "runs": runs,
-                                      "median": report.median_merge(runs)})
+                self.out[key].append(
+                    {"target": target, "dialogs": n, "runs": runs, "median": report.median_merge(runs)}
+                )
 
     async def idle_or_churn(self, kind: str) -> None:
         a = self.args
@@ -182,12 +252,18 @@ class Bench:
             try:
                 await target.start()
                 if kind == "idle":
-                    result = await scenarios.run_idle(target, target.tokens, connections=a.connections,
-                                                      timeout=a.timeout)
+                    result = await scenarios.run_idle(
+                        target, target.tokens, connections=a.connections, timeout=a.timeout
+                    )
                 else:
-                    result = await scenarios.run_churn(target, target.tokens, cycles=a.cycles,
-                                                       concurrency=a.churn_concurrency, timeout=a.timeout,
-                                                       time_limit=a.churn_time_limit)
+                    result = await scenarios.run_churn(
+                        target,
+                        target.tokens,
+                        cycles=a.cycles,
+                        concurrency=a.churn_concurrency,
+                        timeout=a.timeout,
+                        time_limit=a.churn_time_limit,
+                    )
             finally:
                 target.stop()
                 self.note_logs(f"{kind} {mode}", target)
@@ -208,15 +284,25 @@ class Bench:
 def brief(target: str, r: dict[str, Any]) -> str:
     lat = r["latency_ms"]
     if target == "layer-floor":
-        return f"latency p50 {lat['p50']:.1f} p99 {lat['p99']:.1f} ms, lost {r['lost']}, cpu {r['cpu_s']:.2f} s"
+        return (
+            f"latency p50 {lat['p50']:.1f} p99 {lat['p99']:.1f} ms, lost {r['lost']}, cpu {r['cpu_s']:.2f} s"
+        )
     lock = r.get("storage_lock")
-    held = (f", storage locked {lock['held_from_s']:.1f}–{lock['released_at_s']:.1f} s: committed "
+    held = (
+        (
+            f", storage locked {lock['held_from_s']:.1f}–{lock['released_at_s']:.1f} s: committed "
             f"{lock['committed_before_release']} before the release, {lock['committed_after_release']} after "
-            f"(last at {lock['last_committed_s']:.1f} s)") if lock else ""
-    return (f"ok {r['ok']}/{r['turns']}, lost {r['lost_total']}, latency p50 {lat['p50']:.1f} p99 {lat['p99']:.1f} "
-            f"max {lat['max']:.1f} ms, TTFT p50 {r['ttft_ms']['p50']:.0f} ms (send→LLM p50 "
-            f"{r['send_to_llm_ms']['p50']:.0f} ms), server cpu {r['server_cpu_s']:.1f} s, harness cpu "
-            f"{r['harness_cpu_s']:.1f} s, wall {r['wall_s']:.1f} s{held}")
+            f"(last at {lock['last_committed_s']:.1f} s)"
+        )
+        if lock
+        else ""
+    )
+    return (
+        f"ok {r['ok']}/{r['turns']}, lost {r['lost_total']}, latency p50 {lat['p50']:.1f} p99 {lat['p99']:.1f} "
+        f"max {lat['max']:.1f} ms, TTFT p50 {r['ttft_ms']['p50']:.0f} ms (send→LLM p50 "
+        f"{r['send_to_llm_ms']['p50']:.0f} ms), server cpu {r['server_cpu_s']:.1f} s, harness cpu "
+        f"{r['harness_cpu_s']:.1f} s, wall {r['wall_s']:.1f} s{held}"
+    )
 
 
 def _clean(value: Any) -> Any:
@@ -240,8 +326,12 @@ def print_report(out: dict[str, Any]) -> None:
         say("\n## Idle connections\n" + report.idle_table(out["idle"]))
     if out["churn"]:
         say("\n## Connect/disconnect churn\n" + report.churn_table(out["churn"]))
-    lost_errors = [(row["target"], row["dialogs"], run.get("client_errors"))
-                   for row in out["load"] + out["slow"] + out["lock"] for run in row["runs"] if run.get("client_errors")]
+    lost_errors = [
+        (row["target"], row["dialogs"], run.get("client_errors"))
+        for row in out["load"] + out["slow"] + out["lock"]
+        for run in row["runs"]
+        if run.get("client_errors")
+    ]
     if lost_errors:
         say("\n## Client-side errors (per run)")
         for target, n, errors in lost_errors:
@@ -262,8 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         args.connections = nofile - 200
     root = Path(tempfile.mkdtemp(prefix="picobot-bench-load-"))
     bench = Bench(args, root)
-    say(f"bench_load: scenarios {args.scenario}, mode {args.mode}, N {args.dialogs}, repeat {args.repeat}, "
-        f"{args.chunks} chunks at {args.rate}/s; logs in {root}")
+    say(
+        f"bench_load: scenarios {args.scenario}, mode {args.mode}, N {args.dialogs}, repeat {args.repeat}, "
+        f"{args.chunks} chunks at {args.rate}/s; logs in {root}"
+    )
     code = 0
     try:
         asyncio.run(asyncio.wait_for(bench.run(), args.max_minutes * 60))

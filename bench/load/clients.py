@@ -56,8 +56,14 @@ class DialogClient:
         try:
             async with asyncio.timeout(timeout):
                 self.ws = await connect(
-                    self.url, compression=None, max_size=1 << 24, ping_interval=None, proxy=None,
-                    open_timeout=timeout, close_timeout=5, max_queue=None,
+                    self.url,
+                    compression=None,
+                    max_size=1 << 24,
+                    ping_interval=None,
+                    proxy=None,
+                    open_timeout=timeout,
+                    close_timeout=5,
+                    max_queue=None,
                 )
                 while True:
                     frame = loads(await self.ws.recv())
@@ -112,7 +118,9 @@ class DialogClient:
                             got = have
                         status = turn["status"]
                         if status == "running":
-                            await ws.send(dumps({"type": "seen", "turn_id": turn_id, "revision": turn["revision"]}))
+                            await ws.send(
+                                dumps({"type": "seen", "turn_id": turn_id, "revision": turn["revision"]})
+                            )
                         else:
                             terminal = True
                             result.terminal_status = status
@@ -120,7 +128,9 @@ class DialogClient:
                     elif kind == "turn_committed":
                         for message in frame.get("messages") or []:
                             if message.get("role") == "assistant":
-                                result.committed_text = (result.committed_text or "") + (message.get("content") or "")
+                                result.committed_text = (result.committed_text or "") + (
+                                    message.get("content") or ""
+                                )
                         result.committed = True
                         result.committed_at = result.committed_at or time.time()
                     elif kind == "error":
@@ -163,8 +173,14 @@ async def connect_cycle(url: str, token: str, timeout: float) -> str:
     """Connect, wait for ``ready``, close. Returns "" or the error."""
     try:
         async with asyncio.timeout(timeout):
-            async with connect(f"{url}?token={token}", compression=None, ping_interval=None, proxy=None,
-                               open_timeout=timeout, close_timeout=5) as ws:
+            async with connect(
+                f"{url}?token={token}",
+                compression=None,
+                ping_interval=None,
+                proxy=None,
+                open_timeout=timeout,
+                close_timeout=5,
+            ) as ws:
                 while loads(await ws.recv()).get("type") != "ready":
                     pass
         return ""
@@ -189,8 +205,10 @@ class RawSocket:
         self.reader, self.writer = await asyncio.open_connection(sock=sock, limit=1 << 16)
         key = base64.b64encode(os.urandom(16)).decode()
         self.writer.write(
-            (f"GET /ws/chat/?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-             f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+            (
+                f"GET /ws/chat/?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
         )
         async with asyncio.timeout(timeout):
             head = await self.reader.readuntil(b"\r\n\r\n")

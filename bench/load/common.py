@@ -88,7 +88,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def http_request(port: int, method: str, path: str, body: bytes = b"", timeout: float = 10) -> tuple[int, bytes]:
+async def http_request(
+    port: int, method: str, path: str, body: bytes = b"", timeout: float = 10
+) -> tuple[int, bytes]:
     """One HTTP/1.1 request to 127.0.0.1:PORT with ``Connection: close``; (status, body)."""
     async with asyncio.timeout(timeout):
         reader, writer = await asyncio.open_connection(LOOPBACK, port)

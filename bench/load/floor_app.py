@@ -55,8 +55,17 @@ class FloorConsumer(AsyncWebsocketConsumer):
         frame = json.loads(text_data or "{}")
         if frame.get("type") == "message" and self.task is None:
             key = find_key(frame.get("content", "")) or uuid.uuid4().hex
-            await self.send(text_data=_dumps({"type": "ack", "client_msg_id": frame.get("client_msg_id"),
-                                              "session_id": "floor", "message_id": key, "queued": 0}))
+            await self.send(
+                text_data=_dumps(
+                    {
+                        "type": "ack",
+                        "client_msg_id": frame.get("client_msg_id"),
+                        "session_id": "floor",
+                        "message_id": key,
+                        "queued": 0,
+                    }
+                )
+            )
             self.task = asyncio.ensure_future(self.produce(key, frame.get("content", "")))
 
     async def produce(self, key: str, content: str) -> None:
@@ -66,8 +75,17 @@ class FloorConsumer(AsyncWebsocketConsumer):
         parts: list[str] = []
         loop = asyncio.get_running_loop()
         start = loop.time()
-        turn = {"id": turn_id, "session_id": "floor", "message_id": key, "revision": 0, "status": "running",
-                "phase": "responding", "blocks": [], "usage": None, "error": None}
+        turn = {
+            "id": turn_id,
+            "session_id": "floor",
+            "message_id": key,
+            "revision": 0,
+            "status": "running",
+            "phase": "responding",
+            "blocks": [],
+            "usage": None,
+            "error": None,
+        }
         for k in range(CHUNKS):
             delay = start + k * INTERVAL - loop.time()
             if delay > 0:
@@ -82,10 +100,21 @@ class FloorConsumer(AsyncWebsocketConsumer):
         turn["phase"] = "finalizing"
         turn["usage"] = {"input_tokens": 50, "output_tokens": CHUNKS}
         await self.send(text_data='{"type":"turn_updated","turn":' + _dumps(turn) + "}")
-        committed = {"type": "turn_committed", "session_id": "floor", "history_revision": 2, "messages": [
-            {"id": uuid.uuid4().hex, "seq": 1, "role": "user", "content": content},
-            {"id": key, "seq": 2, "role": "assistant", "content": "".join(parts), "completion_status": "completed"},
-        ]}
+        committed = {
+            "type": "turn_committed",
+            "session_id": "floor",
+            "history_revision": 2,
+            "messages": [
+                {"id": uuid.uuid4().hex, "seq": 1, "role": "user", "content": content},
+                {
+                    "id": key,
+                    "seq": 2,
+                    "role": "assistant",
+                    "content": "".join(parts),
+                    "completion_status": "completed",
+                },
+            ],
+        }
         await self.send(text_data=_dumps(committed))
 
 
@@ -101,8 +130,13 @@ async def http_app(scope: dict, receive, send) -> None:  # noqa: ANN001 - raw AS
         status = 200
     else:
         body, status = b'{"ok":true}', 200
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

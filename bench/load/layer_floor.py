@@ -41,8 +41,17 @@ async def run(dialogs: int, chunks: int, rate: float, spread: float, capacity: i
             await asyncio.sleep(delay)
         base = loop.time()
         parts: list[str] = []
-        turn = {"id": f"t{i}", "session_id": "floor", "message_id": f"m{i}", "revision": 0, "status": "running",
-                "phase": "responding", "blocks": [], "usage": None, "error": None}
+        turn = {
+            "id": f"t{i}",
+            "session_id": "floor",
+            "message_id": f"m{i}",
+            "revision": 0,
+            "status": "running",
+            "phase": "responding",
+            "blocks": [],
+            "usage": None,
+            "error": None,
+        }
         for k in range(chunks + 1):
             wait = base + k * interval - loop.time()
             if wait > 0 and k < chunks:
@@ -53,8 +62,17 @@ async def run(dialogs: int, chunks: int, rate: float, spread: float, capacity: i
             turn["status"] = "running" if k < chunks else "completed"
             turn["blocks"] = [{"type": "assistant", "id": "a0", "iteration": 0, "text": "".join(parts)}]
             payload = json.dumps(turn, ensure_ascii=False, separators=(",", ":"))
-            await layer.group_send(f"g{i}", {"type": "turn.snapshot", "turn_id": turn["id"], "revision": k + 1,
-                                             "terminal": k == chunks, "json": payload, "t": time.time()})
+            await layer.group_send(
+                f"g{i}",
+                {
+                    "type": "turn.snapshot",
+                    "turn_id": turn["id"],
+                    "revision": k + 1,
+                    "terminal": k == chunks,
+                    "json": payload,
+                    "t": time.time(),
+                },
+            )
             sent[i] += 1
 
     async def receiver(i: int, deadline: float) -> None:
@@ -93,7 +111,9 @@ async def run(dialogs: int, chunks: int, rate: float, spread: float, capacity: i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dialogs", type=int, default=100)
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20.0)

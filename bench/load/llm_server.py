@@ -31,7 +31,9 @@ def _http_chunk(payload: bytes) -> bytes:
 
 
 def _event(obj: dict) -> bytes:
-    return _http_chunk(b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n")
+    return _http_chunk(
+        b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    )
 
 
 class Server:
@@ -43,7 +45,9 @@ class Server:
             delta = {"content": chunk_text(k)}
             if k == 0:
                 delta = {"role": "assistant", **delta}
-            self.frames.append(_event({**_BASE, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}))
+            self.frames.append(
+                _event({**_BASE, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            )
         usage = {"prompt_tokens": 50, "completion_tokens": chunks, "total_tokens": 50 + chunks}
         self.tail = (
             _event({**_BASE, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage})
@@ -68,7 +72,12 @@ class Server:
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
                 if path.startswith("/bench/times"):
                     payload = json.dumps(
-                        {"times": self.times, "requests": self.requests, "unkeyed": self.unkeyed, "aborted": self.aborted}
+                        {
+                            "times": self.times,
+                            "requests": self.requests,
+                            "unkeyed": self.unkeyed,
+                            "aborted": self.aborted,
+                        }
                     ).encode()
                     self.times = {}
                     await self._plain(writer, 200, payload)
@@ -99,7 +108,9 @@ class Server:
             if message.get("role") == "user":
                 content = message.get("content")
                 if isinstance(content, list):
-                    content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+                    content = " ".join(
+                        str(part.get("text", "")) for part in content if isinstance(part, dict)
+                    )
                 key = find_key(str(content))
                 break
         if key is None:
@@ -107,9 +118,20 @@ class Server:
         if not request.get("stream"):
             text = "Bench title"
             payload = json.dumps(
-                {"id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "bench",
-                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                 "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}}
+                {
+                    "id": "chatcmpl-bench",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": "bench",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+                }
             ).encode()
             await self._plain(writer, 200, payload)
             return
@@ -148,7 +170,9 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20.0, help="chunks per second per request")
     parser.add_argument("--port", type=int, default=0)

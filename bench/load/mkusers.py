@@ -42,7 +42,12 @@ def main() -> None:
         raws = ["pb_" + secrets.token_urlsafe(32) for _ in names]
         ApiToken.objects.bulk_create(
             [
-                ApiToken(user_id=by_name[name], name="bench", prefix=raw[:TOKEN_PREFIX_CHARS], token_hash=ApiToken.hash_token(raw))
+                ApiToken(
+                    user_id=by_name[name],
+                    name="bench",
+                    prefix=raw[:TOKEN_PREFIX_CHARS],
+                    token_hash=ApiToken.hash_token(raw),
+                )
                 for name, raw in zip(names, raws, strict=True)
             ],
             batch_size=1000,

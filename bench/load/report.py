@@ -16,7 +16,11 @@ def median_merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(value, bool) or value is None:
             out[key] = value
         elif isinstance(value, int | float):
-            numbers = [v for v in values if isinstance(v, int | float) and not (isinstance(v, float) and math.isnan(v))]
+            numbers = [
+                v
+                for v in values
+                if isinstance(v, int | float) and not (isinstance(v, float) and math.isnan(v))
+            ]
             out[key] = statistics.median(numbers) if numbers else float("nan")
         elif isinstance(value, dict) and all(isinstance(v, dict) for v in values):
             out[key] = median_merge(values)  # type: ignore[arg-type]
@@ -36,8 +40,10 @@ def _trio(d: dict[str, float]) -> str:
 
 
 def load_table(rows: list[dict[str, Any]]) -> str:
-    head = ("| target | N | ok / turns | lost (kinds) | added latency p50 / p99 / max ms | TTFT p50 / p99 / max ms "
-            "| send → LLM p50 ms | CPU s / 1000 chunks | peak RSS MiB | frames / turn |")
+    head = (
+        "| target | N | ok / turns | lost (kinds) | added latency p50 / p99 / max ms | TTFT p50 / p99 / max ms "
+        "| send → LLM p50 ms | CPU s / 1000 chunks | peak RSS MiB | frames / turn |"
+    )
     lines = [head, "|" + "---|" * 10]
     for row in rows:
         m = row["median"]
@@ -58,8 +64,11 @@ def load_table(rows: list[dict[str, Any]]) -> str:
 
 
 def slow_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| target | N | others ok / turns | others added latency p50 / p99 / max ms | RSS MiB: start → peak → "
-             "before close → 5 s after close |", "|---|---|---|---|---|"]
+    lines = [
+        "| target | N | others ok / turns | others added latency p50 / p99 / max ms | RSS MiB: start → peak → "
+        "before close → 5 s after close |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows:
         m = row["median"]
         s = m.get("slow_reader") or {}
@@ -73,8 +82,10 @@ def slow_table(rows: list[dict[str, Any]]) -> str:
 
 
 def idle_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| target | opened / asked | RSS MiB before → open → closed | KiB per connection |",
-             "|---|---|---|---|"]
+    lines = [
+        "| target | opened / asked | RSS MiB before → open → closed | KiB per connection |",
+        "|---|---|---|---|",
+    ]
     for row in rows:
         m = row["result"]
         lines.append(
@@ -85,8 +96,11 @@ def idle_table(rows: list[dict[str, Any]]) -> str:
 
 
 def churn_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| target | cycles (failed) | cycles/s | RSS MiB cold → after warm-up → each quarter → 5 s after | "
-             "Redis clients cold → after warm-up → each quarter → 5 s after |", "|---|---|---|---|---|"]
+    lines = [
+        "| target | cycles (failed) | cycles/s | RSS MiB cold → after warm-up → each quarter → 5 s after | "
+        "Redis clients cold → after warm-up → each quarter → 5 s after |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows:
         m = row["result"]
         rss = " / ".join(_f(v) for v in m.get("rss_quarters_mib") or [])

@@ -58,8 +58,17 @@ def analyse(results: list, times: dict[str, list[float]], chunks: int) -> dict[s
     ttft: list[float] = []
     llm_start: list[float] = []
     frames: list[int] = []
-    lost = {"not_connected": 0, "no_terminal": 0, "no_committed": 0, "text_mismatch": 0, "failed": 0,
-            "interrupted": 0, "cancelled": 0, "short_stream": 0, "no_llm_request": 0}
+    lost = {
+        "not_connected": 0,
+        "no_terminal": 0,
+        "no_committed": 0,
+        "text_mismatch": 0,
+        "failed": 0,
+        "interrupted": 0,
+        "cancelled": 0,
+        "short_stream": 0,
+        "no_llm_request": 0,
+    }
     errors: dict[str, int] = {}
     ok = 0
     for r in results:
@@ -103,7 +112,9 @@ def analyse(results: list, times: dict[str, list[float]], chunks: int) -> dict[s
             lost["short_stream"] += 1
             bad = True
         if r.terminal_error and r.terminal_status != "completed":
-            errors["turn error: " + r.terminal_error[:150]] = errors.get("turn error: " + r.terminal_error[:150], 0) + 1
+            errors["turn error: " + r.terminal_error[:150]] = (
+                errors.get("turn error: " + r.terminal_error[:150], 0) + 1
+            )
         ok += not bad
     return {
         "turns": len(results),
@@ -120,15 +131,30 @@ def analyse(results: list, times: dict[str, list[float]], chunks: int) -> dict[s
     }
 
 
-async def run_load(target: Any, tokens: list[str], times_source: TimesSource, *, dialogs: int, chunks: int,
-                   spread: float, timeout: float, run_id: str, llm_pids: list[int],
-                   slow_token: str | None = None, slow_port: int = 0, slow_hold: float = 10.0,
-                   lock_after: float | None = None, lock_seconds: float = 30.0) -> dict[str, Any]:
+async def run_load(
+    target: Any,
+    tokens: list[str],
+    times_source: TimesSource,
+    *,
+    dialogs: int,
+    chunks: int,
+    spread: float,
+    timeout: float,
+    run_id: str,
+    llm_pids: list[int],
+    slow_token: str | None = None,
+    slow_port: int = 0,
+    slow_hold: float = 10.0,
+    lock_after: float | None = None,
+    lock_seconds: float = 30.0,
+) -> dict[str, Any]:
     """N dialog clients (and optionally one non-reading socket) against ``target``; with
     ``lock_after``, the target's storage is locked for ``lock_seconds`` that long after the first
     send (``target.hold_storage_lock``), in the middle of the turns."""
     urls = target.ws_urls
-    clients = [DialogClient(i, urls[i % len(urls)], tokens[i], f"{run_id}-{i}", chunks) for i in range(dialogs)]
+    clients = [
+        DialogClient(i, urls[i % len(urls)], tokens[i], f"{run_id}-{i}", chunks) for i in range(dialogs)
+    ]
     connected = await open_all(clients, timeout=min(timeout, 120))
     await asyncio.sleep(0.5)
     pids = target.pids
@@ -168,17 +194,19 @@ async def run_load(target: Any, tokens: list[str], times_source: TimesSource, *,
         lock["committed_after_release"] = sum(t >= lock["released_at_s"] for t in committed)
         lock["last_committed_s"] = max(committed, default=float("nan"))
         out["storage_lock"] = lock
-    out.update({
-        "connected": connected,
-        "chunks_streamed": total_chunks,
-        "wall_s": wall,
-        "server_cpu_s": server_cpu,
-        "cpu_per_1000_chunks": server_cpu / total_chunks * 1000 if total_chunks else float("nan"),
-        "llm_cpu_s": sum(cpu[pid] for pid in llm_pids),
-        "harness_cpu_s": cpu[me],
-        "peak_rss_mib": hwm_mib(pids),
-        "rss_end_mib": rss_mib(pids),
-    })
+    out.update(
+        {
+            "connected": connected,
+            "chunks_streamed": total_chunks,
+            "wall_s": wall,
+            "server_cpu_s": server_cpu,
+            "cpu_per_1000_chunks": server_cpu / total_chunks * 1000 if total_chunks else float("nan"),
+            "llm_cpu_s": sum(cpu[pid] for pid in llm_pids),
+            "harness_cpu_s": cpu[me],
+            "peak_rss_mib": hwm_mib(pids),
+            "rss_end_mib": rss_mib(pids),
+        }
+    )
     if raw is not None and slow_info is not None:
         await asyncio.sleep(slow_hold)
         slow_info["rss_before_close_mib"] = rss_mib(pids)
@@ -204,8 +232,15 @@ async def start_slow_reader(port: int, token: str, run_id: str) -> tuple[RawSock
         while (await raw.read_frame()).get("type") != "ready":
             pass
     body = "x" * 30_000
-    await raw.send_text(dumps({"type": "message", "content": f"{tag(run_id + '-slow-0')} {body}",
-                               "client_msg_id": f"{run_id}-slow-0"}))
+    await raw.send_text(
+        dumps(
+            {
+                "type": "message",
+                "content": f"{tag(run_id + '-slow-0')} {body}",
+                "client_msg_id": f"{run_id}-slow-0",
+            }
+        )
+    )
     session_id = None
     async with asyncio.timeout(30):
         while session_id is None:
@@ -213,8 +248,15 @@ async def start_slow_reader(port: int, token: str, run_id: str) -> tuple[RawSock
             if frame.get("type") == "ack":
                 session_id = frame["session_id"]
     for i in range(1, 4):
-        await raw.send_text(dumps({"type": "message", "content": f"{tag(f'{run_id}-slow-{i}')} {body}",
-                                   "client_msg_id": f"{run_id}-slow-{i}"}))
+        await raw.send_text(
+            dumps(
+                {
+                    "type": "message",
+                    "content": f"{tag(f'{run_id}-slow-{i}')} {body}",
+                    "client_msg_id": f"{run_id}-slow-{i}",
+                }
+            )
+        )
     for _ in range(300):
         await raw.send_text(dumps({"type": "history", "session_id": session_id, "limit": 200}))
     info["session_id"] = session_id
@@ -228,8 +270,10 @@ async def run_idle(target: Any, tokens: list[str], *, connections: int, timeout:
     await asyncio.sleep(2)
     before = rss_mib(pids)
     urls = target.ws_urls
-    clients = [DialogClient(i, urls[i % len(urls)], tokens[i % len(tokens)], f"idle-{i}", 0)
-               for i in range(connections)]
+    clients = [
+        DialogClient(i, urls[i % len(urls)], tokens[i % len(tokens)], f"idle-{i}", 0)
+        for i in range(connections)
+    ]
     t0 = time.time()
     opened = await open_all(clients, timeout=timeout, concurrency=64)
     open_s = time.time() - t0
@@ -254,8 +298,9 @@ async def run_idle(target: Any, tokens: list[str], *, connections: int, timeout:
     }
 
 
-async def run_churn(target: Any, tokens: list[str], *, cycles: int, concurrency: int, timeout: float,
-                    time_limit: float) -> dict[str, Any]:
+async def run_churn(
+    target: Any, tokens: list[str], *, cycles: int, concurrency: int, timeout: float, time_limit: float
+) -> dict[str, Any]:
     """Connect, wait ``ready``, close — ``cycles`` times, ``concurrency`` at a time.
 
     RSS and Redis clients cold, after a warm-up at the same concurrency (a tenth of ``cycles``,
@@ -297,7 +342,9 @@ async def run_churn(target: Any, tokens: list[str], *, cycles: int, concurrency:
         count = cycles // 4 + (1 if q < cycles % 4 else 0)
         await run(warm + done, count, measured=True)
         await asyncio.sleep(1)
-        quarters.append({"cycles": done, "rss_mib": rss_mib(pids), "redis_clients": await target.redis_clients()})
+        quarters.append(
+            {"cycles": done, "rss_mib": rss_mib(pids), "redis_clients": await target.redis_clients()}
+        )
     wall = time.time() - t0 - 4
     await asyncio.sleep(5)
     return {

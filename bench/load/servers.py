@@ -41,7 +41,12 @@ class Proc:
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.popen = subprocess.Popen(
-            argv, cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         self.pid = self.popen.pid
@@ -62,7 +67,9 @@ class Proc:
             if match:
                 return match
             if self.popen.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.popen.returncode}):\n{self.log_text()[-3000:]}")
+                raise RuntimeError(
+                    f"{self.name} exited ({self.popen.returncode}):\n{self.log_text()[-3000:]}"
+                )
             await asyncio.sleep(0.1)
         raise RuntimeError(f"{self.name}: no {pattern!r} within {timeout} s:\n{self.log_text()[-3000:]}")
 
@@ -119,8 +126,12 @@ async def wait_http_ok(port: int, path: str, timeout: float, proc: Proc) -> None
 # --- the local LLM server -----------------------------------------------------------------------
 class LLMServer:
     def __init__(self, chunks: int, rate: float, log_dir: Path) -> None:
-        self.proc = Proc("llm_server", [PYTHON, "-m", "bench.load.llm_server", "--chunks", str(chunks),
-                                        "--rate", str(rate)], clean_env({}), log_dir)
+        self.proc = Proc(
+            "llm_server",
+            [PYTHON, "-m", "bench.load.llm_server", "--chunks", str(chunks), "--rate", str(rate)],
+            clean_env({}),
+            log_dir,
+        )
         self.port = 0
 
     async def start(self) -> None:
@@ -153,7 +164,9 @@ class PicoBot:
 
     mode = ""
 
-    def __init__(self, llm_port: int, users: int, log_root: Path, *, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, llm_port: int, users: int, log_root: Path, *, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.llm_port = llm_port
         self.users = users
         self.dir = Path(tempfile.mkdtemp(prefix=f"bench-{self.mode}-", dir=log_root))
@@ -170,10 +183,19 @@ class PicoBot:
         return [p.pid for p in self.procs]
 
     def _run(self, *argv: str, timeout: float = 300) -> str:
-        done = subprocess.run([PYTHON, *argv], cwd=REPO, env=self.env, capture_output=True, text=True,
-                              timeout=timeout, start_new_session=True)
+        done = subprocess.run(
+            [PYTHON, *argv],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            start_new_session=True,
+        )
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+            raise RuntimeError(
+                f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+            )
         return done.stdout
 
     def prepare(self) -> None:
@@ -214,8 +236,12 @@ class EmbeddedPicoBot(PicoBot):
 
     async def start(self) -> None:
         await asyncio.to_thread(self.prepare)
-        proc = Proc("serve", [PYTHON, "manage.py", "serve", "--host", LOOPBACK, "--port", "0", "--no-migrate"],
-                    self.env, self.dir)
+        proc = Proc(
+            "serve",
+            [PYTHON, "manage.py", "serve", "--host", LOOPBACK, "--port", "0", "--no-migrate"],
+            self.env,
+            self.dir,
+        )
         self.procs.append(proc)
         url = (await proc.wait_for(r"PicoBot is running at (http://\S+)", 120)).group(1)
         url = url.replace("localhost", LOOPBACK)
@@ -229,8 +255,19 @@ class ScaleoutPicoBot(PicoBot):
 
     mode = "scaleout"
 
-    def __init__(self, llm_port: int, users: int, log_root: Path, *, pg_admin_url: str, redis_base: str,
-                 redis_db: int, daphnes: int = 2, agents: int = 2, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        llm_port: int,
+        users: int,
+        log_root: Path,
+        *,
+        pg_admin_url: str,
+        redis_base: str,
+        redis_db: int,
+        daphnes: int = 2,
+        agents: int = 2,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(llm_port, users, log_root, extra_env=extra_env)
         self.pg_admin_url = pg_admin_url
         self.db_name = f"picobot_bench_{os.getpid()}_{int(time.time() * 1000) % 10**8}"
@@ -238,7 +275,9 @@ class ScaleoutPicoBot(PicoBot):
         self.daphnes = daphnes
         self.agents = agents
         base = pg_admin_url.rsplit("/", 1)[0]
-        self.env.update({"PICOBOT_DATABASE_URL": f"{base}/{self.db_name}", "PICOBOT_REDIS_URL": self.redis_url})
+        self.env.update(
+            {"PICOBOT_DATABASE_URL": f"{base}/{self.db_name}", "PICOBOT_REDIS_URL": self.redis_url}
+        )
         self._db_created = False
 
     def hold_storage_lock(self, seconds: float) -> None:
@@ -274,14 +313,32 @@ class ScaleoutPicoBot(PicoBot):
         for i in range(self.daphnes):
             port = free_port()
             # The README's scale-out web process: Daphne with PicoBot's guards, no agent worker.
-            proc = Proc(f"daphne{i}", [PYTHON, "manage.py", "serve", "--no-worker", "--no-migrate",
-                                       "--host", LOOPBACK, "--port", str(port)], self.env, self.dir)
+            proc = Proc(
+                f"daphne{i}",
+                [
+                    PYTHON,
+                    "manage.py",
+                    "serve",
+                    "--no-worker",
+                    "--no-migrate",
+                    "--host",
+                    LOOPBACK,
+                    "--port",
+                    str(port),
+                ],
+                self.env,
+                self.dir,
+            )
             self.procs.append(proc)
             self.http_ports.append(port)
             self.ws_urls.append(f"ws://{LOOPBACK}:{port}/ws/chat/")
         for i in range(self.agents):
-            proc = Proc(f"runagent{i}", [PYTHON, "manage.py", "runagent", "--worker-id", f"bench-agent-{i}"],
-                        self.env, self.dir)
+            proc = Proc(
+                f"runagent{i}",
+                [PYTHON, "manage.py", "runagent", "--worker-id", f"bench-agent-{i}"],
+                self.env,
+                self.dir,
+            )
             self.procs.append(proc)
         for proc, port in zip(self.procs[: self.daphnes], self.http_ports, strict=True):
             await wait_http_ok(port, "/api/health", 60, proc)
@@ -315,10 +372,28 @@ class ChannelsFloor:
 
     def __init__(self, chunks: int, rate: float, log_dir: Path) -> None:
         self.port = free_port()
-        env = clean_env({"BENCH_FLOOR_CHUNKS": str(chunks), "BENCH_FLOOR_RATE": str(rate),
-                         "DJANGO_SETTINGS_MODULE": "bench.load.floor_settings"})
-        self.proc = Proc("channels_floor", [PYTHON, "-m", "daphne", "-b", LOOPBACK, "-p", str(self.port),
-                                            "bench.load.floor_app:application"], env, log_dir)
+        env = clean_env(
+            {
+                "BENCH_FLOOR_CHUNKS": str(chunks),
+                "BENCH_FLOOR_RATE": str(rate),
+                "DJANGO_SETTINGS_MODULE": "bench.load.floor_settings",
+            }
+        )
+        self.proc = Proc(
+            "channels_floor",
+            [
+                PYTHON,
+                "-m",
+                "daphne",
+                "-b",
+                LOOPBACK,
+                "-p",
+                str(self.port),
+                "bench.load.floor_app:application",
+            ],
+            env,
+            log_dir,
+        )
         self.procs = [self.proc]
         self.ws_urls = [f"ws://{LOOPBACK}:{self.port}/ws/chat/"]
 

@@ -69,7 +69,9 @@ def media_summary(media: Any) -> str:
 
 def pretty_json(value: Any) -> str:
     """``value`` as indented JSON in a ``<pre>`` block (HTML-escaped)."""
-    return format_html("<pre style='white-space:pre-wrap;margin:0'>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
+    return format_html(
+        "<pre style='white-space:pre-wrap;margin:0'>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False)
+    )
 
 
 def message_role(row: Message) -> str:
@@ -99,7 +101,9 @@ class LeanChangeList(ChangeList):
             qs = qs.defer(*admin_.changelist_defer)
         excerpts = getattr(admin_, "changelist_excerpts", {})
         if excerpts:
-            qs = qs.annotate(**{name: Substr(field, 1, chars + 1) for name, (field, chars) in excerpts.items()})
+            qs = qs.annotate(
+                **{name: Substr(field, 1, chars + 1) for name, (field, chars) in excerpts.items()}
+            )
         return qs
 
 
@@ -137,8 +141,13 @@ def age_filter(field: str, label: str) -> type[admin.SimpleListFilter]:
         parameter_name = field
 
         def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-            return [("1", "Past 24 hours"), ("7", "Past 7 days"), ("30", "Past 30 days"), ("-30", "Older than 30 days"),
-                    ("-365", "Older than a year")]
+            return [
+                ("1", "Past 24 hours"),
+                ("7", "Past 7 days"),
+                ("30", "Past 30 days"),
+                ("-30", "Older than 30 days"),
+                ("-365", "Older than a year"),
+            ]
 
         def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
             value = self.value()
@@ -152,7 +161,9 @@ def age_filter(field: str, label: str) -> type[admin.SimpleListFilter]:
     return AgeFilter
 
 
-def set_filter(field: str, title: str, unset_label: str, set_label: str, doc: str) -> type[admin.SimpleListFilter]:
+def set_filter(
+    field: str, title: str, unset_label: str, set_label: str, doc: str
+) -> type[admin.SimpleListFilter]:
     """A list filter on whether a nullable time column (``deleted_at``, ``revoked_at``) is set."""
 
     class SetFilter(admin.SimpleListFilter):
@@ -173,11 +184,16 @@ def set_filter(field: str, title: str, unset_label: str, set_label: str, doc: st
 
 
 DeletedFilter = set_filter(
-    "deleted_at", "deleted", "Live", "Deleted",
+    "deleted_at",
+    "deleted",
+    "Live",
+    "Deleted",
     "Deleted = soft-deleted by ``/delete`` (``deleted_at`` set; ``purge`` removes it later).",
 )
 
-RevokedFilter = set_filter("revoked_at", "revoked", "Usable", "Revoked", "Tokens by whether they were revoked.")
+RevokedFilter = set_filter(
+    "revoked_at", "revoked", "Usable", "Revoked", "Tokens by whether they were revoked."
+)
 
 
 class ActiveFilter(admin.SimpleListFilter):

@@ -66,7 +66,13 @@ class HistoryInline(admin.TabularInline):
     verbose_name = "history row"
     verbose_name_plural = f"history (up to {HISTORY_PAGE} rows from the window's first seq)"
     fields = readonly_fields = [
-        "seq", "who", "content_excerpt", "tool_calls_shown", "reasoning_excerpt", "completion_status", "created",
+        "seq",
+        "who",
+        "content_excerpt",
+        "tool_calls_shown",
+        "reasoning_excerpt",
+        "completion_status",
+        "created",
     ]
     extra = 0
     max_num = 0
@@ -79,7 +85,9 @@ class HistoryInline(admin.TabularInline):
             super()
             .get_queryset(request)
             .defer("content", "reasoning_content", "provider_state", "media_refs", "source")
-            .annotate(content_head=Substr("content", 1, 241), reasoning_head=Substr("reasoning_content", 1, 161))
+            .annotate(
+                content_head=Substr("content", 1, 241), reasoning_head=Substr("reasoning_content", 1, 161)
+            )
         )
 
     def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
@@ -156,11 +164,23 @@ class DialogForm(forms.ModelForm):
 class DialogAdmin(SafeLookupsMixin, LeanListMixin, admin.ModelAdmin):
     form = DialogForm
     list_display = [
-        "title", "id", "channel", "owner", "message_count", "total_message_count", "last_active", "deleted",
+        "title",
+        "id",
+        "channel",
+        "owner",
+        "message_count",
+        "total_message_count",
+        "last_active",
+        "deleted",
     ]
     list_select_related = ["owner"]
-    list_filter = ["channel", ActiveFilter, DeletedFilter, age_filter("last_active_at", "last active"),
-                   age_filter("created_at", "created")]
+    list_filter = [
+        "channel",
+        ActiveFilter,
+        DeletedFilter,
+        age_filter("last_active_at", "last active"),
+        age_filter("created_at", "created"),
+    ]
     # The search also looks in message content (``get_search_results``).
     search_fields = ["title", "id"]
     search_help_text = "Title, id (channel:chat_id:dialog_id) or words of a message."
@@ -169,27 +189,85 @@ class DialogAdmin(SafeLookupsMixin, LeanListMixin, admin.ModelAdmin):
     changelist_defer = ("summary",)
     inlines = [HistoryInline]
     fieldsets = [
-        (None, {"fields": ["title", "title_is_default", "id", "channel", "chat_id", "dialog_id", "owner", "active"]}),
-        ("Activity", {"fields": [
-            "created", "last_active", "deleted", "message_count", "total_message_count", "history_revision",
-            "state_version", "model", "usage",
-        ]}),
-        ("Runtime", {"classes": ["collapse"], "fields": [
-            "lease", "summary_seq", "summary", "auto_compact_failures", "title_attempted_at", "inbox_position",
-        ]}),
+        (
+            None,
+            {
+                "fields": [
+                    "title",
+                    "title_is_default",
+                    "id",
+                    "channel",
+                    "chat_id",
+                    "dialog_id",
+                    "owner",
+                    "active",
+                ]
+            },
+        ),
+        (
+            "Activity",
+            {
+                "fields": [
+                    "created",
+                    "last_active",
+                    "deleted",
+                    "message_count",
+                    "total_message_count",
+                    "history_revision",
+                    "state_version",
+                    "model",
+                    "usage",
+                ]
+            },
+        ),
+        (
+            "Runtime",
+            {
+                "classes": ["collapse"],
+                "fields": [
+                    "lease",
+                    "summary_seq",
+                    "summary",
+                    "auto_compact_failures",
+                    "title_attempted_at",
+                    "inbox_position",
+                ],
+            },
+        ),
         ("History", {"fields": ["history_pages"]}),
     ]
     readonly_fields = [
-        "title_is_default", "id", "channel", "chat_id", "dialog_id", "owner", "active", "created", "last_active",
-        "deleted", "message_count", "total_message_count", "history_revision", "state_version", "model", "usage",
-        "lease", "summary_seq", "summary", "auto_compact_failures", "title_attempted_at", "inbox_position",
+        "title_is_default",
+        "id",
+        "channel",
+        "chat_id",
+        "dialog_id",
+        "owner",
+        "active",
+        "created",
+        "last_active",
+        "deleted",
+        "message_count",
+        "total_message_count",
+        "history_revision",
+        "state_version",
+        "model",
+        "usage",
+        "lease",
+        "summary_seq",
+        "summary",
+        "auto_compact_failures",
+        "title_attempted_at",
+        "inbox_position",
         "history_pages",
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).select_related("owner")
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
         """Title or id contains the term, or one of the dialog's messages does (an EXISTS
         subquery: no join, no duplicates, no DISTINCT)."""
         term = search_term.strip()
@@ -219,15 +297,21 @@ class DialogAdmin(SafeLookupsMixin, LeanListMixin, admin.ModelAdmin):
         try:
             dialog = storage.rename_dialog(obj.owner, obj.pk, obj.title)
         except storage.NotFoundError:
-            self.message_user(request, "The dialog was deleted meanwhile; the title was not changed.", messages.ERROR)
+            self.message_user(
+                request, "The dialog was deleted meanwhile; the title was not changed.", messages.ERROR
+            )
             return
         except ValueError as exc:  # pragma: no cover - the form checked it
             self.message_user(request, str(exc), messages.ERROR)
             return
         # As /rename and PATCH: the chat's open clients see the new title (best effort).
-        active = ChatState.objects.filter(channel=dialog.channel, chat_id=dialog.chat_id, active_dialog=dialog).exists()
+        active = ChatState.objects.filter(
+            channel=dialog.channel, chat_id=dialog.chat_id, active_dialog=dialog
+        ).exists()
         try:
-            async_to_sync(notify.publish_frame)(dialog.channel, dialog.chat_id, session_changed(dialog, active=active))
+            async_to_sync(notify.publish_frame)(
+                dialog.channel, dialog.chat_id, session_changed(dialog, active=active)
+            )
         except Exception:
             log.warning("could not tell the chat of %s about its new title", dialog.pk, exc_info=True)
 
@@ -271,5 +355,8 @@ class DialogAdmin(SafeLookupsMixin, LeanListMixin, admin.ModelAdmin):
         shown = f"seq {start}–{end} of {last}" if last else "no history yet"
         return format_html(
             '{} shown below. {} <br><a href="{}">All {} rows as a paginated, searchable list</a>',
-            shown, nav, messages_url, row.total_message_count,
+            shown,
+            nav,
+            messages_url,
+            row.total_message_count,
         )

@@ -35,12 +35,31 @@ class MessageAdmin(SafeLookupsMixin, ReadOnlyMixin, LeanListMixin, admin.ModelAd
     show_full_result_count = False
     list_per_page = 100
     changelist_defer = (
-        "content", "reasoning_content", "provider_state", "media_refs", "tool_calls", "source", "dialog__summary",
+        "content",
+        "reasoning_content",
+        "provider_state",
+        "media_refs",
+        "tool_calls",
+        "source",
+        "dialog__summary",
     )
     changelist_excerpts = {"content_head": ("content", EXCERPT)}
     fields = [
-        "dialog", "seq", "role", "tool_name", "tool_call_id", "is_error", "completion_status", "turn_id", "iteration",
-        "created", "content", "reasoning_content", "tool_calls_shown", "media_shown", "source_shown",
+        "dialog",
+        "seq",
+        "role",
+        "tool_name",
+        "tool_call_id",
+        "is_error",
+        "completion_status",
+        "turn_id",
+        "iteration",
+        "created",
+        "content",
+        "reasoning_content",
+        "tool_calls_shown",
+        "media_shown",
+        "source_shown",
         "provider_state_shown",
     ]
     readonly_fields = fields
@@ -88,8 +107,21 @@ class InboxMessageAdmin(SafeLookupsMixin, ReadOnlyMixin, LeanListMixin, admin.Mo
     changelist_defer = ("content", "media", "channel_context", "source", "error")
     changelist_excerpts = {"content_head": ("content", EXCERPT)}
     fields = [
-        "dialog_id", "position", "status", "user", "client_msg_id", "received", "started", "finished", "turn_id",
-        "reply_message_id", "error", "content", "media_shown", "source", "notice_sent_at",
+        "dialog_id",
+        "position",
+        "status",
+        "user",
+        "client_msg_id",
+        "received",
+        "started",
+        "finished",
+        "turn_id",
+        "reply_message_id",
+        "error",
+        "content",
+        "media_shown",
+        "source",
+        "notice_sent_at",
     ]
     readonly_fields = fields
 

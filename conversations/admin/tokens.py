@@ -50,7 +50,9 @@ class ApiTokenAddForm(forms.ModelForm):
     def clean_name(self) -> str:
         name = self.cleaned_data.get("name") or ""
         if not name.isprintable():
-            raise forms.ValidationError("A token name is printable text: no line breaks or control characters.")
+            raise forms.ValidationError(
+                "A token name is printable text: no line breaks or control characters."
+            )
         return name
 
 
@@ -93,7 +95,9 @@ class ApiTokenAdmin(SafeLookupsMixin, admin.ModelAdmin):
         obj._state.adding = False
         request._picobot_new_token = raw  # type: ignore[attr-defined]  # for response_add only
 
-    def response_add(self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None) -> HttpResponse:
+    def response_add(
+        self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
+    ) -> HttpResponse:
         raw = getattr(request, "_picobot_new_token", None)
         if raw is None:  # pragma: no cover - save_model always sets it
             return super().response_add(request, obj, post_url_continue)

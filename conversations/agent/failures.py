@@ -152,10 +152,17 @@ class TurnFailure:
 
     @classmethod
     def from_exception(
-        cls, kind: TurnFailureKind | str, exc: BaseException, *, user_message: str = "", traceback: bool = True
+        cls,
+        kind: TurnFailureKind | str,
+        exc: BaseException,
+        *,
+        user_message: str = "",
+        traceback: bool = True,
     ) -> TurnFailure:
         """A failure caused by ``exc``: the user gets the kind's wording, the log the exception."""
-        return cls.of(kind, user_message=user_message, detail=describe_exception(exc, with_traceback=traceback))
+        return cls.of(
+            kind, user_message=user_message, detail=describe_exception(exc, with_traceback=traceback)
+        )
 
     @classmethod
     def provider(cls, error: ProviderError) -> TurnFailure:
@@ -171,7 +178,9 @@ class TurnFailure:
             message = " ".join(str(error.message or "").split())
             user = f"The request was blocked before reaching the model: {message}"
         elif isinstance(error, ResponseTooLongError):
-            user = f"The answer and its reasoning were longer than {error.max_chars} characters and were cut off"
+            user = (
+                f"The answer and its reasoning were longer than {error.max_chars} characters and were cut off"
+            )
         else:
             message = shown_provider_message(error)
             user = f"{provider_failure_lead(error)}: {message}" if message else provider_failure_lead(error)
@@ -208,7 +217,9 @@ class TurnFailurePresenter:
     def present(self, failure: TurnFailure) -> str:
         """The user-facing message of ``failure``, ending with its reference id."""
         text = failure.user_message.strip() or DEFAULT_MESSAGES[failure.kind]
-        text = _bounded(one_line(redact(" ".join(text.split()), configured_secrets())), MAX_USER_MESSAGE_CHARS)
+        text = _bounded(
+            one_line(redact(" ".join(text.split()), configured_secrets())), MAX_USER_MESSAGE_CHARS
+        )
         return f"{text.rstrip('.')} (ref {failure.ref})."
 
     def notice(self, failure: TurnFailure) -> str | None:
@@ -225,7 +236,12 @@ class TurnFailurePresenter:
         return None
 
 
-_EXPECTED = {TurnFailureKind.PROVIDER, TurnFailureKind.TIMEOUT, TurnFailureKind.TOOL, TurnFailureKind.DELIVERY}
+_EXPECTED = {
+    TurnFailureKind.PROVIDER,
+    TurnFailureKind.TIMEOUT,
+    TurnFailureKind.TOOL,
+    TurnFailureKind.DELIVERY,
+}
 
 
 def log_failure(logger: logging.Logger, turn_id: str, failure: TurnFailure) -> None:
@@ -238,6 +254,10 @@ def log_failure(logger: logging.Logger, turn_id: str, failure: TurnFailure) -> N
     """
     level = logging.WARNING if failure.kind in _EXPECTED else logging.ERROR
     logger.log(
-        level, "turn %s failed [%s] (ref %s): %s",
-        log_safe(turn_id, 200), failure.kind.value, failure.ref, log_safe(failure.detail),
+        level,
+        "turn %s failed [%s] (ref %s): %s",
+        log_safe(turn_id, 200),
+        failure.kind.value,
+        failure.ref,
+        log_safe(failure.detail),
     )

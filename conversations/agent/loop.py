@@ -215,7 +215,9 @@ class AgentLoop:
                 self._streaming_iteration = iteration
                 self._shown = False
                 try:
-                    await self._stream(ProviderRequest(messages=outgoing, tools=tools), iteration, accumulator)
+                    await self._stream(
+                        ProviderRequest(messages=outgoing, tools=tools), iteration, accumulator
+                    )
                 except ContextOverflowError as exc:
                     retry = self._refit_after_overflow(conversation, outgoing, iteration, hard)
                     if retry is not None:
@@ -239,7 +241,9 @@ class AgentLoop:
                 calls = calls[: self.max_calls_per_response]
                 log.warning(
                     "a response made %d tool calls; the %d over the cap of %d were dropped",
-                    len(response.tool_calls), dropped, self.max_calls_per_response,
+                    len(response.tool_calls),
+                    dropped,
+                    self.max_calls_per_response,
                 )
             calls = unique_ids(calls, seen_call_ids)
             calls, as_called = sendable_names(calls)
@@ -282,7 +286,9 @@ class AgentLoop:
         fitted = self.fit(list(conversation), hard=True)
         if _same(fitted, sent):
             return None  # nothing more to cut: the same request would overflow again
-        log.warning("context overflow at iteration %d; retrying once with the request fitted harder", iteration)
+        log.warning(
+            "context overflow at iteration %d; retrying once with the request fitted harder", iteration
+        )
         return fitted
 
     async def _stream(self, request: ProviderRequest, iteration: int, accumulator: StreamAccumulator) -> None:
@@ -331,14 +337,22 @@ class AgentLoop:
                 self._shown = self._shown or bool(chunk.text.strip())
                 self.emit(ReasoningDelta(iteration=iteration, delta=chunk.text))
         if over:
-            log.warning("a turn streamed more than %d characters of text and reasoning; cut off", self.max_output_chars)
+            log.warning(
+                "a turn streamed more than %d characters of text and reasoning; cut off",
+                self.max_output_chars,
+            )
             raise ResponseTooLongError(
                 f"the answer passed {self.max_output_chars} characters of text and reasoning",
                 max_chars=self.max_output_chars,
             )
 
     async def _run_tools(
-        self, calls: list[ToolCall], iteration: int, *, dropped: int = 0, as_called: dict[str, ToolCall] | None = None
+        self,
+        calls: list[ToolCall],
+        iteration: int,
+        *,
+        dropped: int = 0,
+        as_called: dict[str, ToolCall] | None = None,
     ) -> list[Message]:
         """Run one response's calls concurrently (``tool_calls.run_tool_calls``); returns their
         results in call order.
@@ -358,7 +372,10 @@ class AgentLoop:
         for call in calls:
             self.emit(
                 ToolStarted(
-                    iteration=iteration, call_id=call.id, name=call.name, arguments=display_arguments(call, max_bytes)
+                    iteration=iteration,
+                    call_id=call.id,
+                    name=call.name,
+                    arguments=display_arguments(call, max_bytes),
                 )
             )
         note = None
@@ -391,5 +408,3 @@ class AgentLoop:
 def _same(one: list[Message], other: list[Message]) -> bool:
     """Whether two requests hold the very same message objects (a fit that cut nothing)."""
     return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))
-
-

@@ -57,7 +57,11 @@ def _rule_line(path: str, keyword: Any, rule: Any) -> str:
     return _bounded(f"at {path}: the value breaks the schema rule {keyword!r}: {shown}", PROBLEM_CHARS)
 
 
-_TOO_LONG = {"maxLength": "is too long", "maxItems": "is too long", "maxProperties": "has too many properties"}
+_TOO_LONG = {
+    "maxLength": "is too long",
+    "maxItems": "is too long",
+    "maxProperties": "has too many properties",
+}
 
 
 def _over_limit(path: str, keyword: str, limit: int, value: Any) -> str:
@@ -106,7 +110,10 @@ def quick_limits(schema: Any, value: Any, path: str = "$") -> str | None:
             prefix = schema.get("prefixItems")
             start = len(prefix) if isinstance(prefix, list) else 0  # ``items`` covers the rest only
             if isinstance(items, dict):
-                stack.extend((items, value[index], f"{path}[{index}]") for index in range(len(value) - 1, start - 1, -1))
+                stack.extend(
+                    (items, value[index], f"{path}[{index}]")
+                    for index in range(len(value) - 1, start - 1, -1)
+                )
         elif isinstance(value, dict):
             limit = _limit(schema, "maxProperties")
             if limit is not None and len(value) > limit:

@@ -42,7 +42,9 @@ def unique_ids(calls: list[ToolCall], seen: set[str]) -> list[ToolCall]:
     out = []
     for call in calls:
         if not call.id or call.id in seen:
-            call = ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=call.name, arguments_json=call.arguments_json)
+            call = ToolCall(
+                id=f"call_{uuid.uuid4().hex[:24]}", name=call.name, arguments_json=call.arguments_json
+            )
         seen.add(call.id)
         out.append(call)
     return out
@@ -107,8 +109,14 @@ async def run_tool_calls(
             return  # a late result after /stop or an abandoned call: neither shown nor kept (§14.1)
         content = outcome.content + note_text if call.id == note_on else outcome.content
         # Recorded and shown together, with no await in between: shown means kept.
-        finished[call.id] = Message.tool_result(call.id, content, is_error=outcome.is_error, tool_name=call.name)
-        emit(ToolFinished(iteration=iteration, call_id=call.id, success=not outcome.is_error, preview=outcome.preview))
+        finished[call.id] = Message.tool_result(
+            call.id, content, is_error=outcome.is_error, tool_name=call.name
+        )
+        emit(
+            ToolFinished(
+                iteration=iteration, call_id=call.id, success=not outcome.is_error, preview=outcome.preview
+            )
+        )
 
     tasks = {asyncio.create_task(one(call), name=f"tool {call.name}"): call for call in calls}
     try:
@@ -150,7 +158,9 @@ async def _wind_down(tasks: dict[asyncio.Task, ToolCall]) -> None:
                 log.warning(
                     "tool %s (call %s) did not stop within %g s of its cancellation; abandoned "
                     "(it runs on detached, its result is dropped)",
-                    log_safe(call.name, 200), log_safe(call.id, 200), CANCEL_GRACE_SECONDS,
+                    log_safe(call.name, 200),
+                    log_safe(call.id, 200),
+                    CANCEL_GRACE_SECONDS,
                 )
                 _abandoned.add(task)
                 task.add_done_callback(_forget)

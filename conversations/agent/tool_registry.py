@@ -233,7 +233,9 @@ class ToolRegistry:
             return self._error(f"unknown tool {call.name!r}; available: {', '.join(self._tools) or 'none'}")
         size = call.argument_bytes
         if size > self.max_argument_bytes:  # never parsed: a huge text would hold the event loop
-            return self._error(f"{call.name} arguments too large ({size} bytes; at most {self.max_argument_bytes})")
+            return self._error(
+                f"{call.name} arguments too large ({size} bytes; at most {self.max_argument_bytes})"
+            )
         try:
             arguments = call.arguments()
         except ToolArgumentsError as exc:
@@ -289,7 +291,9 @@ class ToolRegistry:
     def _not_json(self, call: ToolCall, exc: Exception) -> ToolOutcome:
         """The error outcome of a tool whose return value cannot be sent as JSON (a tool bug)."""
         reason = _bounded(f"{type(exc).__name__}: {exc}", 200)
-        log.warning("tool %s returned a value that is not JSON: %s", log_safe(call.name, 200), log_safe(reason))
+        log.warning(
+            "tool %s returned a value that is not JSON: %s", log_safe(call.name, 200), log_safe(reason)
+        )
         return self._error(f"{call.name} returned a value that is not JSON ({reason})")
 
     def _crashed(self, call: ToolCall, exc: BaseException) -> ToolOutcome:

@@ -76,7 +76,8 @@ class SessionCookie(AuthBase):
             return None
         if request.method not in SAFE_METHODS and check_csrf(request) is not None:
             raise ApiError(
-                403, "csrf_failed",
+                403,
+                "csrf_failed",
                 "CSRF verification failed: a session-authenticated write needs the X-CSRFToken header "
                 "(the csrftoken cookie's value); programs should use an API token instead",
             )

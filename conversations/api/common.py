@@ -31,7 +31,9 @@ async def publish(channel: str, chat_id: str, *frames: dict) -> None:
         try:
             await notify.publish_frame(channel, chat_id, frame)
         except Exception:
-            log.warning("could not publish %s to the chat %s:%s", frame.get("type"), channel, chat_id, exc_info=True)
+            log.warning(
+                "could not publish %s to the chat %s:%s", frame.get("type"), channel, chat_id, exc_info=True
+            )
 
 
 def checked(session_id: str) -> str:

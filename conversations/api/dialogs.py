@@ -49,7 +49,9 @@ async def list_dialogs(
     request: HttpRequest,
     limit: int = Query(50, ge=1, le=MAX_DIALOG_PAGE, description="page size"),
     offset: int = Query(0, ge=0, le=MAX_OFFSET, description="dialogs to skip"),
-    channel: str = Query(None, max_length=32, description="only this channel's dialogs (`cli_chat`, `feishu`)"),
+    channel: str = Query(
+        None, max_length=32, description="only this channel's dialogs (`cli_chat`, `feishu`)"
+    ),
     chat_id: str = Query(None, max_length=128, description="only this chat's dialogs"),
 ) -> dict:
     """The caller's dialogs (every channel), most recently active first.
@@ -60,7 +62,9 @@ async def list_dialogs(
 
 
 @router.post("/dialogs", response={201: DialogOut, **errors(400, 403)}, tags=["dialogs"])
-async def create_dialog(request: HttpRequest, response: HttpResponse, payload: DialogCreate | None = None) -> Status:
+async def create_dialog(
+    request: HttpRequest, response: HttpResponse, payload: DialogCreate | None = None
+) -> Status:
     """Create a dialog in the caller's cli_chat chat and make it the active one (as ``/new``).
 
     Body ``{title?}`` (or none). 201 with the dialog and its ``Location``. The chat's WebSocket
@@ -80,7 +84,9 @@ async def create_dialog(request: HttpRequest, response: HttpResponse, payload: D
     return Status(201, info)
 
 
-@router.post("/dialogs/{path:session_id}/activate", response={200: DialogOut, **errors(403, 404)}, tags=["dialogs"])
+@router.post(
+    "/dialogs/{path:session_id}/activate", response={200: DialogOut, **errors(403, 404)}, tags=["dialogs"]
+)
 async def activate_dialog(request: HttpRequest, session_id: str = SessionId) -> dict:
     """Make the dialog its chat's active dialog (as ``/switch``); 200 with the dialog.
 
@@ -91,8 +97,11 @@ async def activate_dialog(request: HttpRequest, session_id: str = SessionId) -> 
     return info
 
 
-@item_router.post("/dialogs/{path:session_id}/compact", response={202: CompactOut, **errors(403, 404, 409)},
-          tags=["dialogs"])
+@item_router.post(
+    "/dialogs/{path:session_id}/compact",
+    response={202: CompactOut, **errors(403, 404, 409)},
+    tags=["dialogs"],
+)
 async def compact(request: HttpRequest, session_id: str = SessionId) -> Status:
     """Compact the dialog now (as ``/compact``): started in the background, 202 at once.
 
@@ -109,17 +118,29 @@ async def compact(request: HttpRequest, session_id: str = SessionId) -> Status:
     except ValueError:
         offline = True  # a misconfigured provider cannot summarise either
     if offline:
-        raise ApiError(409, "compaction_unavailable",
-                       "compaction needs a configured model; the offline replay provider cannot summarise")
+        raise ApiError(
+            409,
+            "compaction_unavailable",
+            "compaction needs a configured model; the offline replay provider cannot summarise",
+        )
     try:
         started = await start_compaction(dialog.channel, dialog.chat_id, dialog.id)
     except SupervisorClosedError:
         raise ApiError(503, "unavailable", "the server is shutting down; try again in a moment") from None
     if not started:
-        raise ApiError(409, "compaction_running",
-                       "a compaction of this dialog is already running; the chat is notified when it is done")
-    return Status(202, {"session_id": dialog.id, "status": "started",
-                        "message": "compaction started; the chat is notified when it is done"})
+        raise ApiError(
+            409,
+            "compaction_running",
+            "a compaction of this dialog is already running; the chat is notified when it is done",
+        )
+    return Status(
+        202,
+        {
+            "session_id": dialog.id,
+            "status": "started",
+            "message": "compaction started; the chat is notified when it is done",
+        },
+    )
 
 
 @item_router.get("/dialogs/{path:session_id}", response={200: DialogOut, **errors(404)}, tags=["dialogs"])
@@ -129,7 +150,9 @@ async def get_dialog(request: HttpRequest, session_id: str = SessionId) -> dict:
     return await run_storage(storage.dialog_info, request.auth, checked(session_id))
 
 
-@item_router.patch("/dialogs/{path:session_id}", response={200: DialogOut, **errors(400, 403, 404)}, tags=["dialogs"])
+@item_router.patch(
+    "/dialogs/{path:session_id}", response={200: DialogOut, **errors(400, 403, 404)}, tags=["dialogs"]
+)
 async def rename_dialog(request: HttpRequest, payload: DialogRename, session_id: str = SessionId) -> dict:
     """Rename (body ``{title}``): a user rename, never overwritten by a generated title (as
     ``/rename``). 200 with the dialog; the chat's WebSocket clients get ``session_changed``."""
@@ -165,7 +188,13 @@ async def delete_dialog(request: HttpRequest, session_id: str = SessionId) -> St
     if result.active_created:
         frames.append(welcome(result.active))
     if result.dropped_queued:
-        frames.append({"type": "notification", "level": "info", "session_id": deleted.id,
-                       "content": f"{result.dropped_queued} queued message(s) of the deleted dialog will not run."})
+        frames.append(
+            {
+                "type": "notification",
+                "level": "info",
+                "session_id": deleted.id,
+                "content": f"{result.dropped_queued} queued message(s) of the deleted dialog will not run.",
+            }
+        )
     await publish(deleted.channel, deleted.chat_id, *frames)
     return Status(204, None)

@@ -35,9 +35,18 @@ JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 INBOX_FULL_RETRY_AFTER = 10
 """``Retry-After`` seconds of a 429 ``inbox_full``: roughly a turn's length."""
 
-HTTP_ERROR_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-                     405: "method_not_allowed", 409: "conflict", 413: "body_too_large",
-                     422: "validation_error", 429: "too_many_requests", 503: "unavailable"}
+HTTP_ERROR_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "body_too_large",
+    422: "validation_error",
+    429: "too_many_requests",
+    503: "unavailable",
+}
 
 
 class ApiError(Exception):
@@ -52,7 +61,12 @@ class ApiError(Exception):
     """
 
     def __init__(
-        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None,
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
@@ -64,8 +78,14 @@ class ApiError(Exception):
 
 
 def error_response(
-    request: HttpRequest, status: int, code: str, message: str, *, headers: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None, exc_info: BaseException | None = None,
+    request: HttpRequest,
+    status: int,
+    code: str,
+    message: str,
+    *,
+    headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+    exc_info: BaseException | None = None,
 ) -> HttpResponse:
     """The JSON error response; logs one line carrying the same ``ref`` (5xx as errors)."""
     ref = secrets.token_hex(4)
@@ -76,8 +96,12 @@ def error_response(
         log.error("api %s → %d %s (ref %s): %s", where, status, code, ref, message, exc_info=exc_info)
     else:
         log.info("api %s → %d %s (ref %s): %s", where, status, code, ref, message)
-    response = JsonResponse({"code": code, "message": message, "ref": ref, **(extra or {})}, status=status,
-                            content_type=JSON_CONTENT_TYPE, json_dumps_params={"ensure_ascii": False})
+    response = JsonResponse(
+        {"code": code, "message": message, "ref": ref, **(extra or {})},
+        status=status,
+        content_type=JSON_CONTENT_TYPE,
+        json_dumps_params={"ensure_ascii": False},
+    )
     for name, value in (headers or {}).items():
         response[name] = value
     return response
@@ -88,7 +112,9 @@ def _validation_issues(errors: list[dict]) -> list[dict]:
     issues = []
     for error in errors:
         loc = [part if isinstance(part, int) else str(part) for part in error.get("loc", ())]
-        issues.append({"loc": loc, "msg": str(error.get("msg", "invalid")), "type": str(error.get("type", "invalid"))})
+        issues.append(
+            {"loc": loc, "msg": str(error.get("msg", "invalid")), "type": str(error.get("type", "invalid"))}
+        )
     return issues
 
 
@@ -112,10 +138,17 @@ def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     if isinstance(exc, (OperationalError, InterfaceError)):
         # run_storage already retried: the database is down or locked for longer than a moment.
-        return error_response(request, 503, "unavailable", "the database is unavailable; try again shortly",
-                              headers={"Retry-After": "5"}, exc_info=exc)
-    return error_response(request, 500, "internal_error", "the server could not handle this request",
-                          exc_info=exc)
+        return error_response(
+            request,
+            503,
+            "unavailable",
+            "the database is unavailable; try again shortly",
+            headers={"Retry-After": "5"},
+            exc_info=exc,
+        )
+    return error_response(
+        request, 500, "internal_error", "the server could not handle this request", exc_info=exc
+    )
 
 
 def install_error_handlers(api: NinjaAPI) -> None:
@@ -137,7 +170,9 @@ def _on_api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
 
 def _on_unauthenticated(request: HttpRequest, exc: Exception) -> HttpResponse:
     return error_response(
-        request, 401, "unauthorized",
+        request,
+        401,
+        "unauthorized",
         "authentication required: send Authorization: Bearer <token>, or log in for a session",
         headers={"WWW-Authenticate": 'Bearer realm="picobot"'},
     )
@@ -149,8 +184,13 @@ def _on_not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _on_inbox_full(request: HttpRequest, exc: Exception) -> HttpResponse:
-    return error_response(request, 429, "inbox_full", f"{exc}; send again once some have run",
-                          headers={"Retry-After": str(INBOX_FULL_RETRY_AFTER)})
+    return error_response(
+        request,
+        429,
+        "inbox_full",
+        f"{exc}; send again once some have run",
+        headers={"Retry-After": str(INBOX_FULL_RETRY_AFTER)},
+    )
 
 
 def _on_too_large(request: HttpRequest, exc: Exception) -> HttpResponse:

@@ -66,13 +66,16 @@ async def turn_snapshot(turn: dict, channel: str, chat_id: str, timeout: float |
     layer = get_channel_layer()
     reply = await layer.new_channel("picobot.api.turn")
     await layer.group_send(
-        WORKERS_GROUP, {"type": "turns.replay", "channel": channel, "chat_id": chat_id, "reply_channel": reply}
+        WORKERS_GROUP,
+        {"type": "turns.replay", "channel": channel, "chat_id": chat_id, "reply_channel": reply},
     )
     message = await _receive_until(
         reply, lambda m: m.get("type") == "turn.snapshot" and m.get("turn_id") == turn["turn_id"], timeout
     )
     if message is None:
-        log.info("no worker sent the snapshot of turn %s within %.1f s: placeholder", turn["turn_id"], timeout)
+        log.info(
+            "no worker sent the snapshot of turn %s within %.1f s: placeholder", turn["turn_id"], timeout
+        )
         return placeholder_snapshot(turn)
     return json.loads(message["json"])
 
@@ -87,7 +90,9 @@ async def stop_turn(session_id: str, turn_id: str, timeout: float) -> bool:
     await request_stop(session_id, turn_id=turn_id, reply_channel=reply)
     acked = await _receive_until(
         reply,
-        lambda m: m.get("type") == "stop.ack" and m.get("dialog_id") == session_id and m.get("turn_id") == turn_id,
+        lambda m: (
+            m.get("type") == "stop.ack" and m.get("dialog_id") == session_id and m.get("turn_id") == turn_id
+        ),
         timeout,
     )
     return acked is not None

@@ -35,7 +35,9 @@ SLASH_COMMAND_HINT = (
 router = Router()
 
 
-@router.get("/dialogs/{path:session_id}/messages", response={200: HistoryPage, **errors(404)}, tags=["messages"])
+@router.get(
+    "/dialogs/{path:session_id}/messages", response={200: HistoryPage, **errors(404)}, tags=["messages"]
+)
 async def history(
     request: HttpRequest,
     session_id: str = SessionId,
@@ -48,7 +50,8 @@ async def history(
 
 
 @router.post(
-    "/dialogs/{path:session_id}/messages", response={202: MessageAccepted, **errors(400, 403, 404, 409, 429)},
+    "/dialogs/{path:session_id}/messages",
+    response={202: MessageAccepted, **errors(400, 403, 404, 409, 429)},
     tags=["messages"],
 )
 async def send_message(request: HttpRequest, payload: MessageIn, session_id: str = SessionId) -> Status:
@@ -92,19 +95,30 @@ async def send_message(request: HttpRequest, payload: MessageIn, session_id: str
         if client_msg_id is not None:
             used_in = await run_storage(queries.client_msg_dialog, user, client_msg_id)
             if used_in is not None and used_in != session_id:
-                raise ApiError(409, "client_msg_id_in_use",
-                               "this client_msg_id already names a message of another dialog; use a new one") from None
+                raise ApiError(
+                    409,
+                    "client_msg_id_in_use",
+                    "this client_msg_id already names a message of another dialog; use a new one",
+                ) from None
         raise
     if accepted.duplicate and accepted.session_id != session_id:
-        raise ApiError(409, "client_msg_id_in_use",
-                       "this client_msg_id already names a message of another dialog; use a new one")
+        raise ApiError(
+            409,
+            "client_msg_id_in_use",
+            "this client_msg_id already names a message of another dialog; use a new one",
+        )
     try:
         await wake_dialog(accepted.session_id)
     except Exception:  # the inbox scan finds it anyway (DESIGN §2: a lost wake-up is harmless)
-        log.warning("could not wake the worker for %s; the inbox scan will", accepted.session_id, exc_info=True)
-    return Status(202, {
-        "message_id": accepted.inbox_id,
-        "session_id": accepted.session_id,
-        "queued": accepted.queued,
-        "duplicate": accepted.duplicate,
-    })
+        log.warning(
+            "could not wake the worker for %s; the inbox scan will", accepted.session_id, exc_info=True
+        )
+    return Status(
+        202,
+        {
+            "message_id": accepted.inbox_id,
+            "session_id": accepted.session_id,
+            "queued": accepted.queued,
+            "duplicate": accepted.duplicate,
+        },
+    )

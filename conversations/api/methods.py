@@ -36,11 +36,14 @@ def _not_allowed_view(path: str, allowed: list[str]) -> Any:
         raise ApiError(405, "method_not_allowed", f"this path answers {listed}", headers={"Allow": listed})
 
     if "{path:session_id}" in path:
+
         async def not_allowed(request: HttpRequest, session_id: str) -> None:
             refuse()
     else:
+
         async def not_allowed(request: HttpRequest) -> None:
             refuse()
+
     not_allowed.__name__ = "not_allowed_" + "".join(c if c.isalnum() else "_" for c in path).strip("_")
     return not_allowed
 

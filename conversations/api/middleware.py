@@ -96,11 +96,16 @@ def _as_json_error(request: HttpRequest, response: HttpResponseBase) -> HttpResp
         if status == 405 and allowed is None:
             return error_response(request, 404, "not_found", "no such endpoint; see /api/docs")
         if allowed is not None and request.method not in {m.strip() for m in allowed.split(",")}:
-            return error_response(request, 405, "method_not_allowed", f"this path answers {allowed}",
-                                  headers={"Allow": allowed})
+            return error_response(
+                request, 405, "method_not_allowed", f"this path answers {allowed}", headers={"Allow": allowed}
+            )
         if status == 403:  # Django's CsrfViewMiddleware: the only 403 not made by the API
-            return error_response(request, 403, "csrf_failed",
-                                  "CSRF check failed: a session request that writes needs the X-CSRFToken header")
+            return error_response(
+                request,
+                403,
+                "csrf_failed",
+                "CSRF check failed: a session request that writes needs the X-CSRFToken header",
+            )
     code = HTTP_ERROR_CODES.get(status, "internal_error" if status >= 500 else "error")
     message = getattr(response, "reason_phrase", "") or "request refused"
     if str(response.get("Content-Type", "")).startswith("text/plain") and not response.streaming:

@@ -55,7 +55,9 @@ def list_dialogs(owner: Any, channel: str | None, chat_id: str | None, limit: in
     total = rows.count()
     page = list(rows.order_by("-last_active_at", "id")[offset : offset + limit])
     ids = [d.id for d in page]
-    active = set(ChatState.objects.filter(active_dialog_id__in=ids).values_list("active_dialog_id", flat=True))
+    active = set(
+        ChatState.objects.filter(active_dialog_id__in=ids).values_list("active_dialog_id", flat=True)
+    )
     statuses = Counter(
         InboxMessage.objects.filter(
             dialog_id__in=ids, status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]

@@ -47,7 +47,14 @@ api.add_decorator(limit_body, mode="view")
 # Mount order is URL order. A dialog id takes a ``path`` converter (it may arrive with encoded
 # characters), so ``/dialogs/{session_id}`` itself comes after every ``/dialogs/{session_id}/…``
 # route, which it would otherwise swallow; the catch-all of unknown paths comes last.
-ROUTERS = (service.router, dialogs.router, messages.router, turns.router, dialogs.item_router, fallback_router)
+ROUTERS = (
+    service.router,
+    dialogs.router,
+    messages.router,
+    turns.router,
+    dialogs.item_router,
+    fallback_router,
+)
 answer_other_methods_with_json_405(ROUTERS)
 for _router in ROUTERS:
     api.add_router("", _router)

@@ -26,7 +26,9 @@ class _Input(Schema):
 
 
 class ValidationIssue(Schema):
-    loc: list[str | int] = Field(..., description="where: e.g. `[\"body\", \"payload\", \"content\"]`, `[\"query\", \"limit\"]`")
+    loc: list[str | int] = Field(
+        ..., description='where: e.g. `["body", "payload", "content"]`, `["query", "limit"]`'
+    )
     msg: str
     type: str
 
@@ -37,7 +39,9 @@ class ErrorOut(Schema):
     code: str = Field(..., description="machine-readable: not_found, unauthorized, validation_error, …")
     message: str
     ref: str = Field(..., description="reference of the server log entry of this error")
-    errors: list[ValidationIssue] | None = Field(None, description="422 `validation_error` only: each problem")
+    errors: list[ValidationIssue] | None = Field(
+        None, description="422 `validation_error` only: each problem"
+    )
     checks: dict[str, str] | None = Field(None, description="503 `not_ready` only: each dependency's state")
 
 
@@ -91,8 +95,11 @@ class DialogPage(Schema):
 
 
 class DialogCreate(_Input):
-    title: str | None = Field(None, description="non-blank, ≤ 200 characters after whitespace is collapsed, no control "
-                              "characters (else 422 `invalid_title`); default: `New chat`")
+    title: str | None = Field(
+        None,
+        description="non-blank, ≤ 200 characters after whitespace is collapsed, no control "
+        "characters (else 422 `invalid_title`); default: `New chat`",
+    )
 
 
 class DialogRename(_Input):
@@ -134,10 +141,16 @@ class HistoryPage(Schema):
 
 
 class MessageIn(_Input):
-    content: str = Field(..., min_length=1, max_length=MAX_CONTENT_CHARS,
-                         description="the user message; not blank, and not a slash command")
+    content: str = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_CONTENT_CHARS,
+        description="the user message; not blank, and not a slash command",
+    )
     client_msg_id: str | None = Field(
-        None, min_length=1, max_length=MAX_CLIENT_MSG_ID,
+        None,
+        min_length=1,
+        max_length=MAX_CLIENT_MSG_ID,
         description="idempotency key, unique per user (shared with the WebSocket): the same id again "
         "answers the same `message_id` and never creates a second message",
     )
@@ -147,7 +160,9 @@ class MessageAccepted(Schema):
     message_id: str = Field(..., description="the inbox id (the WebSocket `ack`'s `message_id`)")
     session_id: str
     queued: int = Field(..., description="messages ahead of it in the dialog")
-    duplicate: bool = Field(..., description="the `client_msg_id` was accepted before: nothing new was queued")
+    duplicate: bool = Field(
+        ..., description="the `client_msg_id` was accepted before: nothing new was queued"
+    )
 
 
 # --- turns ---------------------------------------------------------------------------------------

@@ -48,6 +48,11 @@ async def ready(request: HttpRequest) -> dict:
         checks["channel_layer"] = "unreachable"
     if any(state != "ok" for state in checks.values()):
         failing = ", ".join(name for name, state in checks.items() if state != "ok")
-        raise ApiError(503, "not_ready", f"not ready: {failing} unreachable", extra={"checks": checks},
-                       headers={"Retry-After": "5"})
+        raise ApiError(
+            503,
+            "not_ready",
+            f"not ready: {failing} unreachable",
+            extra={"checks": checks},
+            headers={"Retry-After": "5"},
+        )
     return {"status": "ready", "checks": checks}

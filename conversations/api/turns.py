@@ -35,12 +35,18 @@ async def running_turn(request: HttpRequest, session_id: str = SessionId) -> dic
     return await live.turn_snapshot(turn, dialog.channel, dialog.chat_id)
 
 
-@router.post("/dialogs/{path:session_id}/stop", response={202: StopOut, **errors(403, 404, 409)}, tags=["turns"])
+@router.post(
+    "/dialogs/{path:session_id}/stop", response={202: StopOut, **errors(403, 404, 409)}, tags=["turns"]
+)
 async def stop_turn(
     request: HttpRequest,
     session_id: str = SessionId,
-    turn_id: str = Query(None, min_length=1, max_length=64,
-                         description="stop only this turn (the one the client shows); 409 when it is not running"),
+    turn_id: str = Query(
+        None,
+        min_length=1,
+        max_length=64,
+        description="stop only this turn (the one the client shows); 409 when it is not running",
+    ),
 ) -> Status:
     """Cancel the running turn now (as the WebSocket ``stop``; it does not queue behind it).
 
@@ -57,14 +63,28 @@ async def stop_turn(
     running_id = turn["turn_id"] if turn is not None else None
     repeated = (
         await run_storage(storage.repeated_stop, dialog.id, running_id)
-        if turn_id is None and running_id is not None else None
+        if turn_id is None and running_id is not None
+        else None
     )
     if repeated is not None:  # the same stop again, after its turn ended (storage.claims)
-        return Status(202, {"session_id": dialog.id, "turn_id": repeated, "status": "stopping",
-                            "acknowledged": True, "message": "the turn is being cancelled"})  # the first answer again
+        return Status(
+            202,
+            {
+                "session_id": dialog.id,
+                "turn_id": repeated,
+                "status": "stopping",
+                "acknowledged": True,
+                "message": "the turn is being cancelled",
+            },
+        )  # the first answer again
     if turn is None or (turn_id is not None and running_id != turn_id):
-        raise ApiError(409, "not_running", "nothing is running in this dialog" if turn is None
-                       else "that turn is not running (any more); nothing was stopped")
+        raise ApiError(
+            409,
+            "not_running",
+            "nothing is running in this dialog"
+            if turn is None
+            else "that turn is not running (any more); nothing was stopped",
+        )
     await run_storage(storage.note_stop_requested, dialog.id, running_id)  # binds every server process
     acknowledged = await live.stop_turn(dialog.id, running_id, STOP_ACK_SECONDS)
     if acknowledged:
@@ -75,8 +95,15 @@ async def stop_turn(
         if still is None or still["turn_id"] != running_id:
             raise ApiError(409, "not_running", "that turn has already ended; nothing was stopped")
         lease = settings.PICOBOT.lease_seconds + settings.PICOBOT.inbox_scan_seconds
-        message = ("no server is running that turn any more (it was cut off, probably by a restart); "
-                   f"it will be reported as interrupted within about {lease:.0f} s")
-    body = {"session_id": dialog.id, "turn_id": running_id, "status": "stopping", "acknowledged": acknowledged,
-            "message": message}
+        message = (
+            "no server is running that turn any more (it was cut off, probably by a restart); "
+            f"it will be reported as interrupted within about {lease:.0f} s"
+        )
+    body = {
+        "session_id": dialog.id,
+        "turn_id": running_id,
+        "status": "stopping",
+        "acknowledged": acknowledged,
+        "message": message,
+    }
     return Status(202, body)

@@ -26,7 +26,9 @@ class ApiTokenBackend(BaseBackend):
     variants (``aget_user``: the async views' ``request.auser()``).
     """
 
-    def authenticate(self, request: Any, username: str | None = None, password: str | None = None, **_: Any) -> Any:
+    def authenticate(
+        self, request: Any, username: str | None = None, password: str | None = None, **_: Any
+    ) -> Any:
         if not username or not password:
             return None
         token = live_token(password)

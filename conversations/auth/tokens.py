@@ -65,8 +65,9 @@ def token_is_live(token_id: Any) -> bool:
 def dead_tokens(token_ids: list[int]) -> set[int]:
     """Which of these token ids are revoked (or their user deactivated, or gone): one query."""
     live = set(
-        ApiToken.objects.filter(pk__in=token_ids, revoked_at__isnull=True, user__is_active=True)
-        .values_list("pk", flat=True)
+        ApiToken.objects.filter(pk__in=token_ids, revoked_at__isnull=True, user__is_active=True).values_list(
+            "pk", flat=True
+        )
     )
     return set(token_ids) - live
 
@@ -86,7 +87,9 @@ def dead_credentials(credentials: list[Credential]) -> set[Credential]:
     sessions = [c for c in credentials if c[0] == "session"]
     dead: set[Credential] = {("token", pk) for pk in dead_tokens(tokens)} if tokens else set()
     if sessions:
-        users = {u.pk: u for u in get_user_model().objects.filter(pk__in={c[1] for c in sessions}, is_active=True)}
+        users = {
+            u.pk: u for u in get_user_model().objects.filter(pk__in={c[1] for c in sessions}, is_active=True)
+        }
         for credential in sessions:
             user = users.get(credential[1])
             if user is None or not constant_time_compare(credential[2] or "", user.get_session_auth_hash()):

@@ -185,11 +185,17 @@ class _RevocableReceive:
         return {"type": "websocket.disconnect", "code": CLOSE_REVOKED}
 
 
-async def _closed_when_revoked(inner: Any, scope: dict, receive: Any, send: Any, credential: Credential) -> Any:
+async def _closed_when_revoked(
+    inner: Any, scope: dict, receive: Any, send: Any, credential: Credential
+) -> Any:
     """Run ``inner`` for a WebSocket authenticated by ``credential``; when it stops holding while
     the socket is open (token revoked, user deactivated, password changed), close the socket
     (4401 with the reason) and tell ``inner`` it disconnected."""
-    reason = "API token revoked" if credential[0] == "token" else "signed out: the user was deactivated or changed password"
+    reason = (
+        "API token revoked"
+        if credential[0] == "token"
+        else "signed out: the user was deactivated or changed password"
+    )
     guarded = _RevocableReceive(receive, send, reason)
     watch = _revocation_watch()
     watch.add(credential, guarded)
@@ -209,13 +215,17 @@ class _SessionTokenCheck:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
         session = scope.get("session")
-        token_id = await database_sync_to_async(session.get)(SESSION_TOKEN_KEY) if session is not None else None
+        token_id = (
+            await database_sync_to_async(session.get)(SESSION_TOKEN_KEY) if session is not None else None
+        )
         if token_id is None:
             user = scope.get("user")
             if scope.get("type") != "websocket" or user is None or not user.is_authenticated:
                 return await self.inner(scope, receive, send)
             session_hash = await database_sync_to_async(session.get)(HASH_SESSION_KEY)
-            return await _closed_when_revoked(self.inner, scope, receive, send, ("session", user.pk, session_hash))
+            return await _closed_when_revoked(
+                self.inner, scope, receive, send, ("session", user.pk, session_hash)
+            )
         scope = dict(scope)
         if not await database_sync_to_async(token_is_live)(token_id):
             scope["user"] = AnonymousUser()

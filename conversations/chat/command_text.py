@@ -24,7 +24,9 @@ def render_text(frame: dict) -> str | None:
         lines = ["Your dialogs (most recent first):"]
         for number, item in enumerate(items, 1):
             marker = " ← active" if item.get("active") else ""
-            when = datetime.fromtimestamp(int(item.get("last_active_at") or 0) / 1000, UTC).strftime("%Y-%m-%d %H:%M")
+            when = datetime.fromtimestamp(int(item.get("last_active_at") or 0) / 1000, UTC).strftime(
+                "%Y-%m-%d %H:%M"
+            )
             lines.append(
                 f"{number}. {item.get('title')} [{item.get('dialog_id')}] · {item.get('message_count', 0)} messages"
                 f" · {when} UTC{marker}"

@@ -30,7 +30,9 @@ from conversations.storage.runner import run_storage
 
 log = logging.getLogger(__name__)
 
-WELCOME = "New dialog started ({dialog_id}). Ask me anything; /sessions lists your dialogs, /help the commands."
+WELCOME = (
+    "New dialog started ({dialog_id}). Ask me anything; /sessions lists your dialogs, /help the commands."
+)
 IDLE_RESET_NOTICE = (
     "Your previous dialog “{title}” was idle for more than {hours:g} h, so this message started a new "
     "one; /sessions lists both, /switch {dialog_id} goes back."
@@ -68,16 +70,23 @@ class CommandClient(Protocol):
 
     async def send_frame(self, frame: dict) -> None: ...
 
-    async def send_error(self, code: str, message: str, *, ref: str | None = None,
-                         client_msg_id: str | None = None) -> None: ...
+    async def send_error(
+        self, code: str, message: str, *, ref: str | None = None, client_msg_id: str | None = None
+    ) -> None: ...
 
-    async def stop_turn(self, session_id: str, turn_id: str | None = None, *, typed: bool = False) -> None: ...
+    async def stop_turn(
+        self, session_id: str, turn_id: str | None = None, *, typed: bool = False
+    ) -> None: ...
 
 
 def welcome(dialog: Any) -> dict:
     """The welcome ``notification`` of a new dialog (seed 004 §6.2; a notice, never history)."""
-    return {"type": "notification", "level": "info", "content": WELCOME.format(dialog_id=dialog.dialog_id),
-            "session_id": dialog.id}
+    return {
+        "type": "notification",
+        "level": "info",
+        "content": WELCOME.format(dialog_id=dialog.dialog_id),
+        "session_id": dialog.id,
+    }
 
 
 def idle_reset_notice(new: Any, replaced: Any) -> dict:
@@ -130,7 +139,9 @@ async def _help(client: CommandClient, channel: str, argument: str, session_id: 
 
 async def _new(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
     try:
-        dialog = await run_storage(storage.create_dialog, client.user, channel, client.chat_id, argument or None)
+        dialog = await run_storage(
+            storage.create_dialog, client.user, channel, client.chat_id, argument or None
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     await announce(client, channel, session_changed(dialog, active=True))
@@ -182,8 +193,12 @@ async def _delete(client: CommandClient, channel: str, argument: str, session_id
         await client.send_frame(welcome(result.active))
     if result.dropped_queued:
         await client.send_frame(
-            {"type": "notification", "level": "info", "session_id": result.deleted.id,
-             "content": f"{result.dropped_queued} queued message(s) of the deleted dialog will not run."}
+            {
+                "type": "notification",
+                "level": "info",
+                "session_id": result.deleted.id,
+                "content": f"{result.dropped_queued} queued message(s) of the deleted dialog will not run.",
+            }
         )
 
 
@@ -192,8 +207,13 @@ async def _info(client: CommandClient, channel: str, argument: str, session_id: 
     target = await _target(client, channel, session_id)
     info = await run_storage(storage.dialog_info, client.user, target.id)
     await client.send_frame(
-        {"type": "notification", "level": "info", "content": format_info(info), "session_id": info["session_id"],
-         "info": info}
+        {
+            "type": "notification",
+            "level": "info",
+            "content": format_info(info),
+            "session_id": info["session_id"],
+            "info": info,
+        }
     )
 
 
@@ -214,11 +234,14 @@ async def _compact(client: CommandClient, channel: str, argument: str, session_i
         await client.send_error("unavailable", "the server is shutting down; try /compact again in a moment")
         return
     if not started:
-        await client.send_frame({"type": "notification", "level": "info", "session_id": target.id,
-                                 "content": COMPACTION_RUNNING})
+        await client.send_frame(
+            {"type": "notification", "level": "info", "session_id": target.id, "content": COMPACTION_RUNNING}
+        )
 
 
 COMPACTION_RUNNING = "A compaction of this dialog is already running; you are told when it is done."
+
+
 def compaction_claim_ms() -> int:
     """How long a manual compaction's claim binds (ms): its supervisor bound
     (``PICOBOT_COMPACT_TIMEOUT`` + 10 s) and a margin; older claims belong to a dead process."""
@@ -264,7 +287,9 @@ async def compact_and_report(channel: str, chat_id: str, dialog_id: str) -> None
     try:
         outcome = await compact_dialog(dialog_id, get_provider())  # keep/timeout from settings
     except CompactionError as exc:
-        await notify.publish_notification(channel, chat_id, "error", f"Compaction failed: {exc}", session_id=dialog_id)
+        await notify.publish_notification(
+            channel, chat_id, "error", f"Compaction failed: {exc}", session_id=dialog_id
+        )
         return
     except storage.NotFoundError:
         return  # deleted meanwhile: nobody to tell

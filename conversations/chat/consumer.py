@@ -83,7 +83,9 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.accept()
-            await self.send_frame({"type": "error", "code": "unauthorized", "message": "authentication required"})
+            await self.send_frame(
+                {"type": "error", "code": "unauthorized", "message": "authentication required"}
+            )
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
         self.user = user
@@ -92,9 +94,13 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         self.window = SnapshotCreditWindow()
         # Turns this connection expects to see end, looked up when the layer dropped their end.
         self.ledger = ConvergenceLedger(settings.PICOBOT.reconcile_quiet_seconds)
-        self.reconciler = TurnReconciler(CHANNEL, self.chat_id, self.ledger, self._offer_terminal, self._send_text)
+        self.reconciler = TurnReconciler(
+            CHANNEL, self.chat_id, self.ledger, self._offer_terminal, self._send_text
+        )
         self.watchdogs: set[asyncio.Task] = set()
-        self.stops = StopRequests(user, CHANNEL, self.chat_id, self.channel_name, self.send_frame, self.watchdogs)
+        self.stops = StopRequests(
+            user, CHANNEL, self.chat_id, self.channel_name, self.send_frame, self.watchdogs
+        )
         self.groups_joined = [self.group, process_connections_group()]
         try:
             for group in self.groups_joined:
@@ -135,7 +141,12 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
             # The placeholders carry revision 0; the owning worker sends the real latest snapshot.
             await self.channel_layer.group_send(
                 WORKERS_GROUP,
-                {"type": "turns.replay", "channel": CHANNEL, "chat_id": self.chat_id, "reply_channel": self.channel_name},
+                {
+                    "type": "turns.replay",
+                    "channel": CHANNEL,
+                    "chat_id": self.chat_id,
+                    "reply_channel": self.channel_name,
+                },
             )
 
     async def _send_interrupted_notices(self) -> None:
@@ -191,7 +202,9 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         client_msg_id = None
         try:
             frame = parse_frame(text_data)
-            client_msg_id = frame.get("client_msg_id") if isinstance(frame.get("client_msg_id"), str) else None
+            client_msg_id = (
+                frame.get("client_msg_id") if isinstance(frame.get("client_msg_id"), str) else None
+            )
             handler = getattr(self, f"on_{frame['type']}", None)
             if handler is None:
                 raise FrameError("unknown_type", f"unknown frame type {frame['type']!r}")
@@ -205,8 +218,12 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         except Exception:
             ref = secrets.token_hex(4)
             log.exception("chat frame failed (ref %s)", ref)
-            await self.send_error("internal_error", "the server could not handle this request", ref=ref,
-                                  client_msg_id=client_msg_id)
+            await self.send_error(
+                "internal_error",
+                "the server could not handle this request",
+                ref=ref,
+                client_msg_id=client_msg_id,
+            )
 
     async def on_message(self, frame: dict) -> None:
         received_at = now_ms()  # the user row's created_at (seed 000 §10.2)
@@ -215,7 +232,9 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         if not isinstance(content, str) or is_blank(content):
             raise FrameError("invalid_frame", "content must be a non-blank string", client_msg_id)
         if len(content) > MAX_CONTENT_CHARS:
-            raise FrameError("content_too_long", f"content exceeds {MAX_CONTENT_CHARS} characters", client_msg_id)
+            raise FrameError(
+                "content_too_long", f"content exceeds {MAX_CONTENT_CHARS} characters", client_msg_id
+            )
         session_id = optional_str(frame, "session_id", 255)
         media = None
         if frame.get("media") is not None:
@@ -260,8 +279,11 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         try:
             await wake_dialog(accepted.session_id)
         except Exception:  # acked and durable: the workers' inbox scan finds it anyway
-            log.warning("could not wake a worker for %s; the inbox scan will start it", accepted.session_id,
-                        exc_info=True)
+            log.warning(
+                "could not wake a worker for %s; the inbox scan will start it",
+                accepted.session_id,
+                exc_info=True,
+            )
 
     async def on_history(self, frame: dict) -> None:
         session_id = optional_str(frame, "session_id", 255)
@@ -354,14 +376,18 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
             self.ledger.sent_committed(committed_turn, message.get("committed_inbox_id"))
         elif fallback_for:
             if not self.ledger.terminal_sent(fallback_for):
-                resolving = asyncio.ensure_future(self.reconciler.resolve_fallback(fallback_for, message["json"]))
+                resolving = asyncio.ensure_future(
+                    self.reconciler.resolve_fallback(fallback_for, message["json"])
+                )
                 self.watchdogs.add(resolving)
                 resolving.add_done_callback(self.watchdogs.discard)
         else:
             await self.send(text_data=message["json"])
 
     # --- helpers ------------------------------------------------------------------------------
-    async def send(self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False) -> None:
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
         """Every frame goes out here: one over :data:`MAX_OUTGOING_FRAME_BYTES` has its longest
         strings cut to fit (a history page of huge rows, a snapshot of an endless answer), so a
         frame never closes the connection of every client of the chat (Daphne refuses to send it)."""
@@ -370,10 +396,18 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
                 text_data = fit_frame(text_data, MAX_OUTGOING_FRAME_BYTES)
             except ValueError:  # not expected for any frame we build: say so rather than go silent
                 ref = secrets.token_hex(4)
-                log.error("a %d-character frame could not be cut to fit; not sent (ref %s)", len(text_data), ref)
-                text_data = dumps({"type": "error", "code": "frame_too_large", "ref": ref,
-                                   "message": "an answer was too large to send over the WebSocket; "
-                                              "read it through the REST history"})
+                log.error(
+                    "a %d-character frame could not be cut to fit; not sent (ref %s)", len(text_data), ref
+                )
+                text_data = dumps(
+                    {
+                        "type": "error",
+                        "code": "frame_too_large",
+                        "ref": ref,
+                        "message": "an answer was too large to send over the WebSocket; "
+                        "read it through the REST history",
+                    }
+                )
         await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
 
     async def send_frame(self, frame: dict[str, Any]) -> None:

@@ -52,7 +52,7 @@ def parse_frame(text_data: str | None) -> dict:
     except ValueError:
         raise FrameError("invalid_json", "frame is not valid JSON") from None
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-        raise FrameError("invalid_frame", "a frame is a JSON object with a string \"type\"")
+        raise FrameError("invalid_frame", 'a frame is a JSON object with a string "type"')
     if _SURROGATE_ESCAPE.search(text_data):
         # "\ud800" escapes make lone surrogates: nothing could echo, store or query them
         # (Daphne closed the socket on the echoed client_msg_id). Pairs are rejoined.
@@ -81,7 +81,12 @@ def optional_int(frame: dict, key: str, low: int, high: int | None = None) -> in
     value = frame.get(key)
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < low
+        or (high is not None and value > high)
+    ):
         bound = f" and at most {high}" if high is not None else ""
         raise FrameError("invalid_frame", f"{key} must be an integer of at least {low}{bound}")
     return value

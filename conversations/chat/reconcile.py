@@ -53,7 +53,10 @@ def rebuilt_terminal(state: dict) -> tuple[int, str]:
         notice = notify.interrupted_notice(state)
         return notice.revision, notice.payload
     controller = TurnController(
-        state["turn_id"], state["session_id"], state["message_id"] or "", first_revision=notify.RECOVERY_REVISION
+        state["turn_id"],
+        state["session_id"],
+        state["message_id"] or "",
+        first_revision=notify.RECOVERY_REVISION,
     )
     last_completion = "completed"
 
@@ -75,9 +78,16 @@ def rebuilt_terminal(state: dict) -> tuple[int, str]:
             last_completion = row.get("completion_status") or "completed"
         elif row["role"] == "tool" and row.get("tool_call_id"):
             apply(
-                ToolFinished(iteration, row["tool_call_id"], not row.get("is_error"), result_preview(row.get("content") or ""))
+                ToolFinished(
+                    iteration,
+                    row["tool_call_id"],
+                    not row.get("is_error"),
+                    result_preview(row.get("content") or ""),
+                )
             )
-    outcome = state.get("outcome") or {"cancelled": "cancelled", "interrupted": "failed"}.get(last_completion, "completed")
+    outcome = state.get("outcome") or {"cancelled": "cancelled", "interrupted": "failed"}.get(
+        last_completion, "completed"
+    )
     if outcome == InboxMessage.Outcome.CANCELLED:
         controller.cancel(state.get("error") or "stopped")
     elif outcome == InboxMessage.Outcome.FAILED:
@@ -111,7 +121,12 @@ class TurnReconciler:
     """
 
     def __init__(
-        self, channel: str, chat_id: str, ledger: ConvergenceLedger, send_terminal: SendTerminal, send_text: SendText
+        self,
+        channel: str,
+        chat_id: str,
+        ledger: ConvergenceLedger,
+        send_terminal: SendTerminal,
+        send_text: SendText,
     ) -> None:
         self.channel = channel
         self.chat_id = chat_id

@@ -72,13 +72,21 @@ class StopRequests:
             # ended: never applied to the next turn (storage.claims).
             repeated = await run_storage(storage.repeated_stop, session_id, current["turn_id"])
             if repeated is not None:
-                await self.send_frame({"type": "notification", "level": "info", "session_id": session_id,
-                                       "turn_id": repeated, "content": "That turn was already stopped."})
+                await self.send_frame(
+                    {
+                        "type": "notification",
+                        "level": "info",
+                        "session_id": session_id,
+                        "turn_id": repeated,
+                        "content": "That turn was already stopped.",
+                    }
+                )
                 return
         if current is None or (turn_id is not None and current["turn_id"] != turn_id):
             content = "Nothing is running." if current is None else "That turn is not running any more."
-            await self.send_frame({"type": "notification", "level": "info", "content": content,
-                                   "session_id": session_id})
+            await self.send_frame(
+                {"type": "notification", "level": "info", "content": content, "session_id": session_id}
+            )
             return
         turn_id = current["turn_id"]
         await run_storage(storage.note_stop_requested, session_id, turn_id)
@@ -119,9 +127,14 @@ class StopRequests:
             if any(item["turn_id"] == turn_id for item in running):
                 lease = settings.PICOBOT.lease_seconds + settings.PICOBOT.inbox_scan_seconds
                 await self.send_frame(
-                    {"type": "notification", "level": "warning", "session_id": session_id, "turn_id": turn_id,
-                     "content": "No server is running that turn any more (it was cut off, probably by a "
-                                f"restart); it will be reported as interrupted within about {lease:.0f} s."}
+                    {
+                        "type": "notification",
+                        "level": "warning",
+                        "session_id": session_id,
+                        "turn_id": turn_id,
+                        "content": "No server is running that turn any more (it was cut off, probably by a "
+                        f"restart); it will be reported as interrupted within about {lease:.0f} s.",
+                    }
                 )
         except Exception:
             log.exception("stop watchdog of %s failed", session_id)

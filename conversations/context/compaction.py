@@ -134,8 +134,9 @@ def build_summary_request(
         lines.insert(0, f"({omitted} earlier message(s) left out: too long to summarise at once)")
     parts.append("Messages to add:\n\n" + ("\n\n".join(lines) if lines else "(none)"))
     parts.append(
-        "Write the updated summary." if max_tokens is None else
-        f"Write the updated summary, at most about {max_tokens:,} tokens long."
+        "Write the updated summary."
+        if max_tokens is None
+        else f"Write the updated summary, at most about {max_tokens:,} tokens long."
     )
     return ProviderRequest(
         messages=[Message.system(SUMMARY_INSTRUCTIONS), Message.user("\n\n".join(parts))],
@@ -228,14 +229,18 @@ def fit_summary_request(
     """
     for max_row_chars, max_tool_chars in SUMMARY_ROW_LIMITS:
         request = build_summary_request(
-            previous_summary, rows, max_row_chars=max_row_chars, max_tool_chars=max_tool_chars,
+            previous_summary,
+            rows,
+            max_row_chars=max_row_chars,
+            max_tool_chars=max_tool_chars,
             max_tokens=max_tokens,
         )
         if estimate_request(request.messages) <= budget:
             return request, 0
     fixed = estimate_request(build_summary_request(previous_summary, [], omitted=len(rows)).messages)
     costs = [
-        sum(estimate_text(line) + 1 for line in _row_lines(row, max_row_chars, max_tool_chars)) for row in rows
+        sum(estimate_text(line) + 1 for line in _row_lines(row, max_row_chars, max_tool_chars))
+        for row in rows
     ]
     start = 0
     total = fixed + sum(costs)
@@ -244,7 +249,11 @@ def fit_summary_request(
         start += 1
     kept = rows[start:]
     request = build_summary_request(
-        previous_summary, kept, max_row_chars=max_row_chars, max_tool_chars=max_tool_chars, omitted=start,
+        previous_summary,
+        kept,
+        max_row_chars=max_row_chars,
+        max_tool_chars=max_tool_chars,
+        omitted=start,
         max_tokens=max_tokens,
     )
     return request, start

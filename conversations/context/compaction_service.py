@@ -127,7 +127,9 @@ async def compact_dialog(
     keep = config.compact_keep_messages if keep is None else keep
     timeout = config.compact_timeout if timeout is None else timeout
     if provider.offline:
-        raise CompactionError("Compaction needs a configured model; the offline replay provider cannot summarise.")
+        raise CompactionError(
+            "Compaction needs a configured model; the offline replay provider cannot summarise."
+        )
     source = await run_storage(storage.compaction_source, dialog_id)
     rows = source["rows"]
     budget = summary_budget()
@@ -195,7 +197,10 @@ def reject_oversized(dialog_id: str, summary: str, budget: int) -> None:
         ref = secrets.token_hex(4)
         log.warning(
             "compaction of %s: the summary of %d chars is too large for a %d-token request (ref %s)",
-            dialog_id, len(summary), budget, ref,
+            dialog_id,
+            len(summary),
+            budget,
+            ref,
         )
         raise CompactionError(
             f"The model's summary was too long to use ({len(summary):,} characters); nothing was changed "
@@ -309,7 +314,11 @@ def record_auto_compact_failure(dialog_id: str) -> int:
     Dialog.objects.filter(pk=dialog_id, deleted_at__isnull=True).update(
         auto_compact_failures=F("auto_compact_failures") + 1
     )
-    row = Dialog.objects.filter(pk=dialog_id, deleted_at__isnull=True).values_list("auto_compact_failures").first()
+    row = (
+        Dialog.objects.filter(pk=dialog_id, deleted_at__isnull=True)
+        .values_list("auto_compact_failures")
+        .first()
+    )
     return int(row[0]) if row else 0
 
 
@@ -329,16 +338,25 @@ async def summarise(dialog_id: str, provider: LLMProvider, request: ProviderRequ
     except TimeoutError:
         log.warning("compaction of %s timed out after %g s (ref %s)", dialog_id, timeout, ref)
         raise CompactionError(
-            f"The model did not finish the summary within {timeout:g} s; nothing was changed (ref {ref}).", ref=ref
+            f"The model did not finish the summary within {timeout:g} s; nothing was changed (ref {ref}).",
+            ref=ref,
         ) from None
     except ProviderError as exc:
-        log.warning("compaction of %s: provider error %s (HTTP %s) (ref %s)", dialog_id, exc.kind, exc.http_status, ref)
+        log.warning(
+            "compaction of %s: provider error %s (HTTP %s) (ref %s)",
+            dialog_id,
+            exc.kind,
+            exc.http_status,
+            ref,
+        )
         raise CompactionError(
             f"The model provider failed ({exc.kind}); nothing was changed (ref {ref}).", ref=ref
         ) from exc
     except Exception as exc:
         log.exception("compaction of %s: the summary request crashed (ref %s)", dialog_id, ref)
-        raise CompactionError(f"Internal error while summarising; nothing was changed (ref {ref}).", ref=ref) from exc
+        raise CompactionError(
+            f"Internal error while summarising; nothing was changed (ref {ref}).", ref=ref
+        ) from exc
     if not response.finished_normally:
         # Like clean_summary's unclosed think span: a summary that stops mid-sentence (or was
         # filtered, refused, paused) must not replace the history it stands for.
@@ -356,5 +374,7 @@ async def summarise(dialog_id: str, provider: LLMProvider, request: ProviderRequ
     summary = clean_summary(response.text)
     if summary is None:
         log.warning("compaction of %s: the model's answer held no summary (ref %s)", dialog_id, ref)
-        raise CompactionError(f"The model returned no usable summary; nothing was changed (ref {ref}).", ref=ref)
+        raise CompactionError(
+            f"The model returned no usable summary; nothing was changed (ref {ref}).", ref=ref
+        )
     return summary

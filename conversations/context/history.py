@@ -92,7 +92,9 @@ def repair_tool_pairs(messages: list[Message]) -> list[Message]:
                 used.add(queue[0])
                 out.append(messages[queue.popleft()])
             else:
-                out.append(Message.tool_result(call.id, INTERRUPTED_RESULT, is_error=True, tool_name=call.name))
+                out.append(
+                    Message.tool_result(call.id, INTERRUPTED_RESULT, is_error=True, tool_name=call.name)
+                )
     return out
 
 

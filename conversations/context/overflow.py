@@ -112,7 +112,9 @@ async def run_with_overflow_recovery(
     await _tell(publish, prepared)
     result = await run(prepared.messages)
     if overflowed_before_output(result):
-        log.warning("dialog %s: context overflow again at about %d tokens", start.dialog_id, prepared.estimate)
+        log.warning(
+            "dialog %s: context overflow again at about %d tokens", start.dialog_id, prepared.estimate
+        )
         raise ContextPreparationError(overflow_again_message(prepared))
     return result
 

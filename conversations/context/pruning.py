@@ -149,7 +149,9 @@ def truncate_tool_results(
             content = block.content[:keep] + TRUNCATED_RESULT.format(kept=keep, chars=len(block.content))
             message = out[index]
             blocks = list(message.content)
-            blocks[block_index] = ToolResultBlock(block.tool_call_id, content, block.is_error, block.tool_name)
+            blocks[block_index] = ToolResultBlock(
+                block.tool_call_id, content, block.is_error, block.tool_name
+            )
             out[index] = Message(message.role, blocks, message.provider_state)
             changed += 1
         if not changed:

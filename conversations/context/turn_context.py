@@ -49,7 +49,10 @@ def load_dialog_context(dialog_id: str) -> dict:
     rendered as text (``tools.plan.render_plan``), ``""`` when there is none. Touches the DB: call
     through ``run_storage``."""
     state_version, auto_compact_failures, plan_content, plan_updated_at = sql.dialog_context(dialog_id) or (
-        0, 0, None, None
+        0,
+        0,
+        None,
+        None,
     )
     plan = plan_from_row(plan_content, plan_updated_at)
     text = render_plan(plan).strip() if plan is not None else ""
@@ -67,7 +70,10 @@ def prefetch_turn_input(start: TurnStart, recall: MemoryRecallSync | None) -> di
     turn start, in the same trip (``session_turns.begin_turn``): ``{"dialog":
     load_dialog_context(…), "memory": recall(start)}``. Raises what they raise; the caller then
     leaves it to the builder, which reads (and reports) it itself."""
-    return {"dialog": load_dialog_context(start.dialog_id), "memory": recall(start) if recall is not None else None}
+    return {
+        "dialog": load_dialog_context(start.dialog_id),
+        "memory": recall(start) if recall is not None else None,
+    }
 
 
 def runtime_context(start: TurnStart, *, now: datetime, plan: str = "", memory: str = "") -> str:

@@ -217,7 +217,9 @@ class TurnInputBuilder:
             prepared.base_state_version,
         )
         if version is None:
-            log.info("dialog %s: automatic compaction discarded (the dialog changed meanwhile)", start.dialog_id)
+            log.info(
+                "dialog %s: automatic compaction discarded (the dialog changed meanwhile)", start.dialog_id
+            )
             return prepared
         log.info(
             "dialog %s: compacted automatically up to seq %d (%d rows)",
@@ -247,7 +249,9 @@ class TurnInputBuilder:
         older tool results, cuts the largest ones with a marker, then leaves old turns out — in
         the request only: ``messages`` and the stored history stay whole. Pure, no I/O.
         """
-        window = self.prepared.window if self.prepared is not None and self.prepared.window else self.window_tokens
+        window = (
+            self.prepared.window if self.prepared is not None and self.prepared.window else self.window_tokens
+        )
         budget = max(1, int(window * self.threshold))
         if hard:
             budget = max(1, budget // 2)
@@ -256,7 +260,10 @@ class TurnInputBuilder:
         if len(fitted) != len(messages) or _changed(messages, fitted):
             log.info(
                 "a later request fitted%s: about %d → %d estimated tokens (budget %d)",
-                " hard" if hard else "", before, self.estimate(fitted), budget,
+                " hard" if hard else "",
+                before,
+                self.estimate(fitted),
+                budget,
             )
         return fitted
 

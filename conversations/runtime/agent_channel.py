@@ -27,7 +27,9 @@ async def wake_dialog(dialog_id: str) -> None:
     await get_channel_layer().send(AGENT_CHANNEL, {"type": "dialog.input", "dialog_id": dialog_id})
 
 
-async def request_stop(dialog_id: str, *, turn_id: str | None = None, reply_channel: str | None = None) -> None:
+async def request_stop(
+    dialog_id: str, *, turn_id: str | None = None, reply_channel: str | None = None
+) -> None:
     """Ask every agent worker to cancel ``dialog_id``'s running turn (only its owner has one).
 
     With ``turn_id`` (the turn that was running when the stop was asked, ``storage.running_inbox``)

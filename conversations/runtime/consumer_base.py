@@ -28,7 +28,9 @@ class LoopDispatch:
         await handler(message)
 
 
-async def dispatch_channels(layer: Any, channels: list[str], dispatch: Callable[[dict], Awaitable[None]]) -> None:
+async def dispatch_channels(
+    layer: Any, channels: list[str], dispatch: Callable[[dict], Awaitable[None]]
+) -> None:
     """Receive from ``channels`` and ``dispatch`` each message, one at a time, until cancelled; a
     failing receive or handler raises here.
 

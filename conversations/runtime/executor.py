@@ -144,7 +144,9 @@ class DialogExecutor:
         the storage trip that starts the turn (``session_turns.begin_turn``)."""
         return prefetch_turn_input(start, recall_for_turn)
 
-    async def run(self, interrupted: list[dict] | None = None, *, first: storage.TurnStart | None = None) -> None:
+    async def run(
+        self, interrupted: list[dict] | None = None, *, first: storage.TurnStart | None = None
+    ) -> None:
         """Recover interrupted turns, then run queued turns until the inbox is empty.
 
         ``interrupted``: what ``storage.claim_dialog`` already marked (else it is done here).
@@ -176,11 +178,16 @@ class DialogExecutor:
             self.context.reported_turns.difference_update(t["turn_id"] for t in told)
         # A turn the claim already started runs even if a shutdown began meanwhile (it is then
         # ended as cancelled, never left ``started``); the claim starts none once it has begun.
-        while first is not None or (not self.lease_lost and not self.context.stopping and not self.storage_failed):
+        while first is not None or (
+            not self.lease_lost and not self.context.stopping and not self.storage_failed
+        ):
             self.poked.clear()
             try:
                 if first is not None:
-                    start, first = await adopt_start(self.context.sessions, first, self.context.worker_id, self.epoch), None
+                    start, first = (
+                        await adopt_start(self.context.sessions, first, self.context.worker_id, self.epoch),
+                        None,
+                    )
                 else:
                     start = await self._start_turn()
             except DatabaseError as exc:
@@ -257,7 +264,9 @@ class DialogExecutor:
             await settling
         return await delivery.settle(timeout=SHUTDOWN_DELIVERY_WAIT_SECONDS)
 
-    async def _run_and_commit(self, start: storage.TurnStart, running: RunningTurn) -> storage.CommitResult | None:
+    async def _run_and_commit(
+        self, start: storage.TurnStart, running: RunningTurn
+    ) -> storage.CommitResult | None:
         """Run the agent loop under the turn's deadline, then commit; None when nothing committed.
 
         Whatever the loop raises becomes a typed failure (``turn_outcome.await_turn``, seed 000
@@ -286,7 +295,9 @@ class DialogExecutor:
         )
         task = asyncio.ensure_future(
             contained(
-                functools.partial(run_with_overflow_recovery, builder, start, loop.run, publish=context_notice(start))
+                functools.partial(
+                    run_with_overflow_recovery, builder, start, loop.run, publish=context_notice(start)
+                )
             )
         )
         running.task = task
@@ -319,7 +330,12 @@ class DialogExecutor:
         if result.stale or self.lease_lost:  # the generation check before the commit (seed 003 §8.3)
             return self._drop_stale(start, controller, "before its commit")
         ending = turn_ending(
-            start, result, cancelled=cancelled, failure=failure, cancel_reason=self.cancel_reason, presenter=self.presenter
+            start,
+            result,
+            cancelled=cancelled,
+            failure=failure,
+            cancel_reason=self.cancel_reason,
+            presenter=self.presenter,
         )
         if ending.failure is not None:
             log_failure(log, start.turn_id, ending.failure)
@@ -341,7 +357,9 @@ class DialogExecutor:
         except storage.LeaseLostError:  # the storage's epoch check: another worker owns the dialog
             return self._drop_stale(start, controller, "at its commit")
         except Exception as exc:
-            await self._commit_failed(start, controller, TurnFailure.from_exception(TurnFailureKind.TURN_PERSISTENCE, exc))
+            await self._commit_failed(
+                start, controller, TurnFailure.from_exception(TurnFailureKind.TURN_PERSISTENCE, exc)
+            )
             return None
         # The commit proved our epoch and renewed the lease in the same transaction: what it
         # committed is announced, however long it took (a slow commit is not a stale owner).
@@ -369,14 +387,18 @@ class DialogExecutor:
         """
         log.warning(
             "turn %s: stale %s; %s was deleted or another worker owns it (nothing published)",
-            start.turn_id, when, self.dialog_id,
+            start.turn_id,
+            when,
+            self.dialog_id,
         )
         self.lease_lost = True
         self.context.sessions.evict(self.dialog_id)
         controller.cancel(STALE_TURN_REASON)
         return None
 
-    async def _commit_failed(self, start: storage.TurnStart, controller: TurnController, failure: TurnFailure) -> None:
+    async def _commit_failed(
+        self, start: storage.TurnStart, controller: TurnController, failure: TurnFailure
+    ) -> None:
         """A commit storage refused (seed 003 §14.2): failed, never completed, and told once."""
         log_failure(log, start.turn_id, failure)
         self.context.sessions.evict(self.dialog_id)  # the DB state is unknown: reload next turn

@@ -118,7 +118,8 @@ class LeaseKeeper:
                 if not self._stalled:
                     log.error(
                         "the event loop has not run for %.0f s: lease renewal paused so that another "
-                        "worker can take this worker's dialogs over", silent,
+                        "worker can take this worker's dialogs over",
+                        silent,
                     )
                 self._stalled = True
                 return

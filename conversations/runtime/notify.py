@@ -85,7 +85,9 @@ async def publish_turn_committed(channel: str, chat_id: str, session_id: str, co
     the one it rebuilt after the layer dropped this (``conversations.chat.reconcile``).
     """
     first = commit.messages[0] if commit.messages else {}
-    meta = {"committed_turn_id": first.get("turn_id"), "committed_inbox_id": first.get("id")} if first else None
+    meta = (
+        {"committed_turn_id": first.get("turn_id"), "committed_inbox_id": first.get("id")} if first else None
+    )
     await publish_frame(
         channel,
         chat_id,

@@ -50,8 +50,13 @@ def begin_turn(
 
 
 def claim_and_begin(
-    dialog_id: str, worker_id: str, lease_ms: int, takeover: storage.Takeover | None, known: dict,
-    prefetch: Prefetch | None, may_begin: Callable[[], bool] = lambda: True,
+    dialog_id: str,
+    worker_id: str,
+    lease_ms: int,
+    takeover: storage.Takeover | None,
+    known: dict,
+    prefetch: Prefetch | None,
+    may_begin: Callable[[], bool] = lambda: True,
 ) -> tuple[storage.DialogClaim | None, storage.TurnStart | None]:
     """``storage.claim_dialog``, then the first turn's :func:`begin_turn` under the new epoch:
     what a worker does when a dialog wakes, in one storage trip. The turn is begun only when
@@ -66,8 +71,11 @@ def claim_and_begin(
         return claim, begin_turn(dialog_id, worker_id, claim.epoch, known, prefetch)
     except Exception:  # noqa: BLE001 - the executor's own start meets (and reports) it again
         close_if_broken()
-        log.debug("dialog %s: the first turn start after the claim failed; retried by the executor", dialog_id,
-                  exc_info=True)
+        log.debug(
+            "dialog %s: the first turn start after the claim failed; retried by the executor",
+            dialog_id,
+            exc_info=True,
+        )
         return claim, None
 
 
@@ -83,7 +91,9 @@ async def start_turn(
     nothing is queued. Raises what ``storage.start_next_turn`` raises (the session is evicted).
     """
     try:
-        start = await run_storage(begin_turn, dialog_id, worker_id, epoch, known_state(sessions, dialog_id), prefetch)
+        start = await run_storage(
+            begin_turn, dialog_id, worker_id, epoch, known_state(sessions, dialog_id), prefetch
+        )
     except BaseException:
         sessions.evict(dialog_id)
         raise

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
+
 # PROTOCOL §1 "History message": the fields a client may see, in this order.
 @dataclass
 class Session:
@@ -279,7 +280,9 @@ class SessionManager:
         if session is None or not session.valid or limit < 1:
             return None
         first = session.summary_seq + 1  # the lowest seq memory may hold
-        upper = session.history_revision if before_seq is None else min(before_seq - 1, session.history_revision)
+        upper = (
+            session.history_revision if before_seq is None else min(before_seq - 1, session.history_revision)
+        )
         if upper < 1:
             page: list[dict] = []
             has_more = False

@@ -56,7 +56,9 @@ class TaskSupervisor:
         """True once ``close()`` began (``spawn`` then raises)."""
         return self._closing
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str, timeout: float | None = None) -> asyncio.Task:
+    def spawn(
+        self, coro: Coroutine[Any, Any, Any], *, name: str, timeout: float | None = None
+    ) -> asyncio.Task:
         """Run ``coro`` as a supervised task on the running loop.
 
         Args:
@@ -74,8 +76,12 @@ class TaskSupervisor:
         """
         if self._closing:
             coro.close()  # never awaited: close it so Python does not warn about it
-            raise SupervisorClosedError(f"supervisor {self.name!r} is shutting down; {name!r} was not started")
-        task = asyncio.get_running_loop().create_task(self._guard(coro, name, timeout), name=f"{self.name}:{name}")
+            raise SupervisorClosedError(
+                f"supervisor {self.name!r} is shutting down; {name!r} was not started"
+            )
+        task = asyncio.get_running_loop().create_task(
+            self._guard(coro, name, timeout), name=f"{self.name}:{name}"
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -129,7 +135,10 @@ class TaskSupervisor:
         if pending:
             log.warning(
                 "%s: %d task(s) did not stop within %g s: %s",
-                self.name, len(pending), timeout, ", ".join(sorted(t.get_name() for t in pending)),
+                self.name,
+                len(pending),
+                timeout,
+                ", ".join(sorted(t.get_name() for t in pending)),
             )
         return len(pending)
 

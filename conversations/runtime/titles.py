@@ -51,7 +51,13 @@ class TitleService:
     """
 
     def __init__(
-        self, provider: LLMProvider, supervisor: TaskSupervisor, *, after_n: int, on_first: bool, timeout: float
+        self,
+        provider: LLMProvider,
+        supervisor: TaskSupervisor,
+        *,
+        after_n: int,
+        on_first: bool,
+        timeout: float,
     ) -> None:
         self.provider = provider
         self.supervisor = supervisor
@@ -88,7 +94,9 @@ class TitleService:
             return
         try:
             self.supervisor.spawn(
-                self._generate(dialog_id), name=f"title:{dialog_id}", timeout=self.timeout + STORAGE_MARGIN_SECONDS
+                self._generate(dialog_id),
+                name=f"title:{dialog_id}",
+                timeout=self.timeout + STORAGE_MARGIN_SECONDS,
             )
         except SupervisorClosedError:
             log.debug("no title for %s: shutting down", dialog_id)
@@ -132,6 +140,6 @@ class TitleService:
             log.info("title of %s discarded: the dialog was renamed or deleted meanwhile", dialog_id)
             return
         active = await run_storage(storage.is_active_dialog, dialog.channel, dialog.chat_id, dialog.id)
-        await notify.publish_frame(dialog.channel, dialog.chat_id, notify.session_changed(dialog, active=active))
-
-
+        await notify.publish_frame(
+            dialog.channel, dialog.chat_id, notify.session_changed(dialog, active=active)
+        )

@@ -34,7 +34,9 @@ async def alert_storage_failing(context: TurnContext, dialog_id: str, exc: Excep
     ref = secrets.token_hex(4)
     log.error(
         "dialog %s: storage failed after retries (ref %s): %s",
-        dialog_id, ref, log_safe(describe_exception(exc)),
+        dialog_id,
+        ref,
+        log_safe(describe_exception(exc)),
     )
     now = time.monotonic()
     alerts = context.storage_alerts
@@ -56,24 +58,36 @@ async def alert_storage_failing(context: TurnContext, dialog_id: str, exc: Excep
 
 
 async def report_refused_commit(
-    context: TurnContext, start: storage.TurnStart, epoch: int, failure: TurnFailure, presenter: TurnFailurePresenter
+    context: TurnContext,
+    start: storage.TurnStart,
+    epoch: int,
+    failure: TurnFailure,
+    presenter: TurnFailurePresenter,
 ) -> None:
     """After a commit storage refused (seed 003 §14.2): end the turn's inbox row with the
     failure's ref, and tell the chat its streamed preview was not saved (DB: one trip)."""
     try:
         await run_storage(
-            storage.abandon_turn, start.dialog_id, context.worker_id, epoch, start.inbox_id,
+            storage.abandon_turn,
+            start.dialog_id,
+            context.worker_id,
+            epoch,
+            start.inbox_id,
             f"commit failed (ref {failure.ref})",
         )
     except Exception as exc:  # a storage error: redacted, like every failure's detail
         log.error(
             "turn %s: could not mark its inbox row done either (ref %s): %s",
-            start.turn_id, failure.ref, log_safe(describe_exception(exc)),
+            start.turn_id,
+            failure.ref,
+            log_safe(describe_exception(exc)),
         )
     notice = presenter.notice(failure)
     if notice is not None:
         try:
-            await notify.publish_notification(start.channel, start.chat_id, "error", notice, session_id=start.dialog_id)
+            await notify.publish_notification(
+                start.channel, start.chat_id, "error", notice, session_id=start.dialog_id
+            )
         except Exception:
             log.exception("turn %s: could not send the not-saved notice (ref %s)", start.turn_id, failure.ref)
 
@@ -99,6 +113,8 @@ def context_notice(start: storage.TurnStart) -> Publish:
     """Publishes a context-preparation notice (a failed compaction, left-out messages) to the chat."""
 
     async def publish(text: str) -> None:
-        await notify.publish_notification(start.channel, start.chat_id, "warning", text, session_id=start.dialog_id)
+        await notify.publish_notification(
+            start.channel, start.chat_id, "warning", text, session_id=start.dialog_id
+        )
 
     return publish

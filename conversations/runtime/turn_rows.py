@@ -37,7 +37,9 @@ def turn_rows(messages: list[TurnMessage], turn_id: str, reply_message_id: str, 
                 "reasoning_content": reasoning_of(msg),
                 "provider_state": msg.provider_state,
                 "tool_calls": [_tool_call_row(c) for c in msg.tool_calls],
-                "completion_status": status if index == last_assistant else Message.CompletionStatus.COMPLETED,
+                "completion_status": status
+                if index == last_assistant
+                else Message.CompletionStatus.COMPLETED,
             }
             if index == last_assistant:
                 row["id"] = reply_message_id
@@ -71,7 +73,9 @@ def complete_tool_chains(messages: list[TurnMessage]) -> list[TurnMessage]:
         for call in item.message.tool_calls if item.message.role == "assistant" else []:
             missing = TurnMessage(
                 item.iteration,
-                ProviderMessage.tool_result(call.id, CANCELLED_TOOL_RESULT, is_error=True, tool_name=call.name),
+                ProviderMessage.tool_result(
+                    call.id, CANCELLED_TOOL_RESULT, is_error=True, tool_name=call.name
+                ),
             )
             out.append(results.get(call.id) or missing)
     return out

@@ -235,8 +235,14 @@ class AgentWorker:
         lease_ms = int(settings.PICOBOT.lease_seconds * 1000)
         try:
             claim, first = await run_storage(
-                claim_and_begin, dialog_id, self.worker_id, lease_ms, takeover,
-                known_state(self.sessions, dialog_id), executor.prefetch, lambda: not self.stopping,
+                claim_and_begin,
+                dialog_id,
+                self.worker_id,
+                lease_ms,
+                takeover,
+                known_state(self.sessions, dialog_id),
+                executor.prefetch,
+                lambda: not self.stopping,
             )
             if claim is None:
                 return  # another live worker owns it
@@ -251,7 +257,9 @@ class AgentWorker:
         if executor.epoch:
             await run_storage(storage.release_lease, dialog_id, self.worker_id, executor.epoch)
 
-    def stop_turn(self, dialog_id: str, turn_id: str | None = None, *, setting_up: bool = False) -> bool | None:
+    def stop_turn(
+        self, dialog_id: str, turn_id: str | None = None, *, setting_up: bool = False
+    ) -> bool | None:
         """Cancel the dialog's running turn here; False when this worker runs none.
 
         With ``turn_id``, only that turn: False when another one runs; True (again) while it is
@@ -282,8 +290,10 @@ class AgentWorker:
         policy = PresentationPolicy.websocket()
         for executor in list(self.executors.values()):
             running = executor.running
-            if running is None or running.channel != message.get("channel") or running.chat_id != message.get(
-                "chat_id"
+            if (
+                running is None
+                or running.channel != message.get("channel")
+                or running.chat_id != message.get("chat_id")
             ):
                 continue
             snapshot = running.controller.snapshot()
@@ -333,7 +343,11 @@ class AgentWorker:
     def held_leases(self) -> list[tuple[str, int]]:
         """``(dialog_id, epoch)`` of every dialog this worker runs (called from the keeper thread:
         the ``list()`` copy is atomic under the GIL)."""
-        return [(dialog_id, executor.epoch) for dialog_id, executor in list(self.executors.items()) if executor.epoch]
+        return [
+            (dialog_id, executor.epoch)
+            for dialog_id, executor in list(self.executors.items())
+            if executor.epoch
+        ]
 
     def lease_lost(self, dialog_id: str, epoch: int) -> None:
         """The database says another worker claimed the dialog (or a delete bumped its epoch):

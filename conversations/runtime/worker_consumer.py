@@ -32,7 +32,9 @@ class WorkerControl(Protocol):
 
     def wake(self, dialog_id: str) -> None: ...
 
-    def stop_turn(self, dialog_id: str, turn_id: str | None = None, *, setting_up: bool = False) -> bool | None: ...
+    def stop_turn(
+        self, dialog_id: str, turn_id: str | None = None, *, setting_up: bool = False
+    ) -> bool | None: ...
 
     def spawn(self, coro: Awaitable) -> asyncio.Task: ...
 
@@ -63,7 +65,9 @@ class AgentWorkerConsumer(LoopDispatch, AsyncConsumer):
 
         async def acknowledge() -> None:
             if reply:
-                await self.channel_layer.send(reply, {"type": "stop.ack", "dialog_id": dialog_id, "turn_id": turn_id})
+                await self.channel_layer.send(
+                    reply, {"type": "stop.ack", "dialog_id": dialog_id, "turn_id": turn_id}
+                )
 
         stopped = worker.stop_turn(dialog_id, turn_id)
         if stopped is None:

@@ -76,7 +76,9 @@ def commit_generated_title(dialog_id: str, title: str) -> Dialog | None:
         generated title is discarded). Touches the DB.
     """
     updated = Dialog.objects.filter(pk=dialog_id, title_is_default=True, deleted_at__isnull=True).update(
-        title=scrub_text(title)[:MAX_TITLE_LENGTH], title_is_default=False, state_version=F("state_version") + 1
+        title=scrub_text(title)[:MAX_TITLE_LENGTH],
+        title_is_default=False,
+        state_version=F("state_version") + 1,
     )
     if not updated:
         return None
@@ -132,9 +134,14 @@ def commit_summary(dialog_id: str, summary: str, covers_seq: int, expected_summa
         NotFoundError: the dialog was deleted (or purged) meanwhile.
     """
     if covers_seq <= expected_summary_seq:
-        raise ValueError(f"covers_seq {covers_seq} must be above the current summary_seq {expected_summary_seq}")
+        raise ValueError(
+            f"covers_seq {covers_seq} must be above the current summary_seq {expected_summary_seq}"
+        )
     updated = Dialog.objects.filter(
-        pk=dialog_id, summary_seq=expected_summary_seq, deleted_at__isnull=True, history_revision__gte=covers_seq
+        pk=dialog_id,
+        summary_seq=expected_summary_seq,
+        deleted_at__isnull=True,
+        history_revision__gte=covers_seq,
     ).update(
         summary=scrub_text(summary),
         summary_seq=covers_seq,

@@ -28,7 +28,9 @@ def note_stop_requested(dialog_id: str, turn_id: str) -> None:
     InboxMessage.objects.filter(dialog_id=dialog_id, turn_id=turn_id).update(stop_requested_at=now_ms())
 
 
-def repeated_stop(dialog_id: str, running_turn_id: str | None, *, within_ms: int = STOP_REPEAT_MS) -> str | None:
+def repeated_stop(
+    dialog_id: str, running_turn_id: str | None, *, within_ms: int = STOP_REPEAT_MS
+) -> str | None:
     """The turn id a new stop (without ``turn_id``) repeats, or None when it is a stop of its own.
 
     A repeat: another turn of the dialog runs now (``running_turn_id``), and a stop of an earlier
@@ -62,4 +64,3 @@ def claim_compaction(dialog_id: str, stale_after_ms: int) -> int | None:
 def release_compaction(dialog_id: str, stamp: int) -> None:
     """Release the claim ``stamp`` (a claim taken over meanwhile stays)."""
     Dialog.objects.filter(pk=dialog_id, compaction_claimed_at=stamp).update(compaction_claimed_at=None)
-

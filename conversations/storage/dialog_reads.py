@@ -53,9 +53,11 @@ def dialog_info(owner: Any, session_id: str) -> dict:
             dialog=dialog, status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
         ).values_list("status", flat=True)
     )
-    active_id = ChatState.objects.filter(channel=dialog.channel, chat_id=dialog.chat_id).values_list(
-        "active_dialog_id", flat=True
-    ).first()
+    active_id = (
+        ChatState.objects.filter(channel=dialog.channel, chat_id=dialog.chat_id)
+        .values_list("active_dialog_id", flat=True)
+        .first()
+    )
     return dialog_fields(
         dialog,
         queued=statuses.count(InboxMessage.Status.QUEUED),

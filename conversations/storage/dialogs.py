@@ -91,9 +91,7 @@ def _most_recent_live(owner: Any, channel: str, chat_id: str, *, exclude: str | 
     Filtered by owner: a row of the same chat id but another (or no) owner — an import, a
     reused user id — never becomes someone's active dialog.
     """
-    rows = Dialog.objects.filter(
-        channel=channel, chat_id=chat_id, deleted_at__isnull=True, owner=owner
-    )
+    rows = Dialog.objects.filter(channel=channel, chat_id=chat_id, deleted_at__isnull=True, owner=owner)
     if exclude:
         rows = rows.exclude(pk=exclude)
     return rows.order_by("-last_active_at").first()
@@ -151,7 +149,9 @@ def resolve_dialog(owner: Any, channel: str, chat_id: str, session_id: str | Non
 
 def _set_active(channel: str, chat_id: str, owner: Any, dialog: Dialog) -> None:
     ChatState.objects.update_or_create(
-        channel=channel, chat_id=chat_id, defaults={"owner": owner, "active_dialog": dialog, "updated_at": now_ms()}
+        channel=channel,
+        chat_id=chat_id,
+        defaults={"owner": owner, "active_dialog": dialog, "updated_at": now_ms()},
     )
 
 
@@ -161,7 +161,9 @@ def create_dialog(owner: Any, channel: str, chat_id: str, title: str | None = No
     Raises ValueError for a bad title (``clean_user_title``).
     """
     with transaction.atomic():
-        dialog = _new_dialog(owner, channel, chat_id, clean_user_title(title) if title and title.strip() else None)
+        dialog = _new_dialog(
+            owner, channel, chat_id, clean_user_title(title) if title and title.strip() else None
+        )
         _set_active(channel, chat_id, owner, dialog)
     return dialog
 
@@ -290,7 +292,10 @@ def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> De
         )
         running = bool(
             InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED).update(
-                status=InboxMessage.Status.DONE, finished_at=now, error=DELETED_DIALOG_ERROR, notice_sent_at=now
+                status=InboxMessage.Status.DONE,
+                finished_at=now,
+                error=DELETED_DIALOG_ERROR,
+                notice_sent_at=now,
             )
         )
         state = ChatState.objects.filter(channel=channel, chat_id=chat_id).first()

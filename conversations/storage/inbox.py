@@ -25,10 +25,12 @@ def _queued_ahead(dialog_id: str, position: int) -> int:
 
 def _waiting_counts(dialog_id: str) -> dict[str, int]:
     """``{status: rows}`` of the dialog's queued and started inbox rows (one query)."""
-    return dict(sql.fetch_all(
-        f"SELECT status, COUNT(*) FROM {sql.INBOX} WHERE dialog_id = %s AND status IN (%s, %s) GROUP BY status",
-        [dialog_id, InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED],
-    ))
+    return dict(
+        sql.fetch_all(
+            f"SELECT status, COUNT(*) FROM {sql.INBOX} WHERE dialog_id = %s AND status IN (%s, %s) GROUP BY status",
+            [dialog_id, InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED],
+        )
+    )
 
 
 def accept_message(
@@ -70,7 +72,9 @@ def accept_message(
             if deleted_at is not None:
                 # Acking it again would tell the client a message of a deleted dialog is accepted.
                 raise NotFoundError("the dialog of this message was deleted")
-            return AcceptedMessage(str(sql.as_uuid(inbox_id)), dialog_id, _queued_ahead(dialog_id, position), True)
+            return AcceptedMessage(
+                str(sql.as_uuid(inbox_id)), dialog_id, _queued_ahead(dialog_id, position), True
+            )
     resolved = resolve_dialog(owner, channel, chat_id, session_id)
     dialog = resolved.dialog
     capacity = settings.PICOBOT.inbox_capacity
@@ -79,7 +83,9 @@ def accept_message(
             # Bump the position first: the UPDATE locks the dialog row, so concurrent sends count
             # the queue one after the other (on PostgreSQL both could otherwise see 31 and both
             # insert). Raising rolls the bump back.
-            sql.execute(f"UPDATE {sql.DIALOG} SET inbox_position = inbox_position + 1 WHERE id = %s", [dialog.pk])
+            sql.execute(
+                f"UPDATE {sql.DIALOG} SET inbox_position = inbox_position + 1 WHERE id = %s", [dialog.pk]
+            )
             waiting = _waiting_counts(dialog.pk)
             queued = waiting.get(InboxMessage.Status.QUEUED, 0)
             if queued >= capacity:
@@ -139,9 +145,7 @@ def running_inbox(channel: str, chat_id: str) -> list[dict]:
         dialog__deleted_at__isnull=True,
         status=InboxMessage.Status.STARTED,
     ).values_list("turn_id", "dialog_id", "reply_message_id")
-    return [
-        {"turn_id": str(t), "session_id": d, "message_id": str(r)} for t, d, r in rows if t is not None
-    ]
+    return [{"turn_id": str(t), "session_id": d, "message_id": str(r)} for t, d, r in rows if t is not None]
 
 
 def dialogs_needing_work(worker_id: str, limit: int = 100) -> list[tuple[str, str | None, int | None]]:
@@ -159,8 +163,10 @@ def dialogs_needing_work(worker_id: str, limit: int = 100) -> list[tuple[str, st
     )
     columns = ("dialog_id", "dialog__lease_owner", "dialog__lease_expires_at")
     free_or_ours = with_work.filter(Q(dialog__lease_owner__isnull=True) | Q(dialog__lease_owner=worker_id))
-    lapsed = with_work.filter(dialog__lease_expires_at__lt=now_ms()).exclude(dialog__lease_owner=worker_id).exclude(
-        dialog__lease_owner__isnull=True
+    lapsed = (
+        with_work.filter(dialog__lease_expires_at__lt=now_ms())
+        .exclude(dialog__lease_owner=worker_id)
+        .exclude(dialog__lease_owner__isnull=True)
     )
     return [
         *free_or_ours.values_list(*columns).distinct()[:limit],

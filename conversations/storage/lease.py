@@ -20,7 +20,9 @@ Takeover = tuple[str, int | None]
 """``(lease_owner, lease_expires_at)`` of another worker's lapsed lease, as observed."""
 
 
-def claim_lease(dialog_id: str, worker_id: str, lease_ms: int, *, takeover: Takeover | None = None) -> int | None:
+def claim_lease(
+    dialog_id: str, worker_id: str, lease_ms: int, *, takeover: Takeover | None = None
+) -> int | None:
     """Take the dialog's lease if it is free or already ``worker_id``'s; with ``takeover``, also
     another worker's lease that lapsed and was not renewed since it was observed.
 
@@ -69,11 +71,13 @@ def lease_epochs(dialog_ids: list[str]) -> dict[str, tuple[str | None, int]]:
 
 def release_lease(dialog_id: str, worker_id: str, epoch: int) -> bool:
     """Give the lease up (the dialog went idle); False when it was no longer ours."""
-    return bool(sql.execute(
-        f"UPDATE {sql.DIALOG} SET lease_owner = NULL, lease_expires_at = NULL "
-        "WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
-        [dialog_id, worker_id, epoch],
-    ))
+    return bool(
+        sql.execute(
+            f"UPDATE {sql.DIALOG} SET lease_owner = NULL, lease_expires_at = NULL "
+            "WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+            [dialog_id, worker_id, epoch],
+        )
+    )
 
 
 def check_lease(dialog_id: str, worker_id: str, epoch: int) -> Dialog:

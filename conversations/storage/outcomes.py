@@ -46,7 +46,9 @@ def turn_states(channel: str, chat_id: str, inbox_ids: list[str], turn_ids: list
         return []
     rows = InboxMessage.objects.filter(
         Q(pk__in=inbox) | Q(turn_id__in=turns), dialog__channel=channel, dialog__chat_id=chat_id
-    ).values("pk", "turn_id", "dialog_id", "reply_message_id", "status", "outcome", "error", "dialog__deleted_at")
+    ).values(
+        "pk", "turn_id", "dialog_id", "reply_message_id", "status", "outcome", "error", "dialog__deleted_at"
+    )
     states = []
     for row in rows:
         state = {

@@ -78,9 +78,16 @@ async def run_storage(fn: Callable[..., T], *args: Any, retry: bool = True, **kw
             return await runner(fn, args, kwargs)
         except (OperationalError, InterfaceError) as exc:
             if attempt >= len(delays):
-                log.error("storage call %s failed after %d attempts: %s", fn.__name__, attempt + 1, redact(str(exc)))
+                log.error(
+                    "storage call %s failed after %d attempts: %s", fn.__name__, attempt + 1, redact(str(exc))
+                )
                 raise
-            log.warning("storage call %s failed (%s); retrying in %d ms", fn.__name__, redact(str(exc)), delays[attempt])
+            log.warning(
+                "storage call %s failed (%s); retrying in %d ms",
+                fn.__name__,
+                redact(str(exc)),
+                delays[attempt],
+            )
             await asyncio.sleep(delays[attempt] / 1000)
             attempt += 1
 

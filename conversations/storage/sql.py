@@ -98,7 +98,9 @@ def dialog_row(dialog_id: str, *, for_update: bool = False) -> Dialog | None:
 
 def chat_state(channel: str, chat_id: str) -> ChatState | None:
     """The chat's state row as a model instance, or None."""
-    row = fetch_one(f"SELECT {_CHAT_STATE.sql} FROM {CHAT_STATE} WHERE channel = %s AND chat_id = %s", [channel, chat_id])
+    row = fetch_one(
+        f"SELECT {_CHAT_STATE.sql} FROM {CHAT_STATE} WHERE channel = %s AND chat_id = %s", [channel, chat_id]
+    )
     return None if row is None else _CHAT_STATE.load(row)
 
 
@@ -122,7 +124,10 @@ def next_queued(dialog_id: str) -> InboxMessage | None:
 
 def has_inbox_rows(dialog_id: str, status: str) -> bool:
     """Whether the dialog has an inbox row in ``status`` (a read: no write lock is taken)."""
-    return fetch_one(f"SELECT 1 FROM {INBOX} WHERE dialog_id = %s AND status = %s LIMIT 1", [dialog_id, status]) is not None
+    return (
+        fetch_one(f"SELECT 1 FROM {INBOX} WHERE dialog_id = %s AND status = %s LIMIT 1", [dialog_id, status])
+        is not None
+    )
 
 
 def json_value(value: Any) -> Any:
@@ -137,8 +142,23 @@ _HISTORY_COLUMNS = (
 
 
 def _history_row(row: tuple) -> dict:
-    (id_, seq, role, content, reasoning, tool_calls, tool_call_id, tool_name, is_error, turn_id, iteration,
-     completion_status, created_at, provider_state, media_refs) = row
+    (
+        id_,
+        seq,
+        role,
+        content,
+        reasoning,
+        tool_calls,
+        tool_call_id,
+        tool_name,
+        is_error,
+        turn_id,
+        iteration,
+        completion_status,
+        created_at,
+        provider_state,
+        media_refs,
+    ) = row
     turn = as_uuid(turn_id)
     return {
         "id": str(as_uuid(id_)),
@@ -195,6 +215,10 @@ def has_memory_items(owner_id: int | None, channel: str, chat_id: str) -> bool:
     """Whether a memory scope (an owner's, or an ownerless chat's) holds any item."""
     if owner_id is not None:
         return fetch_one(f"SELECT 1 FROM {MEMORY} WHERE owner_id = %s LIMIT 1", [owner_id]) is not None
-    return fetch_one(
-        f"SELECT 1 FROM {MEMORY} WHERE owner_id IS NULL AND channel = %s AND chat_id = %s LIMIT 1", [channel, chat_id]
-    ) is not None
+    return (
+        fetch_one(
+            f"SELECT 1 FROM {MEMORY} WHERE owner_id IS NULL AND channel = %s AND chat_id = %s LIMIT 1",
+            [channel, chat_id],
+        )
+        is not None
+    )

@@ -31,7 +31,9 @@ class DialogClaim:
     interrupted: list[dict] | None  # None: not done (a storage error); the caller does it
 
 
-def claim_dialog(dialog_id: str, worker_id: str, lease_ms: int, *, takeover: Takeover | None = None) -> DialogClaim | None:
+def claim_dialog(
+    dialog_id: str, worker_id: str, lease_ms: int, *, takeover: Takeover | None = None
+) -> DialogClaim | None:
     """``claim_lease``, then ``interrupt_started`` under the new epoch: what a worker does before a
     dialog's first turn, in one storage call (one trip to the storage thread instead of two).
 
@@ -85,7 +87,9 @@ def interrupted_commit(inbox_id: str) -> CommitResult | None:
     row = sql.history_row(inbox_id)
     if row is None:
         return None
-    return CommitResult(messages=[history_row_to_protocol(row)], history_revision=row["seq"], history_rows=[row])
+    return CommitResult(
+        messages=[history_row_to_protocol(row)], history_revision=row["seq"], history_rows=[row]
+    )
 
 
 def start_next_turn(
@@ -122,7 +126,13 @@ def start_next_turn(
         row.started_at = now
         sql.execute(
             f"UPDATE {sql.INBOX} SET status = %s, turn_id = %s, reply_message_id = %s, started_at = %s WHERE id = %s",
-            [row.status, sql.uuid_param(row.turn_id), sql.uuid_param(row.reply_message_id), now, sql.uuid_param(row.id)],
+            [
+                row.status,
+                sql.uuid_param(row.turn_id),
+                sql.uuid_param(row.reply_message_id),
+                now,
+                sql.uuid_param(row.id),
+            ],
         )
         seq = dialog.history_revision + 1
         user_row = Message.objects.create(
@@ -244,16 +254,28 @@ def commit_turn(
             f"UPDATE {sql.DIALOG} SET {''.join(f'{column}, ' for column in optional)}history_revision = %s, "
             "total_message_count = total_message_count + %s, last_active_at = %s, state_version = state_version + 1, "
             "usage_input_tokens = usage_input_tokens + %s, usage_output_tokens = usage_output_tokens + %s WHERE id = %s",
-            [*([model[:200]] if model else []), *([now + lease_ms] if lease_ms else []), seq, len(created), now,
-             int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0), dialog.pk],
+            [
+                *([model[:200]] if model else []),
+                *([now + lease_ms] if lease_ms else []),
+                seq,
+                len(created),
+                now,
+                int(usage.get("input_tokens") or 0),
+                int(usage.get("output_tokens") or 0),
+                dialog.pk,
+            ],
         )
         sql.execute(
             f"UPDATE {sql.INBOX} SET status = %s, finished_at = %s, error = %s, outcome = %s WHERE id = %s",
             [inbox_status, now, scrub_text(error), outcome, sql.uuid_param(inbox_id)],
         )
         user_row = sql.history_row(inbox_id)
-    committed = ([history_row_to_protocol(user_row)] if user_row else []) + [message_to_protocol(m) for m in created]
-    return CommitResult(messages=committed, history_revision=seq, history_rows=[_as_stored(m) for m in created])
+    committed = ([history_row_to_protocol(user_row)] if user_row else []) + [
+        message_to_protocol(m) for m in created
+    ]
+    return CommitResult(
+        messages=committed, history_revision=seq, history_rows=[_as_stored(m) for m in created]
+    )
 
 
 def abandon_turn(dialog_id: str, worker_id: str, epoch: int, inbox_id: str, error: str) -> bool:

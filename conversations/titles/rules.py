@@ -30,11 +30,25 @@ _TAGS = "think|thought|reasoning"
 _CLOSED_SPAN = re.compile(rf"<({_TAGS})>.*?</\1>", re.IGNORECASE | re.DOTALL)
 _OPEN_TAG = re.compile(rf"<(?:{_TAGS})>", re.IGNORECASE)
 _CLOSE_TAG = re.compile(rf"</(?:{_TAGS})>", re.IGNORECASE)
-_PREFIX = re.compile(r"^(?:title|chat title|conversation title|标题|標題|题目|主题)\s*[:：]\s*", re.IGNORECASE)
-_QUOTE_PAIRS = {'"': '"', "'": "'", "“": "”", "‘": "’", "「": "」", "『": "』", "《": "》", "«": "»", "`": "`"}
+_PREFIX = re.compile(
+    r"^(?:title|chat title|conversation title|标题|標題|题目|主题)\s*[:：]\s*", re.IGNORECASE
+)
+_QUOTE_PAIRS = {
+    '"': '"',
+    "'": "'",
+    "“": "”",
+    "‘": "’",
+    "「": "」",
+    "『": "』",
+    "《": "》",
+    "«": "»",
+    "`": "`",
+}
 # Never at the end of a title; "?" and "!" stay unless the title had to be cut.
 # Terminal escape sequences (CSI/OSC/other ESC forms): dropped whole, before single characters.
-_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+_ESCAPES = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]"
+)
 # What a user title may not hold (``storage.clean_user_title``): control, surrogate, private-use
 # and unassigned characters. Format characters (ZWJ emoji, Persian ZWNJ) stay.
 _UNSHOWABLE = ("Cc", "Cs", "Co", "Cn")
@@ -179,4 +193,3 @@ def _unwrap(line: str) -> str:
             if line[0] == "'" or (line[0] not in inner and line[-1] not in inner):
                 line = inner
     return line
-

@@ -83,7 +83,11 @@ def describe(exc: ValidationError, root: type[BaseModel], version: int) -> str:
     for error in errors:
         if error["type"] == "extra_forbidden" and first["loc"][: len(error["loc"]) - 1] == error["loc"][:-1]:
             parent = error["loc"][:-1]
-            keys = [str(e["loc"][-1]) for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == parent]
+            keys = [
+                str(e["loc"][-1])
+                for e in errors
+                if e["type"] == "extra_forbidden" and e["loc"][:-1] == parent
+            ]
             return f"{json_path(parent)} {unknown_fields(keys, version)}"
     loc = tuple(first["loc"])
     if first["type"] == _REFUSAL:

@@ -63,7 +63,9 @@ def select_dialogs(
             raise TransferError(f"no user {username!r}")
         rows = rows.filter(owner=user)
     else:
-        raise TransferError("name what to export: --dialog SESSION_ID, --chat CHANNEL:CHAT_ID or --user USERNAME")
+        raise TransferError(
+            "name what to export: --dialog SESSION_ID, --chat CHANNEL:CHAT_ID or --user USERNAME"
+        )
     if not include_deleted:
         rows = rows.filter(deleted_at__isnull=True)
     return rows
@@ -111,7 +113,9 @@ def write_json(dialogs: Iterable[Dialog], out: IO[str], progress: Progress | Non
     return count, messages
 
 
-def write_markdown(dialogs: Iterable[Dialog], out: IO[str], progress: Progress | None = None) -> tuple[int, int]:
+def write_markdown(
+    dialogs: Iterable[Dialog], out: IO[str], progress: Progress | None = None
+) -> tuple[int, int]:
     """Write a readable Markdown transcript of ``dialogs``; returns ``(dialogs, messages)``."""
     count = messages = 0
     for item in iter_export(dialogs):

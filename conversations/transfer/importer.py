@@ -131,7 +131,8 @@ def import_document(
             if plan is not None:
                 updated_at = plan.get("updated_at")
                 Plan.objects.create(
-                    dialog=dialog, content=clean_plan_content(plan["content"]),
+                    dialog=dialog,
+                    content=clean_plan_content(plan["content"]),
                     updated_at=now_ms() if updated_at is None else updated_at,
                 )
             item = ImportedDialog(source_id, unified, len(rows))

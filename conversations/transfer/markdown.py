@@ -75,7 +75,9 @@ def markdown_dialog(item: dict[str, Any]) -> str:
         f"{len(item.get('messages', []))} messages{deleted}\n\n"
     )
     if item.get("summary"):
-        lines.append(_details(f"Summary of messages 1–{_inline(item.get('summary_seq'))}", str(item["summary"])))
+        lines.append(
+            _details(f"Summary of messages 1–{_inline(item.get('summary_seq'))}", str(item["summary"]))
+        )
     for m in item.get("messages", []):
         role = m.get("role")
         status = m.get("completion_status")

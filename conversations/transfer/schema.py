@@ -126,7 +126,9 @@ def _media(value: list) -> list:
     and 5 MiB in all)."""
     for k, item in enumerate(value):
         if isinstance(item, dict) and not item.keys() <= MEDIA_KEYS:
-            raise refusal(unknown_fields([str(key) for key in item if key not in MEDIA_KEYS], EXPORT_VERSION), at=(k,))
+            raise refusal(
+                unknown_fields([str(key) for key in item if key not in MEDIA_KEYS], EXPORT_VERSION), at=(k,)
+            )
     try:
         validate_media(value)
     except MediaError as exc:
@@ -149,7 +151,7 @@ def clean_plan_content(content: Any) -> dict:
     if content == {}:
         return {}
     if not isinstance(content, dict):
-        raise ValueError("a plan is an object {\"steps\": [{\"text\", \"status\"}, …], \"note\": …}")
+        raise ValueError('a plan is an object {"steps": [{"text", "status"}, …], "note": …}')
     schema = next(tool.parameters for tool in plan_tools() if tool.name == "plan_update")
     problem = validate_arguments(schema, content)
     if problem is not None:
@@ -187,7 +189,7 @@ class PlanIn(_Strict):
     """A dialog's plan: ``content`` by the plan tool's rules (:func:`clean_plan_content`)."""
 
     content: Annotated[Any, AfterValidator(_plan_content)] = Field(
-        description="a plan {\"steps\": [{\"text\", \"status\"}, …], \"note\": …}"
+        description='a plan {"steps": [{"text", "status"}, …], "note": …}'
     )
     updated_at: _column(Plan, "updated_at", nullable=True) = None
 
@@ -224,7 +226,9 @@ class MessageIn(_Strict):
     @model_validator(mode="after")
     def _media_on_user_messages_only(self) -> MessageIn:
         if self.media_refs and self.role != Message.Role.USER:
-            raise refusal(f"only user messages carry media (this one is {self.role!r})", at=("media_refs",), joiner=": ")
+            raise refusal(
+                f"only user messages carry media (this one is {self.role!r})", at=("media_refs",), joiner=": "
+            )
         return self
 
 
@@ -264,10 +268,14 @@ class DialogIn(_Strict):
         if ":" in self.channel or ":" in self.dialog_id:
             raise refusal("channel and dialog_id cannot contain ':'", joiner=": ")
         if self.id is not None and self.id != self.unified_id:
-            raise refusal(f"{shown(self.id)} is not channel:chat_id:dialog_id ({self.unified_id!r})", at=("id",))
+            raise refusal(
+                f"{shown(self.id)} is not channel:chat_id:dialog_id ({self.unified_id!r})", at=("id",)
+            )
         for j, m in enumerate(self.messages):
             if m.seq != j + 1:
-                raise refusal(f"must be {j + 1} (seq is contiguous from 1), got {m.seq}", at=("messages", j, "seq"))
+                raise refusal(
+                    f"must be {j + 1} (seq is contiguous from 1), got {m.seq}", at=("messages", j, "seq")
+                )
         last = len(self.messages)
         if self.history_revision is not None and self.history_revision != last:
             raise refusal(f"is {self.history_revision} but the last seq is {last}", at=("history_revision",))
@@ -309,11 +317,17 @@ def validate_document(doc: Any) -> list[dict[str, Any]]:
     (``dialogs[0].messages[3].seq must be 4 …``). Pure (no DB).
     """
     if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
-        raise TransferError(f"not a PicoBot export (expected \"format\": \"{EXPORT_FORMAT}\")")
+        raise TransferError(f'not a PicoBot export (expected "format": "{EXPORT_FORMAT}")')
     version = doc.get("version")
     if version != EXPORT_VERSION or isinstance(version, bool):
-        hint = " (written by a newer PicoBot: upgrade this one)" if isinstance(version, int) and version > 1 else ""
-        raise TransferError(f"unsupported export version {shown(version)}; this PicoBot reads version {EXPORT_VERSION}{hint}")
+        hint = (
+            " (written by a newer PicoBot: upgrade this one)"
+            if isinstance(version, int) and version > 1
+            else ""
+        )
+        raise TransferError(
+            f"unsupported export version {shown(version)}; this PicoBot reads version {EXPORT_VERSION}{hint}"
+        )
     check_storable_json(doc, max_depth=None)
     try:
         ExportDocument.model_validate(doc)

@@ -38,7 +38,9 @@ def read_document(stream: Any) -> str:
     while chunk := stream.read(READ_CHARS):
         total += len(chunk)
         if total > MAX_DOCUMENT_CHARS:
-            raise TransferError(f"is larger than {MAX_DOCUMENT_CHARS} characters: not an export this command reads")
+            raise TransferError(
+                f"is larger than {MAX_DOCUMENT_CHARS} characters: not an export this command reads"
+            )
         parts.append(chunk)
     return "".join(parts)
 

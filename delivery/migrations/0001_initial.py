@@ -4,29 +4,45 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='DeliveryFailure',
+            name="DeliveryFailure",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('channel', models.CharField(max_length=32)),
-                ('chat_id', models.CharField(max_length=128)),
-                ('dialog_id', models.CharField(db_index=True, max_length=255)),
-                ('turn_id', models.UUIDField(blank=True, null=True)),
-                ('stage', models.CharField(choices=[('open', 'Open'), ('update', 'Update'), ('finish', 'Finish'), ('fallback', 'Fallback')], max_length=16)),
-                ('error', models.TextField(blank=True, default='')),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('created_at', models.BigIntegerField(help_text='ms since epoch')),
-                ('resolved_at', models.BigIntegerField(blank=True, help_text='ms since epoch', null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("channel", models.CharField(max_length=32)),
+                ("chat_id", models.CharField(max_length=128)),
+                ("dialog_id", models.CharField(db_index=True, max_length=255)),
+                ("turn_id", models.UUIDField(blank=True, null=True)),
+                (
+                    "stage",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open"),
+                            ("update", "Update"),
+                            ("finish", "Finish"),
+                            ("fallback", "Fallback"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("error", models.TextField(blank=True, default="")),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("created_at", models.BigIntegerField(help_text="ms since epoch")),
+                ("resolved_at", models.BigIntegerField(blank=True, help_text="ms since epoch", null=True)),
             ],
             options={
-                'indexes': [models.Index(fields=['channel', 'chat_id'], name='delivery_de_channel_c7f364_idx')],
+                "indexes": [
+                    models.Index(fields=["channel", "chat_id"], name="delivery_de_channel_c7f364_idx")
+                ],
             },
         ),
     ]

@@ -37,7 +37,13 @@ if TYPE_CHECKING:
     from delivery.outbound import OutboundMessage
     from delivery.snapshot import TurnSnapshot
 
-__all__ = ["FRAME_MESSAGE_TYPE", "SNAPSHOT_MESSAGE_TYPE", "CliChatSender", "CliChatSink", "turn_updated_frame"]
+__all__ = [
+    "FRAME_MESSAGE_TYPE",
+    "SNAPSHOT_MESSAGE_TYPE",
+    "CliChatSender",
+    "CliChatSink",
+    "turn_updated_frame",
+]
 
 SNAPSHOT_MESSAGE_TYPE = "turn.snapshot"
 #: A pre-serialised frame for every connection of a chat (``ChatConsumer.chat_frame``).

@@ -43,13 +43,17 @@ class ChatClient:
         self.frames.append(frame)
         return frame
 
-    async def until(self, kind: str, predicate: Callable[[dict], bool] | None = None, timeout: float = 10) -> dict:
+    async def until(
+        self, kind: str, predicate: Callable[[dict], bool] | None = None, timeout: float = 10
+    ) -> dict:
         """Receive until a frame of type ``kind`` (matching ``predicate``) arrives; return it."""
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
-                raise AssertionError(f"no {kind!r} frame within {timeout} s; got {[f['type'] for f in self.frames]}")
+                raise AssertionError(
+                    f"no {kind!r} frame within {timeout} s; got {[f['type'] for f in self.frames]}"
+                )
             try:
                 frame = await self.recv(timeout=remaining)
             except TimeoutError:
@@ -74,7 +78,9 @@ async def connect() -> AsyncIterator[Callable]:
 
     clients: list[ChatClient] = []
 
-    async def _connect(token: str | None, *, headers: list | None = None, path: str = "/ws/chat/") -> ChatClient:
+    async def _connect(
+        token: str | None, *, headers: list | None = None, path: str = "/ws/chat/"
+    ) -> ChatClient:
         hdrs = list(headers or [])
         if token:
             hdrs.append((b"authorization", f"Bearer {token}".encode()))

@@ -14,7 +14,12 @@ import pytest
 @pytest.fixture(autouse=True)
 def fast_picobot(settings: object) -> None:
     """Short scan/renew intervals and retry delays so tests never wait on production timers."""
-    settings.PICOBOT = settings.PICOBOT.replace(inbox_scan_seconds=0.2, lease_renew_seconds=0.5, ws_snapshot_interval_ms=1, storage_retry_delays_ms=[10, 20, 30])
+    settings.PICOBOT = settings.PICOBOT.replace(
+        inbox_scan_seconds=0.2,
+        lease_renew_seconds=0.5,
+        ws_snapshot_interval_ms=1,
+        storage_retry_delays_ms=[10, 20, 30],
+    )
 
 
 @pytest.fixture(autouse=True)

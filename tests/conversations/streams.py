@@ -33,7 +33,11 @@ def _usage(prompt: int, completion: int) -> bytes:
         "created": 1764400000,
         "model": MODEL,
         "choices": [],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
     }
     return f"data: {json.dumps(body)}\n\n".encode()
 
@@ -47,8 +51,18 @@ def tool_call_pieces() -> list[bytes]:
         _chunk({"role": "assistant", "content": None, "reasoning_content": ""}),
         _chunk({"reasoning_content": "The user wants the time."}),
         _chunk({"reasoning_content": " I should call current_time."}),
-        _chunk({"tool_calls": [{"index": 0, "id": CALL_ID, "type": "function",
-                                "function": {"name": "current_time", "arguments": ""}}]}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": CALL_ID,
+                        "type": "function",
+                        "function": {"name": "current_time", "arguments": ""},
+                    }
+                ]
+            }
+        ),
         _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"time'}}]}),
         _chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'zone": "UT'}}]}),
         _chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'C"}'}}]}),

@@ -18,7 +18,12 @@ URL = "/admin/delivery/deliveryfailure/"
 def rows() -> dict[str, DeliveryFailure]:
     def row(channel: str, stage: str, error: str) -> DeliveryFailure:
         return record_delivery_failure(
-            channel=channel, chat_id="c1", dialog_id=f"{channel}:c1:d1", turn_id=None, stage=stage, error=error,
+            channel=channel,
+            chat_id="c1",
+            dialog_id=f"{channel}:c1:d1",
+            turn_id=None,
+            stage=stage,
+            error=error,
             attempts=3,
         )
 
@@ -93,7 +98,12 @@ def test_record_delivery_failure_refuses_unknown_stages_and_cuts_long_errors():
             channel="cli_chat", chat_id="c", dialog_id="d", turn_id=None, stage="typo", error="", attempts=0
         )
     row = record_delivery_failure(
-        channel="cli_chat", chat_id="c", dialog_id="d", turn_id="not-a-uuid", stage="finish", error="x" * 5000,
+        channel="cli_chat",
+        chat_id="c",
+        dialog_id="d",
+        turn_id="not-a-uuid",
+        stage="finish",
+        error="x" * 5000,
         attempts=1,
     )
     assert row.turn_id is None and len(row.error) == 2000 and row.created_at > 0

@@ -77,7 +77,9 @@ async def test_a_notification_frame_carries_the_idempotency_key_and_the_turn():
     await layer.group_add(chat_group("cli_chat", "7"), channel)
     sender = CliChatSender(layer)
     assert sender.idempotent is False, "group_send is at-most-once: the dispatcher must not retry it"
-    message = OutboundMessage("cli_chat", "7", "hi 界", level="warning", session_id="cli_chat:7:d", turn_id="t1")
+    message = OutboundMessage(
+        "cli_chat", "7", "hi 界", level="warning", session_id="cli_chat:7:d", turn_id="t1"
+    )
     await sender(message)
     received = await layer.receive(channel)
     assert received["type"] == "chat.frame"

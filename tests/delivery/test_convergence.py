@@ -41,7 +41,9 @@ def test_an_acked_message_is_looked_up_by_its_inbox_id_and_bound_to_its_turn():
 def test_a_snapshot_that_names_its_inbox_id_binds_the_ack_entry_so_a_streaming_turn_is_never_looked_up():
     ledger = ConvergenceLedger(5.0)
     ledger.expect_message("in-1", 0.0)
-    assert ledger.saw_running("t1", 1.0, inbox_id="in-1") is False, "no new entry: the ack's became the turn's"
+    assert ledger.saw_running("t1", 1.0, inbox_id="in-1") is False, (
+        "no new entry: the ack's became the turn's"
+    )
     assert len(ledger) == 1
     for now in (4.0, 8.0, 12.0):  # snapshots keep coming: nothing is ever due
         ledger.saw_running("t1", now, inbox_id="in-1")

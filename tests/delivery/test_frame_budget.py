@@ -22,9 +22,16 @@ def test_a_frame_within_the_budget_is_returned_unchanged():
 
 
 def test_the_longest_strings_are_cut_to_one_level_and_short_ones_are_kept():
-    frame = {"type": "history", "session_id": "cli_chat:1:ab", "has_more": False,
-             "items": [{"id": "m1", "content": "a" * 50_000}, {"id": "m2", "content": "é" * 30_000},
-                       {"id": "m3", "content": "short"}]}
+    frame = {
+        "type": "history",
+        "session_id": "cli_chat:1:ab",
+        "has_more": False,
+        "items": [
+            {"id": "m1", "content": "a" * 50_000},
+            {"id": "m2", "content": "é" * 30_000},
+            {"id": "m3", "content": "short"},
+        ],
+    }
     fitted = json.loads(fit_frame(dumps(frame), 40_000))
     assert frame_bytes(dumps(fitted)) <= 40_000
     assert (fitted["type"], fitted["session_id"], fitted["has_more"]) == ("history", "cli_chat:1:ab", False)
@@ -57,14 +64,19 @@ def test_strings_that_grow_when_escaped_are_measured_as_written(fill):
     """A model repeating newlines (2 bytes each in JSON) or control characters (6 bytes) made a
     frame whose decoded strings were smaller than its excess: it could not be cut and was
     dropped (issue 6 review round 5)."""
-    frame = {"type": "session_history", "messages": [{"id": f"m{i}", "content": fill * 300_000} for i in range(9)]}
+    frame = {
+        "type": "session_history",
+        "messages": [{"id": f"m{i}", "content": fill * 300_000} for i in range(9)],
+    }
     text = dumps(frame)
     assert frame_bytes(text) > 1_000_000
     fitted = fit_frame(text, 1_000_000)
     assert frame_bytes(fitted) <= 1_000_000
     value = json.loads(fitted)
     assert [m["id"] for m in value["messages"]] == [f"m{i}" for i in range(9)]
-    assert all(m["content"].startswith(fill * 10) and "characters cut" in m["content"] for m in value["messages"])
+    assert all(
+        m["content"].startswith(fill * 10) and "characters cut" in m["content"] for m in value["messages"]
+    )
 
 
 def test_a_frame_written_with_ascii_escapes_is_measured_as_we_write_frames():

@@ -38,7 +38,9 @@ async def test_a_message_goes_to_its_channel_as_a_private_copy():
     await layer.send("a.one", sent)
     got = await layer.receive("a.one")
     assert got == sent
-    assert got is not sent and got["meta"] is not sent["meta"] and got["meta"]["ids"] is not sent["meta"]["ids"]
+    assert (
+        got is not sent and got["meta"] is not sent["meta"] and got["meta"]["ids"] is not sent["meta"]["ids"]
+    )
     assert got["pair"][1] is not sent["pair"][1]
     assert got["json"] is sent["json"]  # immutable leaves are shared, as deepcopy shares them
     got["meta"]["ids"].append(3)

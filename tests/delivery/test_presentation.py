@@ -96,7 +96,9 @@ def split_answer() -> TurnController:
 def test_hiding_reasoning_merges_the_answer_it_split():
     c = split_answer()
     view = PresentationPolicy.external().present(c.snapshot())
-    assert [(b["type"], b["id"], b["text"]) for b in view.blocks] == [("assistant", "t.0", "The answer is 42.")]
+    assert [(b["type"], b["id"], b["text"]) for b in view.blocks] == [
+        ("assistant", "t.0", "The answer is 42.")
+    ]
     assert view.answer_text() == "The answer is 42."
     assert view.to_dict()["presentation"] == {"reasoning": "hidden", "tools": "compact"}
     wire = PresentationPolicy.external().apply(c.snapshot().to_dict())

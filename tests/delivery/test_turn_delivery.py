@@ -34,14 +34,21 @@ def turn() -> TurnController:
     return TurnController("t1", "cli_chat:u:d", "m1")
 
 
-async def start(c: TurnController, sink: RecordingSink | Exception, outbox: Outbox, **options) -> TurnDelivery:
+async def start(
+    c: TurnController, sink: RecordingSink | Exception, outbox: Outbox, **options
+) -> TurnDelivery:
     async def open_sink():
         if isinstance(sink, Exception):
             raise sink
         return sink
 
     return await TurnDelivery.open(
-        c, open_sink, PresentationPolicy.websocket(), outbox.dispatcher, channel="cli_chat", chat_id="u",
+        c,
+        open_sink,
+        PresentationPolicy.websocket(),
+        outbox.dispatcher,
+        channel="cli_chat",
+        chat_id="u",
         **{**FAST, **options},
     )
 
@@ -241,7 +248,13 @@ async def test_the_fallback_text_is_the_answer_as_history_commits_it():
     c, outbox = turn(), Outbox()
     sink = RecordingSink(FinalOnly(), finish_errors=[SinkError("gone", permanent=True)])
     delivery = await TurnDelivery.open(
-        c, _opener(sink), PresentationPolicy.external(), outbox.dispatcher, channel="cli_chat", chat_id="u", **FAST
+        c,
+        _opener(sink),
+        PresentationPolicy.external(),
+        outbox.dispatcher,
+        channel="cli_chat",
+        chat_id="u",
+        **FAST,
     )
     c.apply(TextDelta(0, "The answer is "))
     c.apply(ReasoningDelta(0, "let me double-check"))
@@ -268,7 +281,12 @@ async def test_a_stale_turn_sends_no_fallback_and_records_nothing():
         return sink
 
     delivery = await TurnDelivery.open(
-        c, open_sink, PresentationPolicy.websocket(), outbox.dispatcher, channel="cli_chat", chat_id="u",
+        c,
+        open_sink,
+        PresentationPolicy.websocket(),
+        outbox.dispatcher,
+        channel="cli_chat",
+        chat_id="u",
         is_current=lambda: False,
     )
     answer(c)

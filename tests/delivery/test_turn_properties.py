@@ -207,7 +207,9 @@ def test_every_presented_view_keeps_the_rules_and_the_committed_answer(ops):
         assert view.answer_text() == expected, "the fallback text equals what history commits"
         assert len(view.segments) == len(blocks)
         for (left, ls), (right, rs) in zip(
-            zip(blocks, view.segments, strict=True), zip(blocks[1:], view.segments[1:], strict=True), strict=False
+            zip(blocks, view.segments, strict=True),
+            zip(blocks[1:], view.segments[1:], strict=True),
+            strict=False,
         ):
             mergeable = left["type"] == right["type"] != "tool" and left["iteration"] == right["iteration"]
             assert not (mergeable and ls == rs), "no two adjacent mergeable blocks after filtering"

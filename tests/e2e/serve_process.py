@@ -58,7 +58,13 @@ class ServeProcess:
 
     async def start(self, timeout: float = 60) -> None:
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", "0",
+            sys.executable,
+            "manage.py",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
             cwd=REPO,
             env=server_env(self.data_dir, self.extra_env),
             stdout=asyncio.subprocess.PIPE,

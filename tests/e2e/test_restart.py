@@ -56,7 +56,9 @@ class WsClient:
     async def send(self, frame: dict) -> None:
         await self.ws.send(json.dumps(frame))
 
-    async def until(self, kind: str, predicate: Callable[[dict], bool] | None = None, timeout: float = WAIT) -> dict:
+    async def until(
+        self, kind: str, predicate: Callable[[dict], bool] | None = None, timeout: float = WAIT
+    ) -> dict:
         async with asyncio.timeout(timeout):
             while True:
                 frame = json.loads(await self.ws.recv())
@@ -99,7 +101,9 @@ def paced(pieces: list[bytes]) -> SSEResponse:
 
 def slow_call_pieces() -> list[bytes]:
     """One iteration that calls ``slow_tool`` (arguments in fragments, like ``tool_call_pieces``)."""
-    events = openai_events(reasoning="The user asked me to wait.", tool_calls=[(SLOW_CALL_ID, SLOW_TOOL, '{"seconds": 300}')])
+    events = openai_events(
+        reasoning="The user asked me to wait.", tool_calls=[(SLOW_CALL_ID, SLOW_TOOL, '{"seconds": 300}')]
+    )
     return split_events(sse_body(events))
 
 
@@ -109,11 +113,14 @@ def turn_of(frame: dict) -> dict:
 
 def slow_tool_running(frame: dict) -> bool:
     return any(
-        b["type"] == "tool" and b["name"] == SLOW_TOOL and b["status"] == "running" for b in frame["turn"]["blocks"]
+        b["type"] == "tool" and b["name"] == SLOW_TOOL and b["status"] == "running"
+        for b in frame["turn"]["blocks"]
     )
 
 
-async def test_a_turn_killed_inside_a_tool_is_reported_interrupted_and_the_queue_runs_after_restart(tmp_path: Path):
+async def test_a_turn_killed_inside_a_tool_is_reported_interrupted_and_the_queue_runs_after_restart(
+    tmp_path: Path,
+):
     manage(tmp_path, "migrate", "--noinput")
     token = manage(tmp_path, "createtoken", "alice").strip().splitlines()[-1]
     second_arrived, release_second = asyncio.Event(), asyncio.Event()
@@ -184,16 +191,19 @@ async def test_a_turn_killed_inside_a_tool_is_reported_interrupted_and_the_queue
                 for commit, text in ((first_commit, SECOND), (second_commit, THIRD)):
                     assert commit["session_id"] == session_id
                     assert [(m["role"], m["content"]) for m in commit["messages"]] == [
-                        ("user", text), ("assistant", ANSWERS[text])
+                        ("user", text),
+                        ("assistant", ANSWERS[text]),
                     ]
                 assert [m["id"] for m in first_commit["messages"][:1] + second_commit["messages"][:1]] == [
-                    ack2["message_id"], ack3["message_id"]
+                    ack2["message_id"],
+                    ack3["message_id"],
                 ]
                 requests = [r.json() for r in llm.recorded]
                 assert [last_user_text(r) for r in requests] == [FIRST, SECOND, THIRD]
                 # What the model saw after the restart: the killed turn's user message alone.
                 assert [(m["role"], user_text(m)) for m in requests[1]["messages"][1:]] == [
-                    ("user", FIRST), ("user", SECOND)
+                    ("user", FIRST),
+                    ("user", SECOND),
                 ]
                 assert not [m for r in requests for m in r["messages"] if m["role"] == "tool"]
                 assert all(INTERRUPTED_RESULT not in json.dumps(r) for r in requests)
@@ -202,8 +212,11 @@ async def test_a_turn_killed_inside_a_tool_is_reported_interrupted_and_the_queue
                 await client.send({"type": "history", "session_id": session_id})
                 history = (await client.until("session_history"))["messages"]
                 assert [(m["role"], m["content"]) for m in history] == [
-                    ("user", FIRST), ("user", SECOND), ("assistant", ANSWERS[SECOND]),
-                    ("user", THIRD), ("assistant", ANSWERS[THIRD]),
+                    ("user", FIRST),
+                    ("user", SECOND),
+                    ("assistant", ANSWERS[SECOND]),
+                    ("user", THIRD),
+                    ("assistant", ANSWERS[THIRD]),
                 ]
                 assert history[0]["id"] == ack1["message_id"]
                 assert [m["role"] for m in history if m["turn_id"] == turn1] == ["user"]
@@ -220,7 +233,9 @@ async def test_a_turn_killed_inside_a_tool_is_reported_interrupted_and_the_queue
                 assert [last_user_text(r.json()) for r in llm.recorded] == [FIRST, SECOND, THIRD, FOURTH]
                 await client.barrier()
                 # One connection heard of turn 1 exactly once, and every other turn completed.
-                assert [f["id"] for f in client.of_type("notification") if f.get("turn_id") == turn1] == [notice["id"]]
+                assert [f["id"] for f in client.of_type("notification") if f.get("turn_id") == turn1] == [
+                    notice["id"]
+                ]
                 assert len([f for f in client.of_type("turn_updated") if f["turn"]["id"] == turn1]) == 1
                 finals = {
                     f["turn"]["id"]: f["turn"]["status"]

@@ -68,7 +68,9 @@ async def test_serve_streams_a_tool_turn_commits_it_and_keeps_it_across_a_restar
     token = manage(tmp_path, "createtoken", "alice").strip().splitlines()[-1]
     assert token.startswith("pb_")
 
-    async with LocalSSEServer([paced(tool_call_pieces()), paced(answer_pieces()), paced(text_pieces("Again."))]) as llm:
+    async with LocalSSEServer(
+        [paced(tool_call_pieces()), paced(answer_pieces()), paced(text_pieces("Again."))]
+    ) as llm:
         env = openai_env(llm)
         async with ServeProcess(tmp_path, env) as server, connect(server, token) as ws:
             client = WsClient(ws)
@@ -128,7 +130,11 @@ async def test_serve_refuses_connections_without_valid_credentials(tmp_path: Pat
         for headers in ({}, {"Authorization": "Bearer pb_not_a_token"}):
             async with websockets.connect(server.ws_url, additional_headers=headers) as ws:
                 frame = json.loads(await ws.recv())
-                assert frame == {"type": "error", "code": "unauthorized", "message": "authentication required"}
+                assert frame == {
+                    "type": "error",
+                    "code": "unauthorized",
+                    "message": "authentication required",
+                }
                 with pytest.raises(websockets.ConnectionClosed) as closed:
                     await ws.recv()
                 assert closed.value.rcvd.code == 4401

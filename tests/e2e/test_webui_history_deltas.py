@@ -20,18 +20,33 @@ SESSION = "cli_chat:1:abcd1234"
 
 
 def row(seq: int, role: str = "user") -> dict:
-    return {"id": f"m{seq}", "seq": seq, "role": role, "content": f"row {seq}", "turn_id": f"t{(seq + 1) // 2}",
-            "created_at": 1_764_400_000_000 + seq}
+    return {
+        "id": f"m{seq}",
+        "seq": seq,
+        "role": role,
+        "content": f"row {seq}",
+        "turn_id": f"t{(seq + 1) // 2}",
+        "created_at": 1_764_400_000_000 + seq,
+    }
 
 
 def committed(*seqs: int) -> dict:
-    return {"type": "turn_committed", "session_id": SESSION, "history_revision": max(seqs),
-            "messages": [row(s, "user" if s % 2 else "assistant") for s in seqs]}
+    return {
+        "type": "turn_committed",
+        "session_id": SESSION,
+        "history_revision": max(seqs),
+        "messages": [row(s, "user" if s % 2 else "assistant") for s in seqs],
+    }
 
 
 def history(*seqs: int) -> dict:
-    return {"type": "session_history", "session_id": SESSION, "history_revision": max(seqs, default=0),
-            "messages": [row(s, "user" if s % 2 else "assistant") for s in seqs], "has_more": False}
+    return {
+        "type": "session_history",
+        "session_id": SESSION,
+        "history_revision": max(seqs, default=0),
+        "messages": [row(s, "user" if s % 2 else "assistant") for s in seqs],
+        "has_more": False,
+    }
 
 
 SCRIPT = """
@@ -62,17 +77,35 @@ async def run_frames(page: Any, frames: list[dict]) -> list[dict]:
 
 async def test_deltas_merge_duplicates_are_idempotent_and_a_gap_refetches_once(page: Any) -> None:
     frames = [
-        {"type": "ready", "user": "alice", "chat_id": "1", "active_session_id": SESSION, "protocol": 1,
-         "provider": {}, "running": []},
-        {"type": "sessions", "items": [{"session_id": SESSION, "dialog_id": "abcd1234", "title": "t",
-                                        "last_active_at": 0, "message_count": 1, "active": True}]},
+        {
+            "type": "ready",
+            "user": "alice",
+            "chat_id": "1",
+            "active_session_id": SESSION,
+            "protocol": 1,
+            "provider": {},
+            "running": [],
+        },
+        {
+            "type": "sessions",
+            "items": [
+                {
+                    "session_id": SESSION,
+                    "dialog_id": "abcd1234",
+                    "title": "t",
+                    "last_active_at": 0,
+                    "message_count": 1,
+                    "active": True,
+                }
+            ],
+        },
         history(1, 2),
-        committed(3, 4),          # continues revision 2: merged, no history request
-        committed(3, 4),          # the same delta again: nothing changes
-        committed(7, 8),          # 5–6 were missed: a gap → one history request
-        committed(9, 10),         # still waiting for that answer: no second request
-        history(*range(1, 11)),   # the full history, once
-        committed(11, 12),        # back to deltas
+        committed(3, 4),  # continues revision 2: merged, no history request
+        committed(3, 4),  # the same delta again: nothing changes
+        committed(7, 8),  # 5–6 were missed: a gap → one history request
+        committed(9, 10),  # still waiting for that answer: no second request
+        history(*range(1, 11)),  # the full history, once
+        committed(11, 12),  # back to deltas
     ]
     log = await run_frames(page, frames)
     by_step = [(e["type"], e["historyRequests"], e["seqs"], e["revision"]) for e in log]

@@ -9,11 +9,14 @@ from django.test import Client
 pytestmark = [pytest.mark.django_db]
 
 
-@pytest.mark.parametrize("url", [
-    "/admin/conversations/dialog/x%00y/change/",
-    "/admin/conversations/message/?dialog__id__exact=%00",
-    "/admin/conversations/dialog/?q=a%00b",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/conversations/dialog/x%00y/change/",
+        "/admin/conversations/message/?dialog__id__exact=%00",
+        "/admin/conversations/dialog/?q=a%00b",
+    ],
+)
 def test_the_admin_refuses_nul_in_the_url_with_a_400(staff_client, url):
     response = staff_client.get(url)
     assert response.status_code == 400

@@ -31,8 +31,12 @@ async def _http_server(handler_body: bytes = b"hello", *, close_after: bool = Fa
                 head = await reader.readuntil(b"\r\n\r\n")
                 if not head:
                     break
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
-                             + str(len(handler_body)).encode() + b"\r\n\r\n" + handler_body)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                    + str(len(handler_body)).encode()
+                    + b"\r\n\r\n"
+                    + handler_body
+                )
                 await writer.drain()
                 if close_after:
                     break
@@ -116,9 +120,26 @@ async def test_the_end_of_the_stream_reads_empty_and_marks_the_connection_readab
 def certificate(tmp_path: Path) -> tuple[Path, Path]:
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-days",
+            "1",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
     )
     return key, cert
 
@@ -167,4 +188,6 @@ def test_proxy_mounts_from_the_environment_are_switched_too(monkeypatch):
     client = httpx2.AsyncClient()
     assert len(client._mounts) >= 2
     assert use_asyncio_network(client) == 1 + sum(1 for t in client._mounts.values() if t is not None)
-    assert all(isinstance(t._pool._network_backend, AsyncioNetworkBackend) for t in client._mounts.values() if t)
+    assert all(
+        isinstance(t._pool._network_backend, AsyncioNetworkBackend) for t in client._mounts.values() if t
+    )

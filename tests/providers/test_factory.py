@@ -12,7 +12,20 @@ from providers.factory import build_provider
 from providers.openai_compat import OpenAICompatProvider
 from providers.replay import ReplayProvider
 
-BASE = ProviderConfig(provider="", base_url="", api_key="", model="", max_tokens=4096, think_tags=True, implicit_think_start=False, connect_timeout=10.0, first_byte_timeout=60.0, idle_timeout=60.0, max_retries=2, replay_dir="")
+BASE = ProviderConfig(
+    provider="",
+    base_url="",
+    api_key="",
+    model="",
+    max_tokens=4096,
+    think_tags=True,
+    implicit_think_start=False,
+    connect_timeout=10.0,
+    first_byte_timeout=60.0,
+    idle_timeout=60.0,
+    max_retries=2,
+    replay_dir="",
+)
 
 
 @pytest.mark.parametrize("kind", ["", "replay", "REPLAY"])
@@ -23,7 +36,17 @@ def test_no_provider_means_replay(kind: str) -> None:
 
 def test_openai_takes_every_setting() -> None:
     provider = build_provider(
-        replace(BASE, provider="openai", base_url="http://localhost:11434/v1", model="qwen3", think_tags=False, implicit_think_start=True, idle_timeout=5.0, first_byte_timeout=7.0, max_retries=0)
+        replace(
+            BASE,
+            provider="openai",
+            base_url="http://localhost:11434/v1",
+            model="qwen3",
+            think_tags=False,
+            implicit_think_start=True,
+            idle_timeout=5.0,
+            first_byte_timeout=7.0,
+            max_retries=0,
+        )
     )
     assert isinstance(provider, OpenAICompatProvider) and not provider.offline
     assert (provider.base_url, provider.model, provider.max_tokens) == (
@@ -36,9 +59,7 @@ def test_openai_takes_every_setting() -> None:
 
 
 def test_openai_defaults_the_base_url_but_then_needs_a_key() -> None:
-    provider = build_provider(
-        replace(BASE, provider="openai", model="gpt-4o-mini", api_key="sk-x")
-    )
+    provider = build_provider(replace(BASE, provider="openai", model="gpt-4o-mini", api_key="sk-x"))
     assert provider.base_url == "https://api.openai.com/v1"
     with pytest.raises(ValueError, match="PICOBOT_LLM_API_KEY"):
         build_provider(replace(BASE, provider="openai", model="gpt-4o-mini"))
@@ -51,9 +72,7 @@ def test_a_model_is_required(kind: str) -> None:
 
 
 def test_anthropic() -> None:
-    provider = build_provider(
-        replace(BASE, provider="anthropic", model="claude-sonnet-4-5", api_key="k")
-    )
+    provider = build_provider(replace(BASE, provider="anthropic", model="claude-sonnet-4-5", api_key="k"))
     assert isinstance(provider, AnthropicProvider)
     assert provider.base_url == "https://api.anthropic.com" and provider.name == "anthropic"
 

@@ -270,7 +270,12 @@ def install_audit(hooks: ProviderHooks) -> None:
 
 
 async def test_the_factory_installs_hooks_named_in_llm_hooks() -> None:
-    config = ProviderConfig(provider="openai", model="m", base_url="http://127.0.0.1:9/v1", hooks=["tests.providers.test_hooks.install_audit"])
+    config = ProviderConfig(
+        provider="openai",
+        model="m",
+        base_url="http://127.0.0.1:9/v1",
+        hooks=["tests.providers.test_hooks.install_audit"],
+    )
     provider = build_provider(config)
     with pytest.raises(RequestBlockedError, match="audit mode"):
         await provider.collect(REQUEST)

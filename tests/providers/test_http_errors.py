@@ -116,7 +116,14 @@ async def test_status_codes_map_to_typed_errors(status, body, error_type, code) 
 
 
 @pytest.mark.parametrize(
-    ("status", "kind"), [(500, "server_error"), (502, "server_error"), (504, "server_error"), (503, "overloaded"), (529, "overloaded")]
+    ("status", "kind"),
+    [
+        (500, "server_error"),
+        (502, "server_error"),
+        (504, "server_error"),
+        (503, "overloaded"),
+        (529, "overloaded"),
+    ],
 )
 async def test_only_503_and_529_are_overloaded_other_5xx_are_server_errors(status, kind) -> None:
     error = await fail_with(status, "{}")
@@ -367,16 +374,31 @@ async def test_context_overflow_phrasings(vendor: str, body: Any) -> None:
 @pytest.mark.parametrize(
     ("status", "body"),
     [
-        (400, {"error": {"code": 400, "type": "exceed_context_size_error",
-                         "message": "request (9412 tokens) exceeds the available context size (8192 tokens)"}}),
-        (400, {"code": "invalid-argument",
-               "error": "This model's maximum prompt length is 131072 but the request contains 140000 tokens."}),
+        (
+            400,
+            {
+                "error": {
+                    "code": 400,
+                    "type": "exceed_context_size_error",
+                    "message": "request (9412 tokens) exceeds the available context size (8192 tokens)",
+                }
+            },
+        ),
+        (
+            400,
+            {
+                "code": "invalid-argument",
+                "error": "This model's maximum prompt length is 131072 but the request contains 140000 tokens.",
+            },
+        ),
     ],
     ids=["llama.cpp", "xai"],
 )
 async def test_context_overflow_of_llama_cpp_and_xai_is_recognised(status, body):
     from providers.errors import ContextOverflowError
 
-    provider = _provider("openai", _transport([(status, {"content-type": "application/json"}, [json.dumps(body).encode()])]))
+    provider = _provider(
+        "openai", _transport([(status, {"content-type": "application/json"}, [json.dumps(body).encode()])])
+    )
     result, _ = await run_stream(provider)
     assert isinstance(result.error, ContextOverflowError)

@@ -58,13 +58,31 @@ async def test_anthropic_message_start_with_a_non_object_message_is_a_bad_respon
 
 
 async def test_anthropic_arguments_for_a_tool_use_that_never_started_fail_the_stream():
-    body = sse_body([
-        ("message_start", {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 3}}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                 "delta": {"type": "input_json_delta", "partial_json": "{\"a\": 1}"}}),
-        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 2}}),
-        ("message_stop", {"type": "message_stop"}),
-    ])
+    body = sse_body(
+        [
+            (
+                "message_start",
+                {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 3}}},
+            ),
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": '{"a": 1}'},
+                },
+            ),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "tool_use"},
+                    "usage": {"output_tokens": 2},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+    )
     for mode, result, _ in await all_modes(body, vendor="anthropic"):
         assert result.error is not None and "not an open tool_use" in result.error.message, mode
         assert result.tool_calls == [], mode
@@ -115,9 +133,13 @@ async def test_an_openai_tool_call_without_a_name_is_passed_on_for_the_agent_loo
 async def test_an_anthropic_tool_use_without_a_name_is_passed_on_and_one_started_twice_fails() -> None:
     start = bs(0, {"type": "tool_use", "id": "t1", "name": "f", "input": {}})
     nameless = bs(0, {"type": "tool_use", "id": "t1", "input": {}})
-    for mode, result, _ in await all_modes(sse_body([MS, nameless, st(0), md("tool_use"), MSTOP]), "anthropic"):
+    for mode, result, _ in await all_modes(
+        sse_body([MS, nameless, st(0), md("tool_use"), MSTOP]), "anthropic"
+    ):
         assert result.error is None, mode
         assert [(c.id, c.name) for c in result.tool_calls] == [("t1", "")], mode
-    for mode, result, _ in await all_modes(sse_body([MS, start, start, st(0), md("tool_use"), MSTOP]), "anthropic"):
+    for mode, result, _ in await all_modes(
+        sse_body([MS, start, start, st(0), md("tool_use"), MSTOP]), "anthropic"
+    ):
         assert result.error is not None and result.error.kind == "http_error", mode
         assert result.tool_calls == [], mode

@@ -1,6 +1,7 @@
 """The provider's read deadline (``providers._read_deadline.ReadDeadline``): first-byte and idle timeouts
 bound each read only, never the caller's own time between chunks, and never turn a cancel into a
 timeout. Margins are wide (4× or more) so a loaded machine cannot flip a result."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,15 +31,18 @@ async def stall_after_first_piece():
 def _provider(stream_factory, **kw):
     def handler(request):
         return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=stream_factory())
+
     kw.setdefault("max_retries", 0)
     return OpenAICompatProvider("http://x/v1", "k", "m", transport=httpx2.MockTransport(handler), **kw)
 
 
 async def test_time_the_caller_spends_between_chunks_is_not_idle_time() -> None:
     body = split_events(sse_body(openai_events("one two three four")))
+
     async def fast():
         for p in body:
             yield p
+
     provider = _provider(fast, idle_timeout=0.05, first_byte_timeout=0.05)
     texts = []
     async for chunk in provider.stream(REQUEST):
@@ -50,10 +54,12 @@ async def test_time_the_caller_spends_between_chunks_is_not_idle_time() -> None:
 
 async def test_each_read_gets_the_full_idle_timeout() -> None:
     body = split_events(sse_body(openai_events("a b c d e f")))
+
     async def steady():
         for p in body:
             await asyncio.sleep(0.05)  # each gap < idle 0.2, total > 0.2
             yield p
+
     assert len(body) * 0.05 > 0.2
     provider = _provider(steady, idle_timeout=0.2, first_byte_timeout=0.2)
     assert (await provider.collect(REQUEST)).text == "a b c d e f"

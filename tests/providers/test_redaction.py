@@ -20,7 +20,10 @@ from tests.providers._mock_sse import KEY, _provider, _transport
         ("curl -H 'Bearer eyJhbGciOiJIUzI1NiJ9.payload' https://api", "eyJhbGciOiJIUzI1NiJ9.payload"),
         ("Incorrect API key provided: sk-proj-AbCdEf0123456789", "AbCdEf0123456789"),
         ("sk-ant-api03-xyzXYZ0123456789 was refused", "xyzXYZ0123456789"),
-        ("GET https://gen.example/v1/models?key=AIzaSyD-0123456789abcdefghijk&alt=sse", "AIzaSyD-0123456789abcdefghijk"),
+        (
+            "GET https://gen.example/v1/models?key=AIzaSyD-0123456789abcdefghijk&alt=sse",
+            "AIzaSyD-0123456789abcdefghijk",
+        ),
         ("POST /v1/chat?api_key=plain-key-value-42 failed", "plain-key-value-42"),
         ("GET /stream?alt=sse&token=tok_98765 HTTP/1.1", "tok_98765"),
         ('{"api_key": "hunter2hunter2", "model": "m"}', "hunter2hunter2"),
@@ -30,14 +33,20 @@ from tests.providers._mock_sse import KEY, _provider, _transport
         ("password=correct-horse in DSN", "correct-horse"),
         # More vendors' key prefixes, AWS, compound names and bare words with a value.
         ("Invalid key gsk_abcdefghijklmnopqrstuvwxyz0123", "abcdefghijklmnopqrstuvwxyz0123"),
-        ("Incorrect API key provided: xai-ABCDEFGHIJKLMNOPQRSTUVWXYZ012345.", "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"),
+        (
+            "Incorrect API key provided: xai-ABCDEFGHIJKLMNOPQRSTUVWXYZ012345.",
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345",
+        ),
         ("hf_abcdefghijklmnopqrstuvwxyzABCD invalid", "abcdefghijklmnopqrstuvwxyzABCD"),
         ("token ghp_1234567890abcdefghijklmnopqrstuvwxyz12 bad", "1234567890abcdefghijklmnopqrstuvwxyz12"),
         ("gho_16C7e42F292c6912E7710c838347Ae178B4a expired", "16C7e42F292c6912E7710c838347Ae178B4a"),
         ("github_pat_11ABCDEFG0123456789_abcdefghijklmnop revoked", "11ABCDEFG0123456789_abcdefghijklmnop"),
         ("Incorrect API key provided: 'fw_3ZabcdefghijklmnopQRSTUV'", "3ZabcdefghijklmnopQRSTUV"),
         ("AKIAIOSFODNN7EXAMPLE is not authorized", "AKIAIOSFODNN7EXAMPLE"),
-        ("aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+        (
+            "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ),
         ("header X-Api-Key=abcdef123456 rejected", "abcdef123456"),
         ("X-Api-Key: abcdef123456", "abcdef123456"),
         ("Ocp-Apim-Subscription-Key: 0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef"),
@@ -50,7 +59,10 @@ from tests.providers._mock_sse import KEY, _provider, _transport
         ("GET /x?auth=Bearer%20abcdefghijkl1234", "abcdefghijkl1234"),
         ("Bearer%20abcdefghijkl1234", "abcdefghijkl1234"),
         ("Bearer\tabcdefghijkl1234", "abcdefghijkl1234"),
-        ("private_key: -----BEGIN PRIVATE KEY-----MIIEvQIBADANBg\nAAA\n-----END PRIVATE KEY-----", "MIIEvQIBADANBg"),
+        (
+            "private_key: -----BEGIN PRIVATE KEY-----MIIEvQIBADANBg\nAAA\n-----END PRIVATE KEY-----",
+            "MIIEvQIBADANBg",
+        ),
     ],
 )
 def test_redact_removes_credentials(raw, secret):

@@ -41,18 +41,29 @@ def db_columns(message: Message) -> Message:
 def follow_up(message: Message) -> ProviderRequest:
     call = message.tool_calls[0]
     return ProviderRequest(
-        [Message.user("What time is it?"), message, Message.tool_result(call.id, "10:42 UTC", tool_name=call.name)]
+        [
+            Message.user("What time is it?"),
+            message,
+            Message.tool_result(call.id, "10:42 UTC", tool_name=call.name),
+        ]
     )
 
 
 # --- replay identity: OpenAI-compatible ---------------------------------------------------------
 
 
-async def test_deepseek_reasoning_content_goes_back_to_its_endpoint_and_never_to_another_openai_server() -> None:
+async def test_deepseek_reasoning_content_goes_back_to_its_endpoint_and_never_to_another_openai_server() -> (
+    None
+):
     first = served(
-        sse_body(openai_events(reasoning=REASONING, tool_calls=[("call_1", "current_time", '{"timezone": "UTC"}')]))
+        sse_body(
+            openai_events(reasoning=REASONING, tool_calls=[("call_1", "current_time", '{"timezone": "UTC"}')])
+        )
     )
-    async with LocalSSEServer([first, openai_answer()]) as deepseek, LocalSSEServer([openai_answer()]) as openai:
+    async with (
+        LocalSSEServer([first, openai_answer()]) as deepseek,
+        LocalSSEServer([openai_answer()]) as openai,
+    ):
         producer = OpenAICompatProvider(deepseek.base_url, "k", "deepseek-chat", max_retries=0)
         response = await producer.collect(ProviderRequest([Message.user("What time is it?")]))
         await producer.aclose()
@@ -105,8 +116,16 @@ def _start(index: int, **block: object) -> tuple[str, dict]:
 
 
 def _message_start() -> tuple[str, dict]:
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test", "content": [],
-               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 50, "output_tokens": 1}}
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 50, "output_tokens": 1},
+    }
     return _event("message_start", message=message)
 
 
@@ -134,8 +153,11 @@ def interleaved_body() -> bytes:
             _delta(4, type="input_json_delta", partial_json='{"timezone"'),
             _delta(4, type="input_json_delta", partial_json=': "UTC"}'),
             _event("content_block_stop", index=4),
-            _event("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None},
-                   usage={"output_tokens": 77}),
+            _event(
+                "message_delta",
+                delta={"stop_reason": "tool_use", "stop_sequence": None},
+                usage={"output_tokens": 77},
+            ),
             _event("message_stop"),
         ]
     )
@@ -187,7 +209,9 @@ async def test_signed_thinking_never_goes_to_another_anthropic_compatible_endpoi
         LocalSSEServer([anthropic_text("10:42.")]) as compatible,
     ):
         producer = AnthropicProvider(anthropic.url + "/v1", "k", "claude-a", max_retries=0)
-        message = db_columns((await producer.collect(ProviderRequest([Message.user("What time is it?")]))).to_message())
+        message = db_columns(
+            (await producer.collect(ProviderRequest([Message.user("What time is it?")]))).to_message()
+        )
         assert message.provider_state["endpoint"] == anthropic.url.removeprefix("http://")
         same_api = AnthropicProvider(anthropic.url, "k", "claude-b", max_retries=0)  # another model
         other_api = AnthropicProvider(compatible.url, "k", "claude-a", max_retries=0)
@@ -219,5 +243,9 @@ async def test_invalid_arguments_go_back_to_the_model_as_it_sent_them() -> None:
         await provider.collect(follow_up(message))
         await provider.aclose()
     [call] = server.requests[1]["messages"][1]["tool_calls"]
-    assert call == {"id": "call_bad", "type": "function", "function": {"name": "current_time", "arguments": broken}}
+    assert call == {
+        "id": "call_bad",
+        "type": "function",
+        "function": {"name": "current_time", "arguments": broken},
+    }
     assert json.dumps(broken)[1:-1] in server.recorded[1].body.decode()

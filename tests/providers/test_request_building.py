@@ -118,12 +118,17 @@ def test_openai_reasoning_content_never_goes_to_another_endpoint_of_the_same_nam
 def test_openai_sends_invalid_arguments_as_the_model_sent_them() -> None:
     broken = ToolUseBlock("call_bad", "current_time", {}, raw_arguments='{"timezone": "UT')
     calls = openai_body([Message.user("q"), Message.assistant(tool_calls=[CALL, broken])])["messages"][1]
-    assert [c["function"]["arguments"] for c in calls["tool_calls"]] == ['{"timezone": "UTC"}', '{"timezone": "UT']
+    assert [c["function"]["arguments"] for c in calls["tool_calls"]] == [
+        '{"timezone": "UTC"}',
+        '{"timezone": "UT',
+    ]
 
 
 def test_anthropic_sends_invalid_arguments_as_an_empty_input() -> None:
     broken = ToolUseBlock("call_bad", "current_time", {}, raw_arguments="[1, 2]")
-    blocks = anthropic_body([Message.user("q"), Message.assistant(tool_calls=[broken])])["messages"][1]["content"]
+    blocks = anthropic_body([Message.user("q"), Message.assistant(tool_calls=[broken])])["messages"][1][
+        "content"
+    ]
     assert blocks == [{"type": "tool_use", "id": "call_bad", "name": "current_time", "input": {}}]
 
 

@@ -41,12 +41,22 @@ async def test_finish_reason_error_without_an_error_object_is_an_in_band_error()
 
 
 async def test_an_empty_error_object_mid_stream_is_still_an_error_but_a_null_one_is_not():
-    ok_chunk = {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Hi"}}]}
+    ok_chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "Hi"}}],
+    }
     failing = sse_body([{**ok_chunk, "error": None}, {"error": {}}, "[DONE]"])
     for mode, result, _ in await all_modes(failing):
         assert result.error is not None and result.error.kind == "provider_error", mode
         assert result.text == "Hi", mode
-    fine = sse_body([{**ok_chunk, "error": None}, {**ok_chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, "[DONE]"])
+    fine = sse_body(
+        [
+            {**ok_chunk, "error": None},
+            {**ok_chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            "[DONE]",
+        ]
+    )
     for mode, result, _ in await all_modes(fine):
         assert result.error is None and result.text == "Hi", mode
 

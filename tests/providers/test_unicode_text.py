@@ -121,7 +121,10 @@ def test_each_delta_is_mended_on_its_own_kind_and_a_half_left_at_the_end_is_repl
 
     assert text_of(out, ReasoningDelta) == "think " + EMOJI
     assert text_of(out) == "say " + EMOJI + " \ufffd!"
-    assert "".join(c.delta for c in out if isinstance(c, ToolCallArgumentsDelta) and c.index == 0) == '{"q": "' + EMOJI + '"}'
+    assert (
+        "".join(c.delta for c in out if isinstance(c, ToolCallArgumentsDelta) and c.index == 0)
+        == '{"q": "' + EMOJI + '"}'
+    )
     assert [c.delta for c in out if isinstance(c, ToolCallArgumentsDelta) and c.index == 1] == ["\ufffd"]
     assert isinstance(out[-1], Done)
 
@@ -153,7 +156,13 @@ def test_every_string_of_a_whole_chunk_is_mended(chunk, mended):
 
 @pytest.mark.parametrize(
     "chunk",
-    [ToolCallStart(0, "call_1", "plan"), Done("stop"), Done(None), UsageChunk(Usage(1, 2)), ProviderStateChunk({"a": "b"})],
+    [
+        ToolCallStart(0, "call_1", "plan"),
+        Done("stop"),
+        Done(None),
+        UsageChunk(Usage(1, 2)),
+        ProviderStateChunk({"a": "b"}),
+    ],
 )
 def test_clean_whole_chunks_pass_through(chunk):
     assert SurrogateMender().mend(chunk) == chunk
@@ -177,7 +186,10 @@ def test_a_provider_errors_strings_are_mended_in_place():
     )
     assert mend_error(error) is error
     assert (error.message, str(error), error.provider_code, error.finish_reason) == (
-        "bad key \ufffd here", "bad key \ufffd here", {"code": "x\ufffd"}, "stop\ufffd"
+        "bad key \ufffd here",
+        "bad key \ufffd here",
+        {"code": "x\ufffd"},
+        "stop\ufffd",
     )
 
 
@@ -196,7 +208,12 @@ def test_tool_call_arguments_hold_no_lone_surrogate(arguments, expected):
 def test_a_split_pair_in_streamed_tool_arguments_parses_to_the_character():
     acc = StreamAccumulator()
     for chunk in mend_all(
-        [ToolCallStart(0, "c1", "echo"), ToolCallArgumentsDelta(0, '{"q": "\ud83d'), ToolCallArgumentsDelta(0, '\ude00"}'), Done("tool_calls")]
+        [
+            ToolCallStart(0, "c1", "echo"),
+            ToolCallArgumentsDelta(0, '{"q": "\ud83d'),
+            ToolCallArgumentsDelta(0, '\ude00"}'),
+            Done("tool_calls"),
+        ]
     ):
         acc.feed(chunk)
     assert acc.result().tool_calls[0].arguments() == {"q": EMOJI}
@@ -216,7 +233,13 @@ def test_a_clean_request_body_is_encoded_like_httpx_json():
 
 def test_the_accumulator_joins_split_pairs_for_every_consumer_of_a_whole_response():
     acc = StreamAccumulator()
-    for chunk in [ReasoningDelta("r \ud83d"), ReasoningDelta("\ude00"), TextDelta("t \ud83d"), TextDelta("\ude00 \ud800"), Done("stop")]:
+    for chunk in [
+        ReasoningDelta("r \ud83d"),
+        ReasoningDelta("\ude00"),
+        TextDelta("t \ud83d"),
+        TextDelta("\ude00 \ud800"),
+        Done("stop"),
+    ]:
         acc.feed(chunk)
 
     assert (acc.result().reasoning, acc.result().text) == ("r " + EMOJI, "t " + EMOJI + " \ufffd")

@@ -99,7 +99,9 @@ async def test_a_cancelled_receive_loses_nothing_and_scripts_survive_a_script_fl
     assert (await asyncio.wait_for(web.receive(channel), 5))["type"] == "first", "restored from the backup"
     await agent.send(channel, {"type": "second"})
     await agent.send(channel, {"type": "third"})
-    assert (await asyncio.wait_for(web.receive(channel), 5))["type"] == "second"  # waiting: popped by the script
+    assert (await asyncio.wait_for(web.receive(channel), 5))[
+        "type"
+    ] == "second"  # waiting: popped by the script
     await web.connection(0).script_flush()  # a Redis restart forgets loaded scripts
     assert (await asyncio.wait_for(web.receive(channel), 5))["type"] == "third"
     await agent.group_add("g", channel)

@@ -61,7 +61,12 @@ async def wait_for_port(port: int, timeout: float = 30) -> None:
 
 async def spawn(env: dict[str, str], *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, *args, cwd=REPO, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        sys.executable,
+        *args,
+        cwd=REPO,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
 
 
@@ -78,16 +83,28 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
 
 WEB_PROCESSES = {
     # The README's scale-out web process, and plain Daphne, which the README says also works.
-    "serve --no-worker": ["manage.py", "serve", "--no-worker", "--no-migrate", "--host", "127.0.0.1", "--port"],
+    "serve --no-worker": [
+        "manage.py",
+        "serve",
+        "--no-worker",
+        "--no-migrate",
+        "--host",
+        "127.0.0.1",
+        "--port",
+    ],
     "daphne": ["-m", "daphne", "-b", "127.0.0.1", "picobot_site.asgi:application", "-p"],
 }
 
 
 @pytest.mark.parametrize("web_process", sorted(WEB_PROCESSES))
-async def test_web_and_runagent_processes_share_postgres_and_redis(tmp_path: Path, postgres_url: str, web_process: str):
+async def test_web_and_runagent_processes_share_postgres_and_redis(
+    tmp_path: Path, postgres_url: str, web_process: str
+):
     redis_url = require_service("PICOBOT_TEST_REDIS_URL")
     sse = {"content-type": "text/event-stream"}
-    async with LocalSSEServer([(200, sse, tool_call_pieces(), 0.02), (200, sse, answer_pieces(), 0.02)]) as llm:
+    async with LocalSSEServer(
+        [(200, sse, tool_call_pieces(), 0.02), (200, sse, answer_pieces(), 0.02)]
+    ) as llm:
         extra = {
             "PICOBOT_DATABASE_URL": postgres_url,
             "PICOBOT_REDIS_URL": redis_url,
@@ -118,12 +135,19 @@ async def test_web_and_runagent_processes_share_postgres_and_redis(tmp_path: Pat
                                 return frame
 
                 ready = await until("ready")
-                await ws.send(json.dumps({"type": "message", "content": "What time is it?", "client_msg_id": "so-1"}))
+                await ws.send(
+                    json.dumps({"type": "message", "content": "What time is it?", "client_msg_id": "so-1"})
+                )
                 await until("ack")
                 committed = await until("turn_committed")
                 final = [f for f in frames if f["type"] == "turn_updated"][-1]["turn"]
                 assert final["status"] == "completed" and final["session_id"] == ready["active_session_id"]
-                assert [r["role"] for r in committed["messages"]] == ["user", "assistant", "tool", "assistant"]
+                assert [r["role"] for r in committed["messages"]] == [
+                    "user",
+                    "assistant",
+                    "tool",
+                    "assistant",
+                ]
                 assert committed["messages"][2]["tool_call_id"] == CALL_ID
         finally:
             await stop(agent)

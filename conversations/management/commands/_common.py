@@ -23,7 +23,13 @@ from django.db import OperationalError, ProgrammingError
 
 NOT_SET_UP = "the database is not set up: run manage.py migrate"
 
-_MISSING_TABLE_MARKS = ("no such table", "no such column", "does not exist", "undefinedtable", "undefinedcolumn")
+_MISSING_TABLE_MARKS = (
+    "no such table",
+    "no such column",
+    "does not exist",
+    "undefinedtable",
+    "undefinedcolumn",
+)
 
 
 def is_missing_table(exc: BaseException) -> bool:

@@ -76,11 +76,13 @@ class BodyLimitedRequest(WebRequest):
         self._body_refused = True
         ref = secrets.token_hex(4)
         log.info("HTTP request body refused with 413 (ref %s): %s", ref, why)
-        body = json.dumps({
-            "code": "body_too_large",
-            "message": f"the request body exceeds {self.max_body_bytes} bytes",
-            "ref": ref,
-        }).encode()
+        body = json.dumps(
+            {
+                "code": "body_too_large",
+                "message": f"the request body exceeds {self.max_body_bytes} bytes",
+                "ref": ref,
+            }
+        ).encode()
         head = (
             b"HTTP/1.1 413 Content Too Large\r\n"
             b"Content-Type: application/json; charset=utf-8\r\n"

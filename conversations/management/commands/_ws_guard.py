@@ -98,7 +98,10 @@ class OutputBoundedWebSocketProtocol(WebSocketProtocol):
             self._not_reading = True
             log.warning(
                 "WebSocket %s closed with %d: %d bytes of output unread (bound %d bytes)",
-                _peer(self), CLOSE_NOT_READING, unsent, self.max_unsent_bytes,
+                _peer(self),
+                CLOSE_NOT_READING,
+                unsent,
+                self.max_unsent_bytes,
             )
             self.sendClose(code=CLOSE_NOT_READING, reason="output not read")
             return
@@ -112,14 +115,19 @@ class OutputBoundedWebSocketProtocol(WebSocketProtocol):
             return
         self.trafficStats.outgoingOctetsWireLevel += len(data)
         transport = self.transport
-        if unsent_bytes(transport) == 0 and transport.connected and not transport.disconnecting and not getattr(
-            transport, "_writeDisconnected", True
+        if (
+            unsent_bytes(transport) == 0
+            and transport.connected
+            and not transport.disconnecting
+            and not getattr(transport, "_writeDisconnected", True)
         ):
             written = transport.writeSomeData(data)
             if isinstance(written, int):
                 data = data[written:]
         if data:
-            transport.write(data)  # the rest, or all of it after an error (Twisted's write path then reports it)
+            transport.write(
+                data
+            )  # the rest, or all of it after an error (Twisted's write path then reports it)
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:  # noqa: N802 - autobahn's name
         # The transport and this protocol refer to each other: their unsent bytes would stay until
@@ -127,7 +135,12 @@ class OutputBoundedWebSocketProtocol(WebSocketProtocol):
         transport = self.transport
         unsent = unsent_bytes(transport) if transport is not None else None
         if unsent and not getattr(transport, "connected", False):
-            transport.dataBuffer, transport._tempDataBuffer, transport._tempDataLen, transport.offset = b"", [], 0, 0
+            transport.dataBuffer, transport._tempDataBuffer, transport._tempDataLen, transport.offset = (
+                b"",
+                [],
+                0,
+                0,
+            )
             if unsent >= TRIM_AFTER_BYTES or self._not_reading:
                 give_back_freed_memory()
         super().onClose(wasClean, code, reason)
@@ -144,5 +157,7 @@ def install_output_bound(ws_factory: Any, max_unsent_bytes: int) -> None:
     if max_unsent_bytes <= 0:
         return
     ws_factory.protocol = type(
-        "OutputBoundedWebSocketProtocol", (OutputBoundedWebSocketProtocol,), {"max_unsent_bytes": max_unsent_bytes}
+        "OutputBoundedWebSocketProtocol",
+        (OutputBoundedWebSocketProtocol,),
+        {"max_unsent_bytes": max_unsent_bytes},
     )

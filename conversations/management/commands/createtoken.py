@@ -44,7 +44,9 @@ class Command(PicoBotCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
-        parser.add_argument("--name", default="", help="a label for the token (e.g. 'laptop TUI'), up to 100 characters")
+        parser.add_argument(
+            "--name", default="", help="a label for the token (e.g. 'laptop TUI'), up to 100 characters"
+        )
 
     def handle(self, *args: object, username: str, name: str, **options: object) -> None:
         normalised = check_username(username)

@@ -28,12 +28,15 @@ class Command(PicoBotCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         which = parser.add_mutually_exclusive_group(required=True)
         which.add_argument("--dialog", action="append", metavar="SESSION_ID", help="a dialog's unified id")
-        which.add_argument("--chat", metavar="CHANNEL:CHAT_ID", help="every dialog of a chat, e.g. cli_chat:1")
+        which.add_argument(
+            "--chat", metavar="CHANNEL:CHAT_ID", help="every dialog of a chat, e.g. cli_chat:1"
+        )
         which.add_argument("--user", metavar="USERNAME", help="every dialog the user owns")
         parser.add_argument("--format", choices=["json", "markdown"], default="json", help="default json")
         parser.add_argument("--output", "-o", metavar="FILE", help="write here instead of standard output")
         parser.add_argument(
-            "--include-deleted", action="store_true",
+            "--include-deleted",
+            action="store_true",
             help="with --chat/--user: also soft-deleted dialogs (a --dialog is exported either way)",
         )
 
@@ -58,7 +61,9 @@ class Command(PicoBotCommand):
             nonlocal done
             done += 1
             if options.get("verbosity", 1) >= 1:
-                self.stderr.write(f"  exported {done}/{total}: {item['id']} ({len(item['messages'])} messages)")
+                self.stderr.write(
+                    f"  exported {done}/{total}: {item['id']} ({len(item['messages'])} messages)"
+                )
 
         output = options["output"]
         if output:

@@ -33,7 +33,9 @@ class Command(PicoBotCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", metavar="FILE", help="the export's JSON file, or - for standard input")
         parser.add_argument("--user", metavar="USERNAME", help="owner of every imported dialog (must exist)")
-        parser.add_argument("--as-new", action="store_true", help="import as copies with new dialog and message ids")
+        parser.add_argument(
+            "--as-new", action="store_true", help="import as copies with new dialog and message ids"
+        )
 
     def handle(self, *args: object, file: str, user: str | None, as_new: bool, **options: Any) -> None:
         owner = None

@@ -62,29 +62,45 @@ class Command(PicoBotCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--retention-days", type=bounded_int(0, MAX_DAYS), default=None, metavar="N",
+            "--retention-days",
+            type=bounded_int(0, MAX_DAYS),
+            default=None,
+            metavar="N",
             help="purge soft-deleted dialogs deleted more than N days ago (default 30; 0 = all of them)",
         )
         parser.add_argument(
-            "--user", metavar="USERNAME",
+            "--user",
+            metavar="USERNAME",
             help="purge every dialog this user owns, live or deleted, whatever its age (not with the day options)",
         )
         parser.add_argument(
-            "--inactive-days", type=bounded_int(1, MAX_DAYS), default=None, metavar="N",
+            "--inactive-days",
+            type=bounded_int(1, MAX_DAYS),
+            default=None,
+            metavar="N",
             help="also purge live (not deleted) dialogs whose last activity is more than N days old",
         )
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--apply", action="store_true", help="really delete (default: dry run)")
-        mode.add_argument("--dry-run", action="store_true", help="only list what would be deleted (the default)")
+        mode.add_argument(
+            "--dry-run", action="store_true", help="only list what would be deleted (the default)"
+        )
 
     def handle(
-        self, *args: object, retention_days: int | None, inactive_days: int | None, user: str | None, apply: bool,
+        self,
+        *args: object,
+        retention_days: int | None,
+        inactive_days: int | None,
+        user: str | None,
+        apply: bool,
         **options: object,
     ) -> None:
         owner = None
         if user is not None:
             if retention_days is not None or inactive_days is not None:
-                raise CommandError("--user purges all of the user's dialogs: leave out --retention-days/--inactive-days")
+                raise CommandError(
+                    "--user purges all of the user's dialogs: leave out --retention-days/--inactive-days"
+                )
             owner = find_user(user)
             if owner is None:
                 raise CommandError(f"no user {user!r}")
@@ -104,12 +120,22 @@ class Command(PicoBotCommand):
             total_dialogs += 1
             total_messages += d.total_message_count
             if verbosity >= 1:
-                why = f"deleted {ms_to_text(d.deleted_at)}" if d.deleted_at else f"inactive since {ms_to_text(d.last_active_at)}"
+                why = (
+                    f"deleted {ms_to_text(d.deleted_at)}"
+                    if d.deleted_at
+                    else f"inactive since {ms_to_text(d.last_active_at)}"
+                )
                 if owner is not None:
-                    why = f"owned by {owner.get_username()}, " + ("deleted" if d.deleted_at else f"last active {ms_to_text(d.last_active_at)}")
+                    why = f"owned by {owner.get_username()}, " + (
+                        "deleted" if d.deleted_at else f"last active {ms_to_text(d.last_active_at)}"
+                    )
                 verb = "would purge" if not apply else "purging"
                 self.stdout.write(f"{verb} {d.id} {d.title!r}: {why}, {d.total_message_count} message(s)")
-        skip_note = f"; skipped {skipped} busy dialog(s) (queued or running messages, or a held lease)" if skipped else ""
+        skip_note = (
+            f"; skipped {skipped} busy dialog(s) (queued or running messages, or a held lease)"
+            if skipped
+            else ""
+        )
         if not apply:
             self.stdout.write(
                 f"Would purge {total_dialogs} dialog(s) with {total_messages} message(s){skip_note}."
@@ -120,7 +146,9 @@ class Command(PicoBotCommand):
             # Re-select in each transaction: a message may have arrived since the listing.
             with transaction.atomic():
                 batch = list(
-                    Dialog.objects.filter(rule).exclude(busy()).order_by("last_active_at")
+                    Dialog.objects.filter(rule)
+                    .exclude(busy())
+                    .order_by("last_active_at")
                     .values_list("pk", "total_message_count")[:BATCH]
                 )
                 if not batch:
@@ -131,10 +159,14 @@ class Command(PicoBotCommand):
                 DeliveryFailure.objects.filter(dialog_id__in=ids).delete()
             deleted_dialogs += per_model.get("conversations.Dialog", 0)
             deleted_messages += per_model.get("conversations.Message", 0)
-            self.stderr.write(f"  purged {deleted_dialogs}/{total_dialogs} dialog(s), {deleted_messages} message(s)…")
+            self.stderr.write(
+                f"  purged {deleted_dialogs}/{total_dialogs} dialog(s), {deleted_messages} message(s)…"
+            )
         if owner is not None:
             # Their finished inbox rows in dialogs of others (shared chats) would still hold the user.
             InboxMessage.objects.filter(user=owner).exclude(
                 status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
             ).delete()
-        self.stdout.write(f"Purged {deleted_dialogs} dialog(s) with {deleted_messages} message(s){skip_note}.")
+        self.stdout.write(
+            f"Purged {deleted_dialogs} dialog(s) with {deleted_messages} message(s){skip_note}."
+        )

@@ -30,7 +30,9 @@ class Command(PicoBotCommand):
         parser.add_argument("--user", help="only tokens of this user (with --all: every one of them)")
         parser.add_argument("--all", action="store_true", help="with --user: revoke all of the user's tokens")
 
-    def handle(self, *args: object, token: str | None, user: str | None, all: bool, **options: object) -> None:
+    def handle(
+        self, *args: object, token: str | None, user: str | None, all: bool, **options: object
+    ) -> None:
         rows = ApiToken.objects.select_related("user")
         if user is not None:
             owner = find_user(user)
@@ -39,7 +41,9 @@ class Command(PicoBotCommand):
             rows = rows.filter(user=owner)
         if all:
             if token is not None or user is None:
-                raise CommandError("--all revokes every token of one user: use --user USERNAME --all (no token)")
+                raise CommandError(
+                    "--all revokes every token of one user: use --user USERNAME --all (no token)"
+                )
         elif token is None:
             raise CommandError("name a token (prefix, id or the token itself), or use --user USERNAME --all")
         else:
@@ -78,6 +82,10 @@ class Command(PicoBotCommand):
         matched = rows.filter(prefix=token)
         live = [t for t in matched if t.revoked_at is None]
         if len(live) > 1:
-            listing = ", ".join(f"#{t.pk} ({t.user.get_username()}{' ' + repr(t.name) if t.name else ''})" for t in live)
-            raise CommandError(f"{len(live)} tokens have the prefix {token!r}: {listing}. Revoke by id instead.")
+            listing = ", ".join(
+                f"#{t.pk} ({t.user.get_username()}{' ' + repr(t.name) if t.name else ''})" for t in live
+            )
+            raise CommandError(
+                f"{len(live)} tokens have the prefix {token!r}: {listing}. Revoke by id instead."
+            )
         return matched

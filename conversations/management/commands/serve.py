@@ -50,26 +50,40 @@ class Command(PicoBotCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--host", type=_host, default="127.0.0.1",
+            "--host",
+            type=_host,
+            default="127.0.0.1",
             help="interface to listen on: an IP address or host name (default 127.0.0.1; 0.0.0.0 for all)",
         )
         parser.add_argument(
-            "--port", type=bounded_int(0, 65535, " (0 picks a free one)"), default=8000,
+            "--port",
+            type=bounded_int(0, 65535, " (0 picks a free one)"),
+            default=8000,
             help="TCP port (default 8000; 0 picks a free one)",
         )
         parser.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
         parser.add_argument(
-            "--no-worker", action="store_true",
+            "--no-worker",
+            action="store_true",
             help="serve HTTP and WebSockets only; turns run in 'manage.py runagent' processes "
-                 "(the scale-out mode: needs PICOBOT_REDIS_URL; start several with --no-migrate, "
-                 "after one 'manage.py migrate')",
+            "(the scale-out mode: needs PICOBOT_REDIS_URL; start several with --no-migrate, "
+            "after one 'manage.py migrate')",
         )
 
-    def handle(self, *args: object, host: str, port: int, no_migrate: bool, no_worker: bool = False,
-               **options: object) -> None:
+    def handle(
+        self,
+        *args: object,
+        host: str,
+        port: int,
+        no_migrate: bool,
+        no_worker: bool = False,
+        **options: object,
+    ) -> None:
         if no_worker and not getattr(settings, "REDIS_URL", ""):
-            raise CommandError("--no-worker needs PICOBOT_REDIS_URL: without a shared channel layer no "
-                               "runagent process would hear this one's messages")
+            raise CommandError(
+                "--no-worker needs PICOBOT_REDIS_URL: without a shared channel layer no "
+                "runagent process would hear this one's messages"
+            )
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
         require_database()
@@ -107,7 +121,11 @@ class Command(PicoBotCommand):
             bound_host, bound_port = addresses[0]
             shown = "localhost" if bound_host in {"127.0.0.1", "0.0.0.0", "::", "::1"} else bound_host
             url = f"http://{shown}:{bound_port}/"
-            label = "offline replay provider (no LLM configured)" if provider.offline else f"{provider.name} / {provider.model}"
+            label = (
+                "offline replay provider (no LLM configured)"
+                if provider.offline
+                else f"{provider.name} / {provider.model}"
+            )
             lines = [f"PicoBot is running at {url}", f"  LLM: {label}"]
             if worker is None:
                 lines.append("  Turns run in the 'manage.py runagent' processes (--no-worker).")
@@ -149,8 +167,10 @@ class Command(PicoBotCommand):
             # Stop accepting new turns and end running ones per the cancel rules, then close
             # every socket with a close frame (Daphne alone would drop them: clients would see 1006).
             # Control-path tasks (/compact) are cancelled alongside, within the same bound.
-            await asyncio.gather(*([worker.stop(timeout=15)] if worker is not None else []),
-                                 close_control_supervisor(timeout=5))
+            await asyncio.gather(
+                *([worker.stop(timeout=15)] if worker is not None else []),
+                close_control_supervisor(timeout=5),
+            )
             try:
                 await get_channel_layer().group_send(process_connections_group(), {"type": "server.shutdown"})
                 await asyncio.sleep(0.3)  # let the close frames flush
@@ -200,7 +220,9 @@ class Command(PicoBotCommand):
             raise CommandError(f"{what}: {failures[0]}")
 
 
-_HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
+_HOST_NAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
+)
 
 
 def _host(text: str) -> str:
@@ -214,7 +236,9 @@ def _host(text: str) -> str:
     except ValueError:
         if bare == text and _HOST_NAME.fullmatch(text):
             return text
-    raise argparse.ArgumentTypeError(f"must be an IP address or a host name (e.g. 127.0.0.1, 0.0.0.0, ::1), got {text!r}")
+    raise argparse.ArgumentTypeError(
+        f"must be an IP address or a host name (e.g. 127.0.0.1, 0.0.0.0, ::1), got {text!r}"
+    )
 
 
 def _recording_listen_failures(server_class: type) -> type:

@@ -142,7 +142,9 @@ async def _read(response: httpx2.Response, limit: int, redirects: int) -> FetchR
             break
     data = body.bytes()
     if not media_type and not is_utf8(data, body.truncated):  # untyped: text only when it is UTF-8
-        raise ToolError("the response has no content type and is not UTF-8 text; http_fetch returns text only")
+        raise ToolError(
+            "the response has no content type and is not UTF-8 text; http_fetch returns text only"
+        )
     text = await page_text_off_loop(data, media_type, response.charset_encoding)
     return FetchResult(
         url=str(response.url),

@@ -88,8 +88,14 @@ def test_dialog_page_shows_history_in_seq_order_with_roles_tools_reasoning_and_s
     page = response.content.decode()
     formset = response.context["inline_admin_formsets"][0].formset
     assert [m.seq for m in formset.get_queryset()] == list(range(1, 11))
-    for text in ("current_time(", "http_fetch({url: nope)", "The user wants the time", "tool http_fetch (error)",
-                 "Cancelled", "seq 1–10 of 10"):
+    for text in (
+        "current_time(",
+        "http_fetch({url: nope)",
+        "The user wants the time",
+        "tool http_fetch (error)",
+        "Cancelled",
+        "seq 1–10 of 10",
+    ):
         assert text in page, text
     assert PNG not in page and "api.example/v1" not in page  # no media data, no provider state
 
@@ -101,7 +107,9 @@ def test_a_long_history_is_shown_in_windows_of_200_rows(staff_client, alice):
     assert [m.seq for m in rows] == list(range(1, 201))
     assert "?history_from=201" in first.content.decode()
     second = staff_client.get(f"{DIALOGS}{dialog.pk}/change/", {"history_from": "201"})
-    assert [m.seq for m in second.context["inline_admin_formsets"][0].formset.get_queryset()] == list(range(201, 226))
+    assert [m.seq for m in second.context["inline_admin_formsets"][0].formset.get_queryset()] == list(
+        range(201, 226)
+    )
     assert "seq 201–225 of 225" in second.content.decode()
 
 
@@ -118,7 +126,9 @@ def test_editing_the_title_is_a_user_rename_and_keeps_counters_written_meanwhile
     url = f"{DIALOGS}{dialog.pk}/change/"
     form = staff_client.get(url)
     # A turn commits while the operator edits: its counters must survive the save.
-    Dialog.objects.filter(pk=dialog.pk).update(message_count=46, history_revision=230, total_message_count=230)
+    Dialog.objects.filter(pk=dialog.pk).update(
+        message_count=46, history_revision=230, total_message_count=230
+    )
     response = staff_client.post(url, change_form_data(form, title="  Trip   planning "))
     assert response.status_code == 302, response.content.decode()[:2000]
     row = Dialog.objects.get(pk=dialog.pk)
@@ -173,12 +183,19 @@ def test_message_list_is_read_only_searchable_and_filterable_by_dialog(staff_cli
 
 def test_inbox_memory_and_plan_pages_open(staff_client, alice):
     dialog = make_dialog(alice)
-    InboxMessage.objects.create(dialog=dialog, position=1, content="queued hello", user=alice,
-                                media=[{"mime_type": "image/png", "data": PNG}])
+    InboxMessage.objects.create(
+        dialog=dialog,
+        position=1,
+        content="queued hello",
+        user=alice,
+        media=[{"mime_type": "image/png", "data": PNG}],
+    )
     MemoryItem.objects.create(owner=alice, content="Alice prefers metric units", tags=["prefs"])
     inbox = staff_client.get("/admin/conversations/inboxmessage/")
     assert "queued hello" in inbox.content.decode() and PNG not in inbox.content.decode()
-    assert "Alice prefers metric units" in staff_client.get("/admin/conversations/memoryitem/").content.decode()
+    assert (
+        "Alice prefers metric units" in staff_client.get("/admin/conversations/memoryitem/").content.decode()
+    )
     assert "check time" in staff_client.get("/admin/conversations/plan/").content.decode()
 
 
@@ -191,7 +208,11 @@ def test_a_token_created_in_the_admin_is_shown_once_and_never_again(staff_client
     page = response.content.decode()
     raw = re.search(r'id="new-api-token"[^>]*>(pb_[^<]+)<', page).group(1)
     token = ApiToken.objects.get()
-    assert token.token_hash == ApiToken.hash_token(raw) and raw.startswith(token.prefix) and token.name == "laptop"
+    assert (
+        token.token_hash == ApiToken.hash_token(raw)
+        and raw.startswith(token.prefix)
+        and token.name == "laptop"
+    )
     assert user_for_token(raw) == alice
     assert not list(get_messages(response.wsgi_request))  # not parked in the session or a cookie
     for later in (TOKENS, f"{TOKENS}{token.pk}/change/", "/admin/"):
@@ -207,7 +228,9 @@ def test_the_token_list_shows_prefix_user_dates_and_the_revoke_action_works(staf
     page = staff_client.get(TOKENS).content.decode()
     assert token.prefix in page and "script" in page and "alice" in page
     assert token.token_hash not in page and raw not in page
-    response = staff_client.post(TOKENS, {"action": "revoke", "_selected_action": [token.pk], "index": 0}, follow=True)
+    response = staff_client.post(
+        TOKENS, {"action": "revoke", "_selected_action": [token.pk], "index": 0}, follow=True
+    )
     assert "1 token(s) revoked." in response.content.decode()
     assert user_for_token(raw) is None and user_for_token(other) == alice
 
@@ -223,27 +246,41 @@ def test_a_rename_in_the_admin_is_announced_to_the_chats_clients(staff_client, a
     url = f"{DIALOGS}{dialog.pk}/change/"
     response = staff_client.post(url, change_form_data(staff_client.get(url), title="From the admin"))
     assert response.status_code == 302
-    assert published == [("cli_chat", str(alice.pk), {
-        "type": "session_changed", "session_id": dialog.pk, "dialog_id": dialog.dialog_id,
-        "title": "From the admin", "active": True,
-    })]
+    assert published == [
+        (
+            "cli_chat",
+            str(alice.pk),
+            {
+                "type": "session_changed",
+                "session_id": dialog.pk,
+                "dialog_id": dialog.dialog_id,
+                "title": "From the admin",
+                "active": True,
+            },
+        )
+    ]
 
 
 PLANS = "/admin/conversations/plan/"
 
 
-@pytest.mark.parametrize(("content", "error"), [
-    ('"abc"', "a plan is an object"),
-    ('{"steps": 5}', "is not of type"),
-    ('{"steps": [{"text": "a", "status": "later"}]}', "later"),
-    ('{"steps": [{"text": "a", "done": true}]}', "'status' is a required property"),
-    ('{"steps": [{"text": "a", "status": "done"}], "note": 5}', "is not of type"),
-    ('{"steps": [' + ", ".join(['{"text": "a", "status": "done"}'] * 21) + "]}", "maxItems"),
-])
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ('"abc"', "a plan is an object"),
+        ('{"steps": 5}', "is not of type"),
+        ('{"steps": [{"text": "a", "status": "later"}]}', "later"),
+        ('{"steps": [{"text": "a", "done": true}]}', "'status' is a required property"),
+        ('{"steps": [{"text": "a", "status": "done"}], "note": 5}', "is not of type"),
+        ('{"steps": [' + ", ".join(['{"text": "a", "status": "done"}'] * 21) + "]}", "maxItems"),
+    ],
+)
 def test_a_plan_the_plan_tool_could_not_write_is_refused(staff_client, alice, content, error):
     dialog = make_dialog(alice)
     plan = dialog.plan
-    response = staff_client.post(f"{PLANS}{plan.pk}/change/", {"dialog": dialog.pk, "content": content, "_save": "Save"})
+    response = staff_client.post(
+        f"{PLANS}{plan.pk}/change/", {"dialog": dialog.pk, "content": content, "_save": "Save"}
+    )
     assert response.status_code == 200, "the form is shown again with the error"
     errors = response.context["adminform"].form.errors["content"]
     assert error in " ".join(errors)
@@ -254,8 +291,9 @@ def test_a_plan_the_plan_tool_could_not_write_is_refused(staff_client, alice, co
 def test_a_valid_plan_is_saved_as_the_plan_tool_stores_it(staff_client, alice):
     dialog = make_dialog(alice)
     content = '{"steps": [{"text": "  pack   bags ", "status": "in_progress"}]}'
-    response = staff_client.post(f"{PLANS}{dialog.plan.pk}/change/",
-                                 {"dialog": dialog.pk, "content": content, "_save": "Save"})
+    response = staff_client.post(
+        f"{PLANS}{dialog.plan.pk}/change/", {"dialog": dialog.pk, "content": content, "_save": "Save"}
+    )
     assert response.status_code == 302
     dialog.plan.refresh_from_db()
     assert dialog.plan.content == {"steps": [{"text": "pack bags", "status": "in_progress"}], "note": ""}

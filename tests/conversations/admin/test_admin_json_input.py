@@ -27,17 +27,26 @@ def alice():
 
 
 def memory_form(alice, tags: str) -> dict:
-    return {"owner": alice.pk, "channel": "cli_chat", "chat_id": str(alice.pk), "content": "note",
-            "tags": tags, "_save": "Save"}
+    return {
+        "owner": alice.pk,
+        "channel": "cli_chat",
+        "chat_id": str(alice.pk),
+        "content": "note",
+        "tags": tags,
+        "_save": "Save",
+    }
 
 
-@pytest.mark.parametrize(("tags", "error"), [
-    ('["\\ud800"]', "lone surrogate"),
-    ('["a\\u0000"]', "NUL character"),
-    ("[NaN]", "not standard JSON"),
-    ('[{"x": 1e999}]', "not standard JSON"),
-    ('{"a": 1, "a": 2}', "not standard JSON"),
-])
+@pytest.mark.parametrize(
+    ("tags", "error"),
+    [
+        ('["\\ud800"]', "lone surrogate"),
+        ('["a\\u0000"]', "NUL character"),
+        ("[NaN]", "not standard JSON"),
+        ('[{"x": 1e999}]', "not standard JSON"),
+        ('{"a": 1, "a": 2}', "not standard JSON"),
+    ],
+)
 def test_memory_tags_the_database_cannot_store_are_a_form_error(staff_client, alice, tags, error):
     response = staff_client.post(f"{MEMORY}add/", memory_form(alice, tags))
     assert response.status_code == 200, "the form is shown again"
@@ -46,8 +55,13 @@ def test_memory_tags_the_database_cannot_store_are_a_form_error(staff_client, al
     assert MemoryItem.objects.count() == 0
 
 
-@pytest.mark.parametrize(("tags", "stored"), [("", []), ("  \n ", []), ("[]", []), ('["  Work ", "work", "Café"]', ["work", "café"])])
-def test_blank_tags_are_no_tags_and_tags_are_kept_as_the_memory_tools_keep_them(staff_client, alice, tags, stored):
+@pytest.mark.parametrize(
+    ("tags", "stored"),
+    [("", []), ("  \n ", []), ("[]", []), ('["  Work ", "work", "Café"]', ["work", "café"])],
+)
+def test_blank_tags_are_no_tags_and_tags_are_kept_as_the_memory_tools_keep_them(
+    staff_client, alice, tags, stored
+):
     """Blank tags gave a 500 (NOT NULL); the memory tools normalise the tags they save."""
     assert staff_client.post(f"{MEMORY}add/", memory_form(alice, tags)).status_code == 302
     assert MemoryItem.objects.get().tags == stored
@@ -76,8 +90,10 @@ def test_good_tags_are_saved_and_a_stored_lone_surrogate_still_shows(staff_clien
 def test_a_plan_form_shown_again_with_a_lone_surrogate_step_renders(staff_client, alice):
     dialog = make_dialog(alice)
     content = '{"steps": [{"text": "a\\ud800", "status": "pending"}]}'
-    response = staff_client.post(f"{PLANS}{dialog.plan.pk}/change/",
-                                 {"dialog": "cli_chat:1:missing", "content": content, "_save": "Save"})
+    response = staff_client.post(
+        f"{PLANS}{dialog.plan.pk}/change/",
+        {"dialog": "cli_chat:1:missing", "content": content, "_save": "Save"},
+    )
     assert response.status_code == 200
     assert "lone surrogate" in " ".join(response.context["adminform"].form.errors["content"])
     assert Plan.objects.get(pk=dialog.plan.pk).content["steps"][0]["text"] == "check time"
@@ -85,7 +101,9 @@ def test_a_plan_form_shown_again_with_a_lone_surrogate_step_renders(staff_client
 
 def test_a_blank_plan_is_no_plan(staff_client, alice):
     dialog = make_dialog(alice)
-    response = staff_client.post(f"{PLANS}{dialog.plan.pk}/change/", {"dialog": dialog.pk, "content": "  ", "_save": "Save"})
+    response = staff_client.post(
+        f"{PLANS}{dialog.plan.pk}/change/", {"dialog": dialog.pk, "content": "  ", "_save": "Save"}
+    )
     assert response.status_code == 302
     assert Plan.objects.get(pk=dialog.plan.pk).content == {}
 
@@ -94,7 +112,9 @@ def test_a_blank_plan_is_no_plan(staff_client, alice):
 def test_an_admin_token_name_is_printable_text_as_createtoken_takes_it(staff_client, alice, name):
     from conversations.models import ApiToken
 
-    response = staff_client.post("/admin/conversations/apitoken/add/", {"user": alice.pk, "name": name, "_save": "Save"})
+    response = staff_client.post(
+        "/admin/conversations/apitoken/add/", {"user": alice.pk, "name": name, "_save": "Save"}
+    )
     assert response.status_code == 200
     assert "printable text" in " ".join(response.context["adminform"].form.errors["name"])
     assert not ApiToken.objects.exists()
@@ -104,8 +124,10 @@ def test_a_form_post_with_a_nul_is_one_400(staff_client, alice):
     dialog = make_dialog(alice)
     response = staff_client.post(f"{PLANS}add/", {"dialog": "a\x00b", "content": "{}", "_save": "Save"})
     assert response.status_code == 400 and b"NUL character" in response.content
-    response = staff_client.post(f"{PLANS}{dialog.plan.pk}/change/",
-                                 {"dialog": dialog.pk, "content": '{"note": "x\x00"}', "_save": "Save"})
+    response = staff_client.post(
+        f"{PLANS}{dialog.plan.pk}/change/",
+        {"dialog": dialog.pk, "content": '{"note": "x\x00"}', "_save": "Save"},
+    )
     assert response.status_code == 400
 
 

@@ -23,14 +23,23 @@ def _rows(dialog: Dialog, size: int) -> list[Message]:
     rows = []
     for seq in range(1, size + 1):
         role = ("user", "assistant", "tool")[seq % 3]
-        rows.append(Message(
-            id=uuid.uuid4(), dialog=dialog, seq=seq, role=role, content=f"message {seq} of {dialog.dialog_id}",
-            reasoning_content="thinking" if role == "assistant" else None,
-            provider_state=state if role == "assistant" else None,
-            tool_calls=[{"id": f"c{seq}", "name": "current_time", "arguments": {}}] if role == "assistant" else [],
-            tool_call_id=f"c{seq - 1}" if role == "tool" else None, tool_name="current_time" if role == "tool" else None,
-            created_at=1_700_000_000_000 + seq,
-        ))
+        rows.append(
+            Message(
+                id=uuid.uuid4(),
+                dialog=dialog,
+                seq=seq,
+                role=role,
+                content=f"message {seq} of {dialog.dialog_id}",
+                reasoning_content="thinking" if role == "assistant" else None,
+                provider_state=state if role == "assistant" else None,
+                tool_calls=[{"id": f"c{seq}", "name": "current_time", "arguments": {}}]
+                if role == "assistant"
+                else [],
+                tool_call_id=f"c{seq - 1}" if role == "tool" else None,
+                tool_name="current_time" if role == "tool" else None,
+                created_at=1_700_000_000_000 + seq,
+            )
+        )
     return rows
 
 
@@ -41,7 +50,9 @@ def _copy_history(source: Dialog, targets: list[Dialog]) -> None:
     on SQLite's 999-parameter limit): 100 000 rows would take ~40 s. Rows made once by
     ``bulk_create`` and copied by the database are the same rows, 10× faster.
     """
-    new_id = {"sqlite": "lower(hex(randomblob(16)))", "postgresql": "gen_random_uuid()"}.get(connection.vendor)
+    new_id = {"sqlite": "lower(hex(randomblob(16)))", "postgresql": "gen_random_uuid()"}.get(
+        connection.vendor
+    )
     if new_id is None:  # pragma: no cover - SQLite and PostgreSQL are the supported databases
         for target in targets:
             Message.objects.bulk_create(_rows(target, source.total_message_count), batch_size=2000)
@@ -61,8 +72,15 @@ def _copy_history(source: Dialog, targets: list[Dialog]) -> None:
 def populate(owner) -> Dialog:
     """100 000 messages: one dialog of 10 000 and 90 of 1 000 (two of them via ``bulk_create``)."""
     dialogs = [
-        Dialog(id=f"cli_chat:{owner.pk}:d{i:04d}", channel="cli_chat", chat_id=str(owner.pk), dialog_id=f"d{i:04d}",
-               owner=owner, title=f"Dialog {i}", last_active_at=1_700_000_000_000 + i)
+        Dialog(
+            id=f"cli_chat:{owner.pk}:d{i:04d}",
+            channel="cli_chat",
+            chat_id=str(owner.pk),
+            dialog_id=f"d{i:04d}",
+            owner=owner,
+            title=f"Dialog {i}",
+            last_active_at=1_700_000_000_000 + i,
+        )
         for i in range(OTHERS + 1)
     ]
     Dialog.objects.bulk_create(dialogs)
@@ -70,8 +88,12 @@ def populate(owner) -> Dialog:
     size = (TOTAL - BIG) // OTHERS
     Message.objects.bulk_create(_rows(big, BIG), batch_size=2000)
     Message.objects.bulk_create(_rows(template, size), batch_size=2000)
-    Dialog.objects.filter(pk=big.pk).update(total_message_count=BIG, history_revision=BIG, message_count=BIG // 3)
-    Dialog.objects.exclude(pk=big.pk).update(total_message_count=size, history_revision=size, message_count=size // 3)
+    Dialog.objects.filter(pk=big.pk).update(
+        total_message_count=BIG, history_revision=BIG, message_count=BIG // 3
+    )
+    Dialog.objects.exclude(pk=big.pk).update(
+        total_message_count=size, history_revision=size, message_count=size // 3
+    )
     template.total_message_count = size
     _copy_history(template, rest)
     ChatState.objects.create(channel="cli_chat", chat_id=str(owner.pk), owner=owner, active_dialog=big)
@@ -105,7 +127,9 @@ def test_admin_pages_run_a_bounded_number_of_queries_on_100k_messages(
         assert '"provider_state"' not in sql and '"media_refs"' not in sql, name
         print(f"{name}: {len(captured.captured_queries)} queries")  # noqa: T201 - the report reads it
 
-    inline = admin_client.get(pages["dialog page (capped history)"]).context["inline_admin_formsets"][0].formset
+    inline = (
+        admin_client.get(pages["dialog page (capped history)"]).context["inline_admin_formsets"][0].formset
+    )
     assert [m.seq for m in inline.get_queryset()] == list(range(1, 201))
     last = admin_client.get(pages["dialog page, last window"]).context["inline_admin_formsets"][0].formset
     assert [m.seq for m in last.get_queryset()] == list(range(9801, 10001))

@@ -134,7 +134,9 @@ async def test_a_failing_tool_call_is_reported_as_unsuccessful_and_the_turn_goes
 
     started = [e for e in events if isinstance(e, ToolStarted)]
     finished = [e for e in events if isinstance(e, ToolFinished)]
-    assert started == [ToolStarted(0, "c1", "nope", {})], "not a JSON object: {} (the raw text stays on the server)"
+    assert started == [ToolStarted(0, "c1", "nope", {})], (
+        "not a JSON object: {} (the raw text stays on the server)"
+    )
     assert [(e.call_id, e.success) for e in finished] == [("c1", False)]
     (block,) = tool_results([m.message for m in result.messages])
     assert block.is_error is True and block.content.startswith("Error: unknown tool 'nope'")
@@ -173,7 +175,10 @@ async def test_calls_over_the_per_response_cap_are_dropped_and_the_last_kept_res
 
     response = []
     for index in range(5):
-        response += [ToolCallStart(index, f"c{index}", "count"), ToolCallArgumentsDelta(index, f'{{"n": {index}}}')]
+        response += [
+            ToolCallStart(index, f"c{index}", "count"),
+            ToolCallArgumentsDelta(index, f'{{"n": {index}}}'),
+        ]
     provider = ScriptedProvider([response + [Done("tool_calls")], script_text("done")])
     agent, events = loop(provider, [tool("count", count)], max_calls_per_response=3)
 
@@ -192,7 +197,11 @@ async def test_calls_over_the_per_response_cap_are_dropped_and_the_last_kept_res
         "ran 2\n\n(2 further tool calls of this response were dropped: at most 3 run per response)"
     )
     assert {e.call_id for e in events if isinstance(e, ToolStarted)} == {"c0", "c1", "c2"}
-    assert {e.call_id: e.success for e in events if isinstance(e, ToolFinished)} == {"c0": True, "c1": True, "c2": True}
+    assert {e.call_id: e.success for e in events if isinstance(e, ToolFinished)} == {
+        "c0": True,
+        "c1": True,
+        "c2": True,
+    }
     # The kept history pairs every call with its result: repair has nothing to drop or invent.
     kept = [m.message for m in result.messages]
     assert repair_tool_pairs(kept) == kept
@@ -255,7 +264,13 @@ async def test_a_model_that_always_calls_a_tool_stops_after_max_iterations_with_
     assert result.iterations == 3
     assert result.error is None
     # The calls of the tool-less last response are not run: the turn ends on that answer.
-    assert [m.message.role for m in result.messages] == ["assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m.message.role for m in result.messages] == [
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert result.messages[-1].message.tool_calls == []
 
 

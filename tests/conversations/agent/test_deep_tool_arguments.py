@@ -70,9 +70,14 @@ async def test_deeply_nested_arguments_are_an_error_result_and_the_turn_commits(
 
     arguments = deep_arguments(depth)
     provider = ScriptedProvider(
-        [[ToolCallStart(0, "c1", "ok"), ToolCallArgumentsDelta(0, arguments), Done("tool_calls")], script_text("answer")]
+        [
+            [ToolCallStart(0, "c1", "ok"), ToolCallArgumentsDelta(0, arguments), Done("tool_calls")],
+            script_text("answer"),
+        ]
     )
-    client = await start(connect, start_worker, provider, tools=ToolRegistry([Tool("ok", "ok", ANY_OBJECT, ok)]))
+    client = await start(
+        connect, start_worker, provider, tools=ToolRegistry([Tool("ok", "ok", ANY_OBJECT, ok)])
+    )
     turn = await finished(client)
 
     assert turn["status"] == "completed", turn["error"]
@@ -110,7 +115,10 @@ async def test_the_stored_raw_arguments_go_back_to_the_model_after_the_history_i
         await client.send({"type": "message", "content": "again", "client_msg_id": "m-2"})
         second = await finished(client, after=first["id"])
 
-    assert (first["status"], second["status"]) == ("completed", "completed"), (first["error"], second["error"])
+    assert (first["status"], second["status"]) == ("completed", "completed"), (
+        first["error"],
+        second["error"],
+    )
     replayed = [m for m in server.requests[2]["messages"] if m.get("tool_calls")]
     assert [c["function"]["arguments"] for c in replayed[0]["tool_calls"]] == [arguments]
 

@@ -66,7 +66,11 @@ async def echo(arguments: dict) -> str:
 def streamed(name: str, text: str, call_id: str = "c1") -> list:
     """One response calling ``name`` with ``text`` streamed in 4 KiB deltas."""
     pieces = [text[i : i + 4096] for i in range(0, len(text), 4096)]
-    return [ToolCallStart(0, call_id, name), *(ToolCallArgumentsDelta(0, p) for p in pieces), Done("tool_calls")]
+    return [
+        ToolCallStart(0, call_id, name),
+        *(ToolCallArgumentsDelta(0, p) for p in pieces),
+        Done("tool_calls"),
+    ]
 
 
 async def test_arguments_over_the_cap_get_an_error_result_without_being_parsed(parses):
@@ -76,7 +80,10 @@ async def test_arguments_over_the_cap_get_an_error_result_without_being_parsed(p
     outcome = await registry.run(ToolCall("c1", "probe", text))
 
     size = len(text.encode())
-    assert (outcome.is_error, outcome.content) == (True, f"Error: probe arguments too large ({size} bytes; at most 1000)")
+    assert (outcome.is_error, outcome.content) == (
+        True,
+        f"Error: probe arguments too large ({size} bytes; at most 1000)",
+    )
     assert parses == []
 
 
@@ -98,7 +105,10 @@ async def test_an_array_over_its_max_items_is_refused_before_jsonschema_sees_its
     outcome = await registry.run(ToolCall("c1", "save", json.dumps({"content": "x", "tags": [1] * 300_000})))
 
     assert outcome.is_error is True
-    assert outcome.content == "Error: invalid arguments for save: at $.tags: the value breaks the schema rule 'maxItems': 8"
+    assert (
+        outcome.content
+        == "Error: invalid arguments for save: at $.tags: the value breaks the schema rule 'maxItems': 8"
+    )
 
 
 @pytest.mark.parametrize(
@@ -192,7 +202,9 @@ async def test_a_handler_that_changes_its_arguments_does_not_change_the_history(
 
 @database_sync_to_async
 def stored() -> list[tuple]:
-    return [(r.role, r.content, r.tool_calls, r.is_error) for r in MessageRow.objects.order_by("dialog_id", "seq")]
+    return [
+        (r.role, r.content, r.tool_calls, r.is_error) for r in MessageRow.objects.order_by("dialog_id", "seq")
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -214,12 +226,20 @@ async def test_a_huge_call_gets_an_error_result_a_bounded_block_and_empty_histor
     turn = await finished(client)
 
     assert turn["status"] == "completed", turn["error"]
-    shown = [b["arguments"] for f in client.of_type("turn_updated") for b in f["turn"]["blocks"] if b["type"] == "tool"]
+    shown = [
+        b["arguments"]
+        for f in client.of_type("turn_updated")
+        for b in f["turn"]["blocks"]
+        if b["type"] == "tool"
+    ]
     assert shown and all(a == {"_truncated": f"{size} bytes"} for a in shown)
     rows = await stored()
     assert [r[0] for r in rows] == ["user", "assistant", "tool", "assistant"]
     assert rows[1][2][0]["arguments"] == {}
-    assert (rows[2][1], rows[2][3]) == (f"Error: {name} arguments too large ({size} bytes; at most 262144)", True)
+    assert (rows[2][1], rows[2][3]) == (
+        f"Error: {name} arguments too large ({size} bytes; at most 262144)",
+        True,
+    )
     assert parses == [], "the huge text was never parsed"
     sent = provider.requests[1].messages
     assert sent[-2].tool_calls == [ToolUseBlock("c1", name, {})], "nor sent back to the model"
@@ -233,14 +253,22 @@ async def test_history_keeps_large_arguments_that_the_snapshot_bounds(connect, s
         return "nothing found"
 
     provider = ScriptedProvider(
-        [[ToolCallStart(0, "c1", "search"), ToolCallArgumentsDelta(0, big), Done("tool_calls")], script_text("No luck.")]
+        [
+            [ToolCallStart(0, "c1", "search"), ToolCallArgumentsDelta(0, big), Done("tool_calls")],
+            script_text("No luck."),
+        ]
     )
     tools = ToolRegistry([Tool("search", "search", {"type": "object"}, search)])
     client = await start(connect, start_worker, provider, tools=tools)
     turn = await finished(client)
     assert turn["status"] == "completed"
     size = len(json.dumps(json.loads(big), ensure_ascii=False, separators=(",", ":")).encode())
-    shown = [b["arguments"] for f in client.of_type("turn_updated") for b in f["turn"]["blocks"] if b["type"] == "tool"]
+    shown = [
+        b["arguments"]
+        for f in client.of_type("turn_updated")
+        for b in f["turn"]["blocks"]
+        if b["type"] == "tool"
+    ]
     assert shown and all(arguments == {"_truncated": f"{size} bytes"} for arguments in shown)
     committed = await client.until("turn_committed")
     assert committed["messages"][1]["tool_calls"][0]["arguments"] == json.loads(big), "history keeps them"

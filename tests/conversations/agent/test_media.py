@@ -15,8 +15,11 @@ SVG = base64.b64encode(b"<svg xmlns='http://www.w3.org/2000/svg'/>").decode()
 
 
 def test_supported_images_pass_unchanged():
-    media = [{"mime_type": "image/png", "data": PNG}, {"mime_type": "image/jpeg", "data": JPEG},
-             {"mime_type": "image/webp", "data": WEBP}]
+    media = [
+        {"mime_type": "image/png", "data": PNG},
+        {"mime_type": "image/jpeg", "data": JPEG},
+        {"mime_type": "image/webp", "data": WEBP},
+    ]
     assert validate_media(media) == media
 
 

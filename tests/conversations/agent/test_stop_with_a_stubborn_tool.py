@@ -80,7 +80,9 @@ async def test_a_cancelled_loop_abandons_a_tool_that_swallows_its_cancellation(c
             quick_finished.set()
 
     provider = ScriptedProvider([calls_stubborn_and_quick(), script_text("never")])
-    loop = AgentLoop(provider, ToolRegistry([stubborn.tool(), Tool("quick", "quick", ANY_OBJECT, quick)]), record)
+    loop = AgentLoop(
+        provider, ToolRegistry([stubborn.tool(), Tool("quick", "quick", ANY_OBJECT, quick)]), record
+    )
     task = asyncio.create_task(loop.run([Message.system("s"), Message.user("u")]))
     await stubborn.started.wait()
     await quick_finished.wait()
@@ -110,7 +112,10 @@ def stored() -> list[tuple]:
 async def test_stop_ends_the_turn_within_a_second_and_the_late_result_never_appears(connect, start_worker):
     stubborn = StubbornTool()
     provider = ScriptedProvider(
-        [[ToolCallStart(0, "c1", "stubborn"), ToolCallArgumentsDelta(0, "{}"), Done("tool_calls")], script_text("a")]
+        [
+            [ToolCallStart(0, "c1", "stubborn"), ToolCallArgumentsDelta(0, "{}"), Done("tool_calls")],
+            script_text("a"),
+        ]
     )
     client = await start(connect, start_worker, provider, tools=ToolRegistry([stubborn.tool()]))
     await stubborn.started.wait()

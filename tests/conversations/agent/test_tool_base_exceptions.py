@@ -172,7 +172,9 @@ def stored() -> list[tuple]:
     ("handler", "kind"),
     [(cancels_itself, "CancelledError"), (exits, "SystemExit"), (generator_exit, "GeneratorExit")],
 )
-async def test_the_turn_completes_with_an_error_result_and_no_false_stop(connect, start_worker, settings, handler, kind):
+async def test_the_turn_completes_with_an_error_result_and_no_false_stop(
+    connect, start_worker, settings, handler, kind
+):
     settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=0)
     provider = ScriptedProvider([two_calls("bad", "ok"), script_text("answer")])
     tools = ToolRegistry([tool("bad", handler), tool("ok", ok)])
@@ -182,6 +184,8 @@ async def test_the_turn_completes_with_an_error_result_and_no_false_stop(connect
     assert turn["status"] == "completed", turn["error"]
     rows = await stored()
     assert [r[0] for r in rows] == ["user", "assistant", "tool", "tool", "assistant"]
-    assert re.fullmatch(rf"Error: bad failed: {kind} \(ref [0-9a-f]{{8}}\)", rows[2][1]) and rows[2][2] is True
+    assert (
+        re.fullmatch(rf"Error: bad failed: {kind} \(ref [0-9a-f]{{8}}\)", rows[2][1]) and rows[2][2] is True
+    )
     assert rows[3][1:] == ("fine", False)
     assert not any("stopped" in (content or "") for _, content, _ in rows)

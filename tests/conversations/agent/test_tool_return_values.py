@@ -47,8 +47,12 @@ def handler_returning(value_of):
         pytest.param(lambda: {1, 2}, "TypeError: Object of type set is not JSON serializable", id="set"),
         pytest.param(deeply_nested, "RecursionError", id="too-deep"),
         pytest.param(cyclic, "ValueError: Circular reference detected", id="cycle"),
-        pytest.param(lambda: {"x": math.nan}, "ValueError: Out of range float values are not JSON compliant", id="nan"),
-        pytest.param(lambda: [object()], "TypeError: Object of type object is not JSON serializable", id="object"),
+        pytest.param(
+            lambda: {"x": math.nan}, "ValueError: Out of range float values are not JSON compliant", id="nan"
+        ),
+        pytest.param(
+            lambda: [object()], "TypeError: Object of type object is not JSON serializable", id="object"
+        ),
     ],
 )
 async def test_a_value_that_is_not_json_becomes_an_error_result(value_of, reason):
@@ -76,9 +80,14 @@ def stored() -> list[tuple]:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("value_of", [lambda: {1, 2}, deeply_nested], ids=["set", "too-deep"])
-async def test_the_turn_goes_on_after_a_tool_returned_a_value_that_is_not_json(connect, start_worker, value_of):
+async def test_the_turn_goes_on_after_a_tool_returned_a_value_that_is_not_json(
+    connect, start_worker, value_of
+):
     provider = ScriptedProvider(
-        [[ToolCallStart(0, "c1", "probe"), ToolCallArgumentsDelta(0, "{}"), Done("tool_calls")], script_text("answer")]
+        [
+            [ToolCallStart(0, "c1", "probe"), ToolCallArgumentsDelta(0, "{}"), Done("tool_calls")],
+            script_text("answer"),
+        ]
     )
     tools = ToolRegistry([Tool("probe", "probe", ANY_OBJECT, handler_returning(value_of))])
     client = await start(connect, start_worker, provider, tools=tools)

@@ -61,7 +61,9 @@ def test_one_line_neutralises_controls_ansi_and_bidi_characters(raw, line):
 
 def test_a_provider_message_with_ansi_and_bidi_is_shown_and_logged_inert():
     error = BadResponseError(
-        "\u202eLOOKS FINE\u202c \x1b[31mred\x1b[0m Bearer\tabcdefghijkl1234", http_status=400, provider_code="x"
+        "\u202eLOOKS FINE\u202c \x1b[31mred\x1b[0m Bearer\tabcdefghijkl1234",
+        http_status=400,
+        provider_code="x",
     )
     failure = TurnFailure.provider(error)
     text = present(failure)
@@ -75,7 +77,9 @@ def test_a_provider_message_with_ansi_and_bidi_is_shown_and_logged_inert():
 
 
 def test_a_5xx_provider_failure_names_kind_and_status_and_ends_with_its_ref():
-    failure = TurnFailure.provider(OverloadedError("upstream overloaded", http_status=503, provider_code="overloaded"))
+    failure = TurnFailure.provider(
+        OverloadedError("upstream overloaded", http_status=503, provider_code="overloaded")
+    )
     text = present(failure)
     assert text == f"The model provider is overloaded (overloaded, HTTP 503) (ref {failure.ref})."
     assert text.endswith(f" (ref {failure.ref}).") and REF_AT_END.search(text)
@@ -84,22 +88,35 @@ def test_a_5xx_provider_failure_names_kind_and_status_and_ends_with_its_ref():
 
 
 def test_provider_failure_lead_keeps_server_error_and_overloaded_apart():
-    assert provider_failure_lead(ServerError("x", http_status=502)) == "The model provider had a server error (server_error, HTTP 502)"
-    assert provider_failure_lead(OverloadedError("x", http_status=529)).startswith("The model provider is overloaded")
+    assert (
+        provider_failure_lead(ServerError("x", http_status=502))
+        == "The model provider had a server error (server_error, HTTP 502)"
+    )
+    assert provider_failure_lead(OverloadedError("x", http_status=529)).startswith(
+        "The model provider is overloaded"
+    )
     assert provider_failure_lead(ProviderError("x")) == "The model provider failed (provider_error)"
 
 
 def test_a_blocked_request_says_so_with_its_reason():
-    text = present(TurnFailure.provider(RequestBlockedError("passwords are not sent to the model", hook="no_passwords")))
-    assert text.startswith("The request was blocked before reaching the model: passwords are not sent to the model")
+    text = present(
+        TurnFailure.provider(RequestBlockedError("passwords are not sent to the model", hook="no_passwords"))
+    )
+    assert text.startswith(
+        "The request was blocked before reaching the model: passwords are not sent to the model"
+    )
     assert REF_AT_END.search(text)
 
 
 def test_a_key_inside_a_provider_message_never_reaches_the_user_or_the_log():
     error = AuthenticationError(
-        "Incorrect API key provided: sk-live-0123456789abcdef", http_status=401, provider_code="invalid_api_key"
+        "Incorrect API key provided: sk-live-0123456789abcdef",
+        http_status=401,
+        provider_code="invalid_api_key",
     )
-    error.__cause__ = RuntimeError("POST https://api.example/v1?key=leaky-key-123 with Bearer abcdefghijklmnop")
+    error.__cause__ = RuntimeError(
+        "POST https://api.example/v1?key=leaky-key-123 with Bearer abcdefghijklmnop"
+    )
     failure = TurnFailure.provider(error)
     text = present(failure)
     assert "0123456789abcdef" not in text and "sk-[redacted]" in text
@@ -156,7 +173,9 @@ def test_the_configured_api_key_is_redacted_from_details(settings):
 
 def test_log_failure_writes_kind_ref_and_redacted_detail(caplog):
     logger = logging.getLogger("test.turn_failures")
-    failure = TurnFailure.of(TurnFailureKind.TURN_PERSISTENCE, detail="commit failed; dsn password=opensesame")
+    failure = TurnFailure.of(
+        TurnFailureKind.TURN_PERSISTENCE, detail="commit failed; dsn password=opensesame"
+    )
     with caplog.at_level(logging.WARNING, logger="test.turn_failures"):
         log_failure(logger, "turn-1", failure)
         log_failure(logger, "turn-2", TurnFailure.of(TurnFailureKind.PROVIDER, detail="503"))
@@ -170,30 +189,46 @@ def test_log_failure_writes_kind_ref_and_redacted_detail(caplog):
     ("error", "shown"),
     [
         pytest.param(
-            RateLimitedError("Rate limit reached for requests", http_status=429, provider_code="rate_limit_exceeded"),
+            RateLimitedError(
+                "Rate limit reached for requests", http_status=429, provider_code="rate_limit_exceeded"
+            ),
             "Rate limit reached for requests",
             id="structured-429-shown",
         ),
         pytest.param(
-            AuthenticationError("Incorrect API key provided: sk-live-0123456789abcdef", http_status=401,
-                                provider_code="invalid_api_key"),
+            AuthenticationError(
+                "Incorrect API key provided: sk-live-0123456789abcdef",
+                http_status=401,
+                provider_code="invalid_api_key",
+            ),
             "Incorrect API key provided: sk-[redacted]",
             id="structured-401-shown-redacted",
         ),
         pytest.param(
-            BadResponseError("x" * 201, http_status=400, provider_code="invalid_request_error"), None, id="too-long"
+            BadResponseError("x" * 201, http_status=400, provider_code="invalid_request_error"),
+            None,
+            id="too-long",
         ),
-        pytest.param(BadResponseError("Request Entity Too Large", http_status=404), None, id="unstructured-4xx"),
-        pytest.param(ServerError("The server had an error", http_status=500, provider_code="server_error"), None,
-                     id="structured-5xx"),
-        pytest.param(BadResponseError("weird 200", http_status=200, provider_code="x"), None, id="200-json-error"),
+        pytest.param(
+            BadResponseError("Request Entity Too Large", http_status=404), None, id="unstructured-4xx"
+        ),
+        pytest.param(
+            ServerError("The server had an error", http_status=500, provider_code="server_error"),
+            None,
+            id="structured-5xx",
+        ),
+        pytest.param(
+            BadResponseError("weird 200", http_status=200, provider_code="x"), None, id="200-json-error"
+        ),
     ],
 )
 def test_only_a_short_structured_4xx_message_is_shown(error, shown):
     failure = TurnFailure.provider(error)
     text = present(failure)
     if shown is None:
-        assert text == f"{text.split(' (ref ')[0]} (ref {failure.ref})." and ":" not in text.split(" (ref ")[0]
+        assert (
+            text == f"{text.split(' (ref ')[0]} (ref {failure.ref})." and ":" not in text.split(" (ref ")[0]
+        )
         assert error.message not in text
     else:
         assert text.endswith(f": {shown} (ref {failure.ref}).")
@@ -297,7 +332,9 @@ async def test_reasoning_alone_is_no_partial_answer():
 # -- QA 6b: redaction that neither over- nor under-reaches, one-line log details (N3, N4, N5) ---
 
 
-@pytest.mark.parametrize("placeholder", ["ollama", "EMPTY", "none", "test", "dummy", "lm-studio", "not-needed"])
+@pytest.mark.parametrize(
+    "placeholder", ["ollama", "EMPTY", "none", "test", "dummy", "lm-studio", "not-needed"]
+)
 def test_a_placeholder_api_key_does_not_redact_ordinary_words(settings, placeholder):
     settings.PICOBOT = settings.PICOBOT.replace(llm_api_key=placeholder)
     text = f"model '{placeholder}/llama3' not found; none of the test models match"
@@ -312,7 +349,10 @@ FORGED = "x\n2026-01-01 00:00:00 ERROR fake entry \x1b[31m\u202e"
 @pytest.mark.parametrize(
     "failure",
     [
-        pytest.param(TurnFailure.from_exception(TurnFailureKind.TOOL, ToolFatalError(FORGED), traceback=False), id="tool"),
+        pytest.param(
+            TurnFailure.from_exception(TurnFailureKind.TOOL, ToolFatalError(FORGED), traceback=False),
+            id="tool",
+        ),
         pytest.param(TurnFailure.of(TurnFailureKind.TURN_PERSISTENCE, detail=FORGED), id="storage"),
         pytest.param(TurnFailure.of(TurnFailureKind.INTERNAL, detail=FORGED + "\ud800"), id="lone-surrogate"),
     ],
@@ -342,7 +382,9 @@ def test_a_logged_traceback_is_one_bounded_line_that_keeps_its_head_and_tail(cap
     assert "Traceback (most recent call last):\\n" in line and line.endswith("y" * 100)
 
 
-def test_configured_secrets_come_from_the_registered_sources_a_failing_one_gives_nothing(settings, monkeypatch):
+def test_configured_secrets_come_from_the_registered_sources_a_failing_one_gives_nothing(
+    settings, monkeypatch
+):
     from conversations.agent import log_safety
 
     settings.PICOBOT = settings.PICOBOT.replace(llm_api_key="sk-live-key-123456")

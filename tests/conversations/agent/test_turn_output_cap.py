@@ -55,7 +55,9 @@ def shown(events: list, kind: type) -> str:
 
 
 async def test_a_delta_past_the_cap_is_cut_to_what_fits_and_the_stream_is_not_read_further():
-    response = Counted([TextChunk("abcd"), TextChunk("efgh"), TextChunk("ijkl"), TextChunk("mnop"), Done("stop")])
+    response = Counted(
+        [TextChunk("abcd"), TextChunk("efgh"), TextChunk("ijkl"), TextChunk("mnop"), Done("stop")]
+    )
     events = Recorder()
     agent = AgentLoop(ScriptedProvider([response]), ToolRegistry([]), events, max_output_chars=10)
 
@@ -70,8 +72,12 @@ async def test_a_delta_past_the_cap_is_cut_to_what_fits_and_the_stream_is_not_re
 
 
 async def test_an_answer_of_exactly_the_cap_completes():
-    agent = AgentLoop(ScriptedProvider([[TextChunk("abcde"), TextChunk("fghij"), Done("stop")]]), ToolRegistry([]),
-                      Recorder(), max_output_chars=10)
+    agent = AgentLoop(
+        ScriptedProvider([[TextChunk("abcde"), TextChunk("fghij"), Done("stop")]]),
+        ToolRegistry([]),
+        Recorder(),
+        max_output_chars=10,
+    )
 
     result = await agent.run(INPUT)
 
@@ -82,8 +88,9 @@ async def test_the_cap_counts_the_whole_turn_across_iterations():
     first = [TextChunk("Let me check. "), *script_tool_call("call_1", "noop", {})]  # 14 characters
     provider = ScriptedProvider([first, [TextChunk("0123456789"), Done("stop")]])
     events = Recorder()
-    agent = AgentLoop(provider, ToolRegistry([Tool("noop", "noop", {"type": "object"}, noop)]), events,
-                      max_output_chars=20)
+    agent = AgentLoop(
+        provider, ToolRegistry([Tool("noop", "noop", {"type": "object"}, noop)]), events, max_output_chars=20
+    )
 
     result = await agent.run(INPUT)
 
@@ -96,7 +103,9 @@ async def test_the_cap_counts_the_whole_turn_across_iterations():
 
 
 async def test_reasoning_counts_toward_the_cap():
-    provider = ScriptedProvider([[ReasoningChunk("r" * 8), TextChunk("abcdef"), TextChunk("never"), Done("stop")]])
+    provider = ScriptedProvider(
+        [[ReasoningChunk("r" * 8), TextChunk("abcdef"), TextChunk("never"), Done("stop")]]
+    )
     events = Recorder()
     agent = AgentLoop(provider, ToolRegistry([]), events, max_output_chars=10)
 
@@ -125,7 +134,10 @@ async def test_the_presenter_says_the_answer_was_cut_off_at_the_cap():
 
     text = TurnFailurePresenter().present(failure)
 
-    assert text == f"The answer and its reasoning were longer than 1000000 characters and were cut off (ref {failure.ref})."
+    assert (
+        text
+        == f"The answer and its reasoning were longer than 1000000 characters and were cut off (ref {failure.ref})."
+    )
 
 
 @database_sync_to_async
@@ -148,16 +160,23 @@ async def test_a_long_answer_is_cut_at_the_cap_kept_interrupted_and_the_next_tur
     committed = await client.until("turn_committed")
 
     assert final["status"] == "failed"
-    assert final["error"].startswith("The answer and its reasoning were longer than 25 characters and were cut off (ref ")
-    assert "".join(b["text"] for b in final["blocks"] if b["type"] == "assistant") == "0123456789" * 2 + "01234"
+    assert final["error"].startswith(
+        "The answer and its reasoning were longer than 25 characters and were cut off (ref "
+    )
+    assert (
+        "".join(b["text"] for b in final["blocks"] if b["type"] == "assistant") == "0123456789" * 2 + "01234"
+    )
     assert [(m["role"], m["content"], m["completion_status"]) for m in committed["messages"]][1:] == [
         ("assistant", "0123456789" * 2 + "01234", "interrupted")
     ]
     assert (await stored_rows())[1:] == [("assistant", "0123456789" * 2 + "01234", "interrupted")]
 
     await client.send({"type": "message", "content": "Briefly?", "client_msg_id": "cap-2"})
-    second = (await client.until("turn_updated", lambda f: f["turn"]["status"] != "running"
-                                 and f["turn"]["id"] != final["id"]))["turn"]
+    second = (
+        await client.until(
+            "turn_updated", lambda f: f["turn"]["status"] != "running" and f["turn"]["id"] != final["id"]
+        )
+    )["turn"]
     assert second["status"] == "completed"
     await client.until("turn_committed", lambda f: f["messages"][-1]["content"] == "Short again.")
     assert (await stored_rows())[-1] == ("assistant", "Short again.", "completed")

@@ -35,7 +35,9 @@ def call_pieces(name: str | None) -> list[bytes]:
     function = {"arguments": "{}"} if name is None else {"name": name, "arguments": "{}"}
     return [
         _chunk({"role": "assistant", "content": None}),
-        _chunk({"tool_calls": [{"index": 0, "id": "call_nameless", "type": "function", "function": function}]}),
+        _chunk(
+            {"tool_calls": [{"index": 0, "id": "call_nameless", "type": "function", "function": function}]}
+        ),
         _chunk({}, "tool_calls"),
         DONE,
     ]
@@ -56,18 +58,28 @@ class StrictNames:
             for call in message.get("tool_calls") or []:
                 name = call.get("function", {}).get("name")
                 if not isinstance(name, str) or not NAME.fullmatch(name):
-                    error = f"Invalid 'messages[{i}].tool_calls[0].function.name': string does not match pattern."
+                    error = (
+                        f"Invalid 'messages[{i}].tool_calls[0].function.name': string does not match pattern."
+                    )
                     self.rejected.append(error)
-                    payload = {"error": {"message": error, "type": "invalid_request_error", "code": "invalid_value"}}
-                    return SSEResponse(400, {"content-type": "application/json"}, [json.dumps(payload).encode()],
-                                       chunked=False)
+                    payload = {
+                        "error": {"message": error, "type": "invalid_request_error", "code": "invalid_value"}
+                    }
+                    return SSEResponse(
+                        400,
+                        {"content-type": "application/json"},
+                        [json.dumps(payload).encode()],
+                        chunked=False,
+                    )
         self.seen += 1
         return SSEResponse(pieces=self.first if self.seen == 1 else text_pieces(ANSWER))
 
 
 @database_sync_to_async
 def stored() -> list[tuple]:
-    return list(Message.objects.order_by("seq").values_list("role", "content", "tool_calls", "tool_name", "is_error"))
+    return list(
+        Message.objects.order_by("seq").values_list("role", "content", "tool_calls", "tool_name", "is_error")
+    )
 
 
 @pytest.mark.parametrize(
@@ -93,10 +105,14 @@ async def test_a_call_without_a_usable_name_gets_an_error_result_and_history_sta
         first = (await client.until("turn_updated", lambda f: f["turn"]["status"] != "running"))["turn"]
         await client.until("turn_committed")
         await client.send({"type": "message", "content": "And now?", "client_msg_id": "nameless-2"})
-        second = (await client.until(
-            "turn_updated", lambda f: f["turn"]["status"] != "running" and f["turn"]["id"] != first["id"]
-        ))["turn"]
-        await client.until("turn_committed", lambda f: f["messages"][-1]["content"] == ANSWER and len(f["messages"]) == 2)
+        second = (
+            await client.until(
+                "turn_updated", lambda f: f["turn"]["status"] != "running" and f["turn"]["id"] != first["id"]
+            )
+        )["turn"]
+        await client.until(
+            "turn_committed", lambda f: f["messages"][-1]["content"] == ANSWER and len(f["messages"]) == 2
+        )
 
     assert first["status"] == "completed", first["error"]
     assert second["status"] == "completed", second["error"]
@@ -116,8 +132,15 @@ async def test_a_call_without_a_usable_name_gets_an_error_result_and_history_sta
 
 @pytest.mark.parametrize(
     ("name", "sent"),
-    [("current_time", "current_time"), ("get-time_2", "get-time_2"), ("", UNNAMED_TOOL), (" ", UNNAMED_TOOL),
-     ("functions.x", UNNAMED_TOOL), ("a" * 65, UNNAMED_TOOL), ("zeit_ä", UNNAMED_TOOL)],
+    [
+        ("current_time", "current_time"),
+        ("get-time_2", "get-time_2"),
+        ("", UNNAMED_TOOL),
+        (" ", UNNAMED_TOOL),
+        ("functions.x", UNNAMED_TOOL),
+        ("a" * 65, UNNAMED_TOOL),
+        ("zeit_ä", UNNAMED_TOOL),
+    ],
 )
 def test_sendable_tool_name_keeps_names_providers_accept_and_replaces_the_rest(name, sent):
     assert sendable_tool_name(name) == sent
@@ -127,7 +150,9 @@ def test_sendable_tool_name_keeps_names_providers_accept_and_replaces_the_rest(n
 def test_both_request_mappers_send_a_malformed_name_from_history_as_the_placeholder(vendor):
     history = [
         ProviderMessage.user("What time is it?"),
-        ProviderMessage.assistant("", tool_calls=[ToolUseBlock("c1", "functions.time", {}), ToolUseBlock("c2", "clock", {})]),
+        ProviderMessage.assistant(
+            "", tool_calls=[ToolUseBlock("c1", "functions.time", {}), ToolUseBlock("c2", "clock", {})]
+        ),
         ProviderMessage.tool_result("c1", "Error: unknown tool", is_error=True, tool_name="functions.time"),
         ProviderMessage.tool_result("c2", "10:42", tool_name="clock"),
     ]
@@ -137,6 +162,11 @@ def test_both_request_mappers_send_a_malformed_name_from_history_as_the_placehol
         names = [c["function"]["name"] for m in body["messages"] for c in m.get("tool_calls") or []]
     else:
         body = build_messages_request(request, model="m")
-        names = [b["name"] for m in body["messages"] if isinstance(m["content"], list)
-                 for b in m["content"] if b["type"] == "tool_use"]
+        names = [
+            b["name"]
+            for m in body["messages"]
+            if isinstance(m["content"], list)
+            for b in m["content"]
+            if b["type"] == "tool_use"
+        ]
     assert names == [UNNAMED_TOOL, "clock"]

@@ -60,8 +60,9 @@ def mark_started(session_id: str) -> dict:
     """Make the dialog's newest inbox row ``started``, as a worker that then died would leave it."""
     row = InboxMessage.objects.filter(dialog_id=session_id).latest("position")
     turn_id, reply_id = uuid.uuid4(), uuid.uuid4()
-    InboxMessage.objects.filter(pk=row.pk).update(status=InboxMessage.Status.STARTED, turn_id=turn_id,
-                                                   reply_message_id=reply_id)
+    InboxMessage.objects.filter(pk=row.pk).update(
+        status=InboxMessage.Status.STARTED, turn_id=turn_id, reply_message_id=reply_id
+    )
     return {"turn_id": str(turn_id), "message_id": str(reply_id), "session_id": session_id}
 
 
@@ -149,8 +150,11 @@ async def test_every_operation_needs_a_valid_token(alice, method, path, body):
         assert_error(response, 401, "unauthorized")
         assert response["WWW-Authenticate"].startswith("Bearer")
     for header in ("Basic YWxpY2U6c2VjcmV0", "Bearer", "Token " + alice.token):
-        assert_error(await call(ApiClient(None), method, path, body, headers={"Authorization": header}), 401,
-                     "unauthorized")
+        assert_error(
+            await call(ApiClient(None), method, path, body, headers={"Authorization": header}),
+            401,
+            "unauthorized",
+        )
     # Nothing was changed by the refused requests.
     row = await dialog_row(sid)
     assert row.deleted_at is None and row.title_is_default and not await inbox_rows(sid)
@@ -184,7 +188,8 @@ async def test_another_users_dialog_answers_404_and_is_left_alone(alice, bob, me
     assert (row.title, row.deleted_at) == ("Alice's plans", None)
     assert [r.id for r in await inbox_rows(dialog["session_id"])] == [r.id for r in before]
     active = await database_sync_to_async(
-        lambda: ChatState.objects.get(channel="cli_chat", chat_id=row.chat_id).active_dialog_id)()
+        lambda: ChatState.objects.get(channel="cli_chat", chat_id=row.chat_id).active_dialog_id
+    )()
     assert active == dialog["session_id"]
 
 
@@ -215,11 +220,16 @@ async def test_create_dialog(alice):
     # A title given must say something, as for PATCH (leave it out, or null, for the default).
     for blank in ("", "   ", "\t\n"):
         assert_error(await alice.post("/dialogs", json={"title": blank}), 422, "invalid_title")
-        assert_error(await alice.patch(f"/dialogs/{second['session_id']}", json={"title": blank}), 422,
-                     "invalid_title")
+        assert_error(
+            await alice.patch(f"/dialogs/{second['session_id']}", json={"title": blank}), 422, "invalid_title"
+        )
 
-    assert "200" in assert_error(await alice.post("/dialogs", json={"title": "x" * 201}), 422,
-                                 "invalid_title")["message"]
+    assert (
+        "200"
+        in assert_error(await alice.post("/dialogs", json={"title": "x" * 201}), 422, "invalid_title")[
+            "message"
+        ]
+    )
     assert_error(await alice.post("/dialogs", json={"title": "bell\x07"}), 422, "invalid_title")
     assert_error(await alice.post("/dialogs", json={"title": 5}), 422, "validation_error")
     assert_error(await alice.post("/dialogs", json={"name": "typo"}), 422, "validation_error")
@@ -249,7 +259,12 @@ async def test_list_dialogs_pages_and_filters(alice):
 
     chat_id = created[0]["chat_id"]
     assert (await alice.get(f"/dialogs?channel=cli_chat&chat_id={chat_id}")).json()["total"] == 5
-    assert (await alice.get("/dialogs?channel=feishu")).json() == {"items": [], "total": 0, "limit": 50, "offset": 0}
+    assert (await alice.get("/dialogs?channel=feishu")).json() == {
+        "items": [],
+        "total": 0,
+        "limit": 50,
+        "offset": 0,
+    }
     assert (await alice.get("/dialogs?chat_id=someone-else")).json()["total"] == 0
 
     await alice.delete(f"/dialogs/{created[1]['session_id']}")
@@ -273,12 +288,30 @@ async def test_list_counts_queued_and_running_messages(alice):
 async def test_get_dialog(alice):
     sid = (await new_dialog(alice, "Info"))["session_id"]
     info = (await alice.get(f"/dialogs/{sid}")).json()
-    assert info["title"] == "Info" and info["history_revision"] == 0 and info["usage"] == {
-        "input_tokens": 0, "output_tokens": 0}
+    assert (
+        info["title"] == "Info"
+        and info["history_revision"] == 0
+        and info["usage"] == {"input_tokens": 0, "output_tokens": 0}
+    )
     assert set(info) == {
-        "session_id", "dialog_id", "channel", "chat_id", "title", "title_is_default", "message_count",
-        "total_message_count", "history_revision", "created_at", "last_active_at", "model", "usage",
-        "compacted_through_seq", "queued", "running", "active"}
+        "session_id",
+        "dialog_id",
+        "channel",
+        "chat_id",
+        "title",
+        "title_is_default",
+        "message_count",
+        "total_message_count",
+        "history_revision",
+        "created_at",
+        "last_active_at",
+        "model",
+        "usage",
+        "compacted_through_seq",
+        "queued",
+        "running",
+        "active",
+    }
 
 
 async def test_rename_is_a_user_rename(alice):
@@ -326,28 +359,44 @@ async def test_activate(alice):
 
 async def test_send_message_accepts_into_the_inbox(alice):
     sid = (await new_dialog(alice))["session_id"]
-    response = await alice.post(f"/dialogs/{sid}/messages", json={"content": "hello there", "client_msg_id": "r-1"})
+    response = await alice.post(
+        f"/dialogs/{sid}/messages", json={"content": "hello there", "client_msg_id": "r-1"}
+    )
     assert response.status_code == 202
     accepted = response.json()
-    assert accepted == {"message_id": accepted["message_id"], "session_id": sid, "queued": 0, "duplicate": False}
+    assert accepted == {
+        "message_id": accepted["message_id"],
+        "session_id": sid,
+        "queued": 0,
+        "duplicate": False,
+    }
     second = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "and this"})).json()
     assert second["queued"] == 1, "one message ahead of it"
 
     rows = await inbox_rows(sid)
     assert [str(r.id) for r in rows] == [accepted["message_id"], second["message_id"]]
     first = rows[0]
-    assert (first.content, first.client_msg_id, first.status) == ("hello there", "r-1", InboxMessage.Status.QUEUED)
+    assert (first.content, first.client_msg_id, first.status) == (
+        "hello there",
+        "r-1",
+        InboxMessage.Status.QUEUED,
+    )
     assert first.source["from_channel"] == "cli_chat" and first.source["kind"] == "user_input"
 
     # The same client_msg_id again: acknowledged again, never a second message.
-    again = await alice.post(f"/dialogs/{sid}/messages", json={"content": "hello there", "client_msg_id": "r-1"})
+    again = await alice.post(
+        f"/dialogs/{sid}/messages", json={"content": "hello there", "client_msg_id": "r-1"}
+    )
     assert again.status_code == 202
     assert again.json() == {**accepted, "queued": 0, "duplicate": True}
     assert len(await inbox_rows(sid)) == 2
     # ... but not for another dialog.
     other = (await new_dialog(alice))["session_id"]
-    assert_error(await alice.post(f"/dialogs/{other}/messages", json={"content": "x", "client_msg_id": "r-1"}),
-                 409, "client_msg_id_in_use")
+    assert_error(
+        await alice.post(f"/dialogs/{other}/messages", json={"content": "x", "client_msg_id": "r-1"}),
+        409,
+        "client_msg_id_in_use",
+    )
     assert not await inbox_rows(other)
 
 
@@ -355,17 +404,25 @@ async def test_a_client_msg_id_of_a_deleted_dialog_is_in_use_for_a_live_one(alic
     """The id names a message of a dialog deleted since: sending with it to a live dialog is a
     409 (the id is taken), not a 404 for the live dialog; to the deleted dialog itself, 404."""
     gone = (await new_dialog(alice))["session_id"]
-    assert (await alice.post(f"/dialogs/{gone}/messages", json={"content": "x", "client_msg_id": "del-1"})
-            ).status_code == 202
+    assert (
+        await alice.post(f"/dialogs/{gone}/messages", json={"content": "x", "client_msg_id": "del-1"})
+    ).status_code == 202
     assert (await alice.delete(f"/dialogs/{gone}")).status_code == 204
     live = (await new_dialog(alice))["session_id"]
-    assert_error(await alice.post(f"/dialogs/{live}/messages", json={"content": "y", "client_msg_id": "del-1"}),
-                 409, "client_msg_id_in_use")
+    assert_error(
+        await alice.post(f"/dialogs/{live}/messages", json={"content": "y", "client_msg_id": "del-1"}),
+        409,
+        "client_msg_id_in_use",
+    )
     assert not await inbox_rows(live)
-    assert_error(await alice.post(f"/dialogs/{gone}/messages", json={"content": "x", "client_msg_id": "del-1"}),
-                 404, "not_found")
-    assert (await alice.post(f"/dialogs/{live}/messages", json={"content": "y", "client_msg_id": "del-2"})
-            ).status_code == 202
+    assert_error(
+        await alice.post(f"/dialogs/{gone}/messages", json={"content": "x", "client_msg_id": "del-1"}),
+        404,
+        "not_found",
+    )
+    assert (
+        await alice.post(f"/dialogs/{live}/messages", json={"content": "y", "client_msg_id": "del-2"})
+    ).status_code == 202
 
 
 async def test_send_message_validates_like_the_websocket(alice):
@@ -389,8 +446,9 @@ async def test_send_message_validates_like_the_websocket(alice):
         if code == "validation_error":
             assert body["errors"], body
             assert "x" * 100 not in json.dumps(body), "the rejected input is not echoed"
-    hint = assert_error(await alice.post(f"/dialogs/{sid}/messages", json={"content": "/stop"}), 422,
-                        "slash_command")["message"]
+    hint = assert_error(
+        await alice.post(f"/dialogs/{sid}/messages", json={"content": "/stop"}), 422, "slash_command"
+    )["message"]
     assert "POST /api/dialogs/{session_id}/stop" in hint
     assert_error(await alice.post(f"/dialogs/{sid}/messages", body="[1, 2"), 400, "bad_request")
     assert (await alice.post(f"/dialogs/{sid}/messages", json={"content": "x" * 32_000})).status_code == 202
@@ -436,8 +494,15 @@ async def test_a_turn_whose_worker_is_gone_has_a_placeholder_and_an_unacknowledg
     response = await alice.get(f"/dialogs/{sid}/turn")
     assert response.status_code == 200
     assert response.json() == {
-        "id": turn["turn_id"], "session_id": sid, "message_id": turn["message_id"], "revision": 0,
-        "status": "running", "phase": "queued", "blocks": [], "usage": None, "error": None,
+        "id": turn["turn_id"],
+        "session_id": sid,
+        "message_id": turn["message_id"],
+        "revision": 0,
+        "status": "running",
+        "phase": "queued",
+        "blocks": [],
+        "usage": None,
+        "error": None,
     }
     response = await alice.post(f"/dialogs/{sid}/stop")
     assert response.status_code == 202

@@ -53,15 +53,22 @@ async def test_a_session_reads_without_and_writes_only_with_csrf():
 
     secret = csrf_secret()
     client.cookies["csrftoken"] = secret
-    wrong = await client.post("/api/dialogs", data="{}", content_type=JSON, headers={"X-CSRFToken": csrf_secret()})
+    wrong = await client.post(
+        "/api/dialogs", data="{}", content_type=JSON, headers={"X-CSRFToken": csrf_secret()}
+    )
     assert wrong.status_code == 403 and wrong.json()["code"] == "csrf_failed"
-    created = await client.post("/api/dialogs", data=json.dumps({"title": "with csrf"}), content_type=JSON,
-                                headers={"X-CSRFToken": secret})
+    created = await client.post(
+        "/api/dialogs",
+        data=json.dumps({"title": "with csrf"}),
+        content_type=JSON,
+        headers={"X-CSRFToken": secret},
+    )
     assert created.status_code == 201 and created.json()["title"] == "with csrf"
     sid = created.json()["session_id"]
     for method in ("patch", "delete"):
-        response = await getattr(client, method)(f"/api/dialogs/{sid}", data=json.dumps({"title": "x"}),
-                                                 content_type=JSON)
+        response = await getattr(client, method)(
+            f"/api/dialogs/{sid}", data=json.dumps({"title": "x"}), content_type=JSON
+        )
         assert response.status_code == 403 and response.json()["code"] == "csrf_failed"
 
 
@@ -94,12 +101,17 @@ async def test_bodies_over_one_mib_answer_413_by_content_length():
     for size in (MAX_BODY_BYTES + 1, 3 * MAX_BODY_BYTES):
         payload = json.dumps({"content": "x" * size})
         for headers in (bearer(token), {}):
-            response = await client.post(f"/api/dialogs/{quote(sid)}/messages", data=payload, content_type=JSON,
-                                         headers=headers)
+            response = await client.post(
+                f"/api/dialogs/{quote(sid)}/messages", data=payload, content_type=JSON, headers=headers
+            )
             assert response.status_code == 413, response.content
             assert response.json()["code"] == "body_too_large"
-    small = await client.post(f"/api/dialogs/{sid}/messages", data=json.dumps({"content": "fits"}),
-                              content_type=JSON, headers=bearer(token))
+    small = await client.post(
+        f"/api/dialogs/{sid}/messages",
+        data=json.dumps({"content": "fits"}),
+        content_type=JSON,
+        headers=bearer(token),
+    )
     assert small.status_code == 202
 
 
@@ -125,9 +137,15 @@ async def test_openapi_document_and_docs_page():
     assert response.status_code == 200
     schema = response.json()
     assert set(schema["paths"]) == {
-        "/api/health", "/api/ready", "/api/dialogs", "/api/dialogs/{session_id}",
-        "/api/dialogs/{session_id}/activate", "/api/dialogs/{session_id}/messages",
-        "/api/dialogs/{session_id}/turn", "/api/dialogs/{session_id}/stop", "/api/dialogs/{session_id}/compact",
+        "/api/health",
+        "/api/ready",
+        "/api/dialogs",
+        "/api/dialogs/{session_id}",
+        "/api/dialogs/{session_id}/activate",
+        "/api/dialogs/{session_id}/messages",
+        "/api/dialogs/{session_id}/turn",
+        "/api/dialogs/{session_id}/stop",
+        "/api/dialogs/{session_id}/compact",
     }
     operations = {(method.upper(), path) for path, item in schema["paths"].items() for method in item}
     assert len(operations) == 13, "the 13 rows of PROTOCOL §2"
@@ -149,8 +167,12 @@ async def test_unknown_api_paths_answer_json():
 async def test_head_answers_like_get_without_a_body():
     _, token = await user_with_token("alice")
     client = AsyncClient()
-    for path, headers in (("/api/health", {}), ("/api/ready", {}), ("/api/dialogs", bearer(token)),
-                          ("/api/dialogs", {})):
+    for path, headers in (
+        ("/api/health", {}),
+        ("/api/ready", {}),
+        ("/api/dialogs", bearer(token)),
+        ("/api/dialogs", {}),
+    ):
         got = await client.get(path, headers=headers)
         head = await client.head(path, headers=headers)
         assert head.status_code == got.status_code, path
@@ -159,13 +181,16 @@ async def test_head_answers_like_get_without_a_body():
         assert int(head["Content-Length"]) == len(got.content) > 0
 
 
-@pytest.mark.parametrize(("method", "path", "allowed"), [
-    ("TRACE", "/api/health", "GET, HEAD"),
-    ("PROPFIND", "/api/health", "GET, HEAD"),
-    ("FOO", "/api/dialogs", "GET, HEAD, POST"),
-    ("OPTIONS", "/api/dialogs/cli_chat:1:ab/stop", "POST"),
-    ("TRACE", "/api/dialogs/cli_chat:1:ab", "DELETE, GET, HEAD, PATCH"),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("TRACE", "/api/health", "GET, HEAD"),
+        ("PROPFIND", "/api/health", "GET, HEAD"),
+        ("FOO", "/api/dialogs", "GET, HEAD, POST"),
+        ("OPTIONS", "/api/dialogs/cli_chat:1:ab/stop", "POST"),
+        ("TRACE", "/api/dialogs/cli_chat:1:ab", "DELETE, GET, HEAD, PATCH"),
+    ],
+)
 async def test_other_methods_answer_a_json_405_with_the_real_allow_list(method, path, allowed):
     response = await AsyncClient().generic(method, path)
     assert response.status_code == 405
@@ -175,12 +200,16 @@ async def test_other_methods_answer_a_json_405_with_the_real_allow_list(method, 
     assert body["code"] == "method_not_allowed" and len(body["ref"]) == 8
 
 
-@pytest.mark.parametrize("path", ["/api/", "/api/%0A", "/api/dialogs/a%0Ab", "/api/dialogs/%0A/messages",
-                                  "/api/no/such/thing"])
+@pytest.mark.parametrize(
+    "path", ["/api/", "/api/%0A", "/api/dialogs/a%0Ab", "/api/dialogs/%0A/messages", "/api/no/such/thing"]
+)
 async def test_paths_no_route_matches_answer_a_json_404(path):
     for method in ("get", "post", "trace"):
-        response = await getattr(AsyncClient(), method)(path) if method != "trace" else \
-            await AsyncClient().generic("TRACE", path)
+        response = (
+            await getattr(AsyncClient(), method)(path)
+            if method != "trace"
+            else await AsyncClient().generic("TRACE", path)
+        )
         assert response.status_code == 404, (method, path)
         assert response["Content-Type"] == "application/json; charset=utf-8"
         body = response.json()

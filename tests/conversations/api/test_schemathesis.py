@@ -71,12 +71,17 @@ def test_the_api_conforms_to_its_live_openapi_schema():
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) == 13, [op.label for op in operations]
     seen = {
-        operation.label: fuzz(operation, headers, lambda: storage.create_dialog(user, "cli_chat", str(user.pk)).id)
+        operation.label: fuzz(
+            operation, headers, lambda: storage.create_dialog(user, "cli_chat", str(user.pk)).id
+        )
         for operation in operations
     }
     # The generated requests reached the success paths too, not only the errors.
-    nothing_runs = {"GET /api/dialogs/{session_id}/turn", "POST /api/dialogs/{session_id}/stop",
-                    "POST /api/dialogs/{session_id}/compact"}  # no worker, offline provider: 404/409
+    nothing_runs = {
+        "GET /api/dialogs/{session_id}/turn",
+        "POST /api/dialogs/{session_id}/stop",
+        "POST /api/dialogs/{session_id}/compact",
+    }  # no worker, offline provider: 404/409
     for label, statuses in seen.items():
         if label not in nothing_runs:
             assert any(200 <= status < 300 for status in statuses), (label, statuses)

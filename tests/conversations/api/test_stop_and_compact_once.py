@@ -33,8 +33,11 @@ async def ws_and_api(connect, alice: ApiClient):
 @database_sync_to_async
 def assistant_statuses(session_id: str) -> list[tuple[str, str]]:
     """``(user content, completion status of its final answer)`` per turn, in order."""
-    rows = list(Message.objects.filter(dialog_id=session_id).order_by("seq").values_list("role", "content",
-                                                                                         "completion_status"))
+    rows = list(
+        Message.objects.filter(dialog_id=session_id)
+        .order_by("seq")
+        .values_list("role", "content", "completion_status")
+    )
     turns: list[tuple[str, str]] = []
     for role, content, status in rows:
         if role == "user":
@@ -67,12 +70,15 @@ def turn_of(message_id: str) -> str:
 
 async def test_two_stops_at_once_cancel_only_the_running_turn_never_the_next(connect, start_worker, alice):
     slow = script_text("word " * 400)
-    await start_worker(ScriptedProvider([slow, script_text("second answer"), script_text("third answer")],
-                                        delay=0.01))
+    await start_worker(
+        ScriptedProvider([slow, script_text("second answer"), script_text("third answer")], delay=0.01)
+    )
     ws, sid = await ws_and_api(connect, alice)
     ids = []
     for text in ("first", "second", "third"):
-        ids.append((await alice.post(f"/dialogs/{sid}/messages", json={"content": text})).json()["message_id"])
+        ids.append(
+            (await alice.post(f"/dialogs/{sid}/messages", json={"content": text})).json()["message_id"]
+        )
     await ws.until("turn_updated", lambda f: f["turn"]["phase"] == "responding" and f["turn"]["blocks"])
     first_turn = await turn_of(ids[0])
 
@@ -86,7 +92,9 @@ async def test_two_stops_at_once_cancel_only_the_running_turn_never_the_next(con
 
     await ws.until("turn_committed", lambda f: f["messages"][0]["id"] == ids[2], timeout=20)
     assert await assistant_statuses(sid) == [
-        ("first", "cancelled"), ("second", "completed"), ("third", "completed"),
+        ("first", "cancelled"),
+        ("second", "completed"),
+        ("third", "completed"),
     ], "only the turn running when the stops were asked was cancelled"
 
 
@@ -104,8 +112,10 @@ async def test_a_late_repeat_of_a_stop_does_not_cancel_the_turn_being_set_up(con
             await release.wait()
         return await open_cli_chat_sink(start)
 
-    worker = await start_worker(ScriptedProvider([script_text("word " * 400), script_text("second answer")],
-                                                 delay=0.01), sink_factory=second_sink_waits)
+    worker = await start_worker(
+        ScriptedProvider([script_text("word " * 400), script_text("second answer")], delay=0.01),
+        sink_factory=second_sink_waits,
+    )
     ws, sid = await ws_and_api(connect, alice)
     first = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "first"})).json()["message_id"]
     second = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "second"})).json()["message_id"]
@@ -126,7 +136,9 @@ async def test_a_late_repeat_of_a_stop_does_not_cancel_the_turn_being_set_up(con
     assert await assistant_statuses(sid) == [("first", "cancelled"), ("second", "completed")]
 
 
-async def test_a_websocket_stop_may_name_its_turn_and_another_turn_is_not_stopped(connect, start_worker, alice):
+async def test_a_websocket_stop_may_name_its_turn_and_another_turn_is_not_stopped(
+    connect, start_worker, alice
+):
     await start_worker(ScriptedProvider([script_text("word " * 300)], delay=0.01))
     ws, sid = await ws_and_api(connect, alice)
     await ws.send({"type": "message", "content": "talk", "session_id": sid, "client_msg_id": "s-1"})
@@ -151,7 +163,10 @@ async def test_no_running_server_is_said_only_while_that_turn_still_reads_starte
     @database_sync_to_async
     def set_status(status: str) -> None:
         InboxMessage.objects.filter(pk=accepted["message_id"]).update(
-            status=status, turn_id="6f0c2b1e-8f7a-4a4e-9d7e-2b7c1f0e9a11", reply_message_id=accepted["message_id"])
+            status=status,
+            turn_id="6f0c2b1e-8f7a-4a4e-9d7e-2b7c1f0e9a11",
+            reply_message_id=accepted["message_id"],
+        )
 
     await set_status(InboxMessage.Status.STARTED)
 
@@ -224,7 +239,9 @@ async def test_a_second_slash_compact_is_told_one_is_running(connect, alice, blo
     assert done["content"] == "Compacted."
 
 
-async def test_a_compaction_claimed_by_another_process_is_respected_until_it_goes_stale(alice, blocked_compaction):
+async def test_a_compaction_claimed_by_another_process_is_respected_until_it_goes_stale(
+    alice, blocked_compaction
+):
     """The claim lives in the dialog row: what another server process claimed binds this one; the
     claim of a process that died (older than the bound) is taken over."""
     sid = (await alice.post("/dialogs")).json()["session_id"]
@@ -256,8 +273,9 @@ async def test_a_repeated_stop_is_recognised_from_the_row_whichever_process_took
     # "The other process": it marks the row and asks the owning worker, nothing in this process.
     await database_sync_to_async(storage.note_stop_requested)(sid, first_turn)
     await request_stop(sid, turn_id=first_turn)
-    second_turn = (await ws.until("turn_updated", lambda f: f["turn"]["id"] != first_turn and f["turn"]["blocks"]
-                                  ))["turn"]["id"]
+    second_turn = (
+        await ws.until("turn_updated", lambda f: f["turn"]["id"] != first_turn and f["turn"]["blocks"])
+    )["turn"]["id"]
 
     again = await alice.post(f"/dialogs/{sid}/stop")
     assert again.status_code == 202 and again.json()["turn_id"] == first_turn
@@ -265,7 +283,9 @@ async def test_a_repeated_stop_is_recognised_from_the_row_whichever_process_took
     assert (await alice.get(f"/dialogs/{sid}/turn")).json()["id"] == second_turn, "the next turn still runs"
     stop = await alice.post(f"/dialogs/{sid}/stop", query_params={"turn_id": second_turn})
     assert stop.status_code == 202
-    await ws.until("turn_updated", lambda f: f["turn"]["id"] == second_turn and f["turn"]["status"] != "running")
+    await ws.until(
+        "turn_updated", lambda f: f["turn"]["id"] == second_turn and f["turn"]["status"] != "running"
+    )
     assert await assistant_statuses(sid) == [("first", "cancelled"), ("second", "cancelled")]
 
 
@@ -276,10 +296,13 @@ async def test_a_typed_slash_stop_stops_the_turn_running_now_even_right_after_an
     the next turn start means that turn (issue 6 review round 4)."""
     ws, sid, first_turn = await two_turns_first_running(connect, start_worker, alice)
     await ws.send({"type": "stop", "session_id": sid})
-    second_turn = (await ws.until("turn_updated", lambda f: f["turn"]["id"] != first_turn and f["turn"]["blocks"]
-                                  ))["turn"]["id"]
+    second_turn = (
+        await ws.until("turn_updated", lambda f: f["turn"]["id"] != first_turn and f["turn"]["blocks"])
+    )["turn"]["id"]
     await ws.send({"type": "message", "content": "/stop", "session_id": sid})
-    final = await ws.until("turn_updated", lambda f: f["turn"]["id"] == second_turn and f["turn"]["status"] != "running")
+    final = await ws.until(
+        "turn_updated", lambda f: f["turn"]["id"] == second_turn and f["turn"]["status"] != "running"
+    )
     assert final["turn"]["status"] == "cancelled"
     assert await assistant_statuses(sid) == [("first", "cancelled"), ("second", "cancelled")]
 
@@ -290,8 +313,9 @@ async def test_the_same_stop_again_after_its_turn_ended_is_answered_not_applied_
     ws, sid, first_turn = await two_turns_first_running(connect, start_worker, alice)
     stopped = (await alice.post(f"/dialogs/{sid}/stop")).json()
     assert (stopped["turn_id"], stopped["acknowledged"]) == (first_turn, True)
-    second_turn = (await ws.until("turn_updated", lambda f: f["turn"]["id"] != first_turn and f["turn"]["blocks"]
-                                  ))["turn"]["id"]
+    second_turn = (
+        await ws.until("turn_updated", lambda f: f["turn"]["id"] != first_turn and f["turn"]["blocks"])
+    )["turn"]["id"]
 
     again = await alice.post(f"/dialogs/{sid}/stop")  # a retry of the first stop, seconds later
     assert again.status_code == 202 and again.json() == stopped, "the same answer; nothing else stopped"
@@ -305,5 +329,7 @@ async def test_the_same_stop_again_after_its_turn_ended_is_answered_not_applied_
 
     explicit = await alice.post(f"/dialogs/{sid}/stop", query_params={"turn_id": second_turn})
     assert explicit.status_code == 202 and explicit.json()["turn_id"] == second_turn
-    final = await ws.until("turn_updated", lambda f: f["turn"]["id"] == second_turn and f["turn"]["status"] != "running")
+    final = await ws.until(
+        "turn_updated", lambda f: f["turn"]["id"] == second_turn and f["turn"]["status"] != "running"
+    )
     assert final["turn"]["status"] == "cancelled"

@@ -38,13 +38,19 @@ async def test_a_rest_message_is_the_same_operation_as_a_websocket_message(conne
     await start_worker(ScriptedProvider([script_text("Hello from REST"), script_text("Hello from WS")]))
     ws, sid = await ws_and_api(connect, alice)
 
-    response = await alice.post(f"/dialogs/{sid}/messages", json={"content": "hi over REST", "client_msg_id": "m-1"})
+    response = await alice.post(
+        f"/dialogs/{sid}/messages", json={"content": "hi over REST", "client_msg_id": "m-1"}
+    )
     assert response.status_code == 202
     accepted = response.json()
     committed = await ws.until("turn_committed")
     assert committed["session_id"] == sid
     user_row, answer = committed["messages"]
-    assert (user_row["role"], user_row["content"], user_row["id"]) == ("user", "hi over REST", accepted["message_id"])
+    assert (user_row["role"], user_row["content"], user_row["id"]) == (
+        "user",
+        "hi over REST",
+        accepted["message_id"],
+    )
     assert answer["role"] == "assistant" and answer["content"].strip() == "Hello from REST"
     updates = [f["turn"] for f in ws.of_type("turn_updated")]
     assert updates and updates[-1]["status"] == "completed" and updates[-1]["message_id"] == answer["id"]
@@ -66,7 +72,9 @@ async def test_a_rest_message_is_the_same_operation_as_a_websocket_message(conne
     await ws.send({"type": "message", "content": "again", "session_id": sid, "client_msg_id": "m-1"})
     again = await ws.until("ack", lambda f: f["client_msg_id"] == "m-1")
     assert again["message_id"] == accepted["message_id"]
-    duplicate = await alice.post(f"/dialogs/{sid}/messages", json={"content": "again", "client_msg_id": "m-2"})
+    duplicate = await alice.post(
+        f"/dialogs/{sid}/messages", json={"content": "again", "client_msg_id": "m-2"}
+    )
     assert duplicate.status_code == 202 and duplicate.json()["message_id"] == ack["message_id"]
     assert duplicate.json()["duplicate"] is True
 
@@ -74,7 +82,9 @@ async def test_a_rest_message_is_the_same_operation_as_a_websocket_message(conne
     await ws.send({"type": "history", "session_id": sid})
     ws_history = await ws.until("session_history")
     rest_history = (await alice.get(f"/dialogs/{sid}/messages")).json()
-    assert rest_history == {k: ws_history[k] for k in ("session_id", "history_revision", "messages", "has_more")}
+    assert rest_history == {
+        k: ws_history[k] for k in ("session_id", "history_revision", "messages", "has_more")
+    }
     assert [m["seq"] for m in rest_history["messages"]] == [1, 2, 3, 4]
     newest = (await alice.get(f"/dialogs/{sid}/messages?limit=2")).json()
     assert [m["seq"] for m in newest["messages"]] == [3, 4] and newest["has_more"] is True
@@ -90,7 +100,9 @@ async def test_the_running_turns_snapshot_and_stop(connect, start_worker, alice)
     await start_worker(ScriptedProvider([script_text("word " * 400)], delay=0.02))
     ws, sid = await ws_and_api(connect, alice)
     accepted = (await alice.post(f"/dialogs/{sid}/messages", json={"content": "talk slowly"})).json()
-    live = await ws.until("turn_updated", lambda f: f["turn"]["phase"] == "responding" and f["turn"]["blocks"])
+    live = await ws.until(
+        "turn_updated", lambda f: f["turn"]["phase"] == "responding" and f["turn"]["blocks"]
+    )
 
     response = await alice.get(f"/dialogs/{sid}/turn")
     assert response.status_code == 200
@@ -124,13 +136,21 @@ async def test_dialog_changes_reach_the_chats_websocket_clients(connect, alice, 
 
     created = (await alice.post("/dialogs", json={"title": "From REST"})).json()
     changed = await ws.until("session_changed")
-    assert (changed["session_id"], changed["title"], changed["active"]) == (created["session_id"], "From REST", True)
+    assert (changed["session_id"], changed["title"], changed["active"]) == (
+        created["session_id"],
+        "From REST",
+        True,
+    )
     welcome = await ws.until("notification")
     assert welcome["session_id"] == created["session_id"]
 
     await alice.patch(f"/dialogs/{created['session_id']}", json={"title": "Renamed"})
     renamed = await ws.until("session_changed")
-    assert (renamed["session_id"], renamed["title"], renamed["active"]) == (created["session_id"], "Renamed", True)
+    assert (renamed["session_id"], renamed["title"], renamed["active"]) == (
+        created["session_id"],
+        "Renamed",
+        True,
+    )
 
     await alice.post(f"/dialogs/{first}/activate")
     switched = await ws.until("session_changed")
@@ -157,9 +177,15 @@ async def test_compact_runs_in_the_background_and_notifies_the_chat(
     connect, start_worker, alice, settings, fresh_control_supervisor
 ):
     settings.PICOBOT = settings.PICOBOT.replace(compact_keep_messages=1)
-    await start_worker(ScriptedProvider([
-        script_text("First answer."), script_text("Second answer."), script_text("Summary: the user said hi twice."),
-    ]))
+    await start_worker(
+        ScriptedProvider(
+            [
+                script_text("First answer."),
+                script_text("Second answer."),
+                script_text("Summary: the user said hi twice."),
+            ]
+        )
+    )
     ws, sid = await ws_and_api(connect, alice)
     for text in ("hi", "hi again"):
         accepted = (await alice.post(f"/dialogs/{sid}/messages", json={"content": text})).json()

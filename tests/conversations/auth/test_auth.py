@@ -32,8 +32,11 @@ async def first_frame(headers: list, path: str = "/ws/chat/") -> tuple[dict, Web
 
 async def test_session_cookie_from_an_allowed_origin_is_accepted():
     cookie = await session_cookie()
-    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://localhost:8000"),
-               (b"host", b"localhost:8000")]
+    headers = [
+        (b"cookie", f"sessionid={cookie}".encode()),
+        (b"origin", b"http://localhost:8000"),
+        (b"host", b"localhost:8000"),
+    ]
     frame, comm = await first_frame(headers)
     assert frame["type"] == "ready" and frame["user"] == "carol"
     await comm.disconnect()
@@ -41,8 +44,14 @@ async def test_session_cookie_from_an_allowed_origin_is_accepted():
 
 @pytest.mark.parametrize(
     "origin",
-    [b"http://evil.example", None, b"http://localhost:3000", b"https://127.0.0.1:9999", b"null",
-     b"https://localhost:8000"],
+    [
+        b"http://evil.example",
+        None,
+        b"http://localhost:3000",
+        b"https://127.0.0.1:9999",
+        b"null",
+        b"https://localhost:8000",
+    ],
 )
 async def test_session_cookie_from_another_origin_is_refused(origin):
     cookie = await session_cookie()
@@ -57,8 +66,11 @@ async def test_session_cookie_from_another_origin_is_refused(origin):
 async def test_a_trusted_origin_from_settings_is_accepted(settings):
     settings.CSRF_TRUSTED_ORIGINS = ["https://chat.example.com"]
     cookie = await session_cookie()
-    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"https://chat.example.com"),
-               (b"host", b"127.0.0.1:8000")]
+    headers = [
+        (b"cookie", f"sessionid={cookie}".encode()),
+        (b"origin", b"https://chat.example.com"),
+        (b"host", b"127.0.0.1:8000"),
+    ]
     frame, comm = await first_frame(headers)
     assert frame["type"] == "ready"
     await comm.disconnect()
@@ -80,7 +92,9 @@ async def test_a_revoked_token_is_refused():
 
 async def test_tokens_are_stored_hashed():
     token = await make_token("frank")
-    stored = await database_sync_to_async(lambda: list(ApiToken.objects.values_list("token_hash", "prefix")))()
+    stored = await database_sync_to_async(
+        lambda: list(ApiToken.objects.values_list("token_hash", "prefix"))
+    )()
     assert stored == [(ApiToken.hash_token(token), token[:8])]
     assert token not in stored[0][0]
 
@@ -112,8 +126,11 @@ async def test_a_webui_session_logged_in_with_a_token_ends_when_the_token_is_rev
     client = await database_sync_to_async(token_login)("gina", token)
     assert (await database_sync_to_async(client.get)("/")).status_code == 200
     session_key = client.cookies[django_settings.SESSION_COOKIE_NAME].value
-    headers = [(b"cookie", f"sessionid={session_key}".encode()), (b"origin", b"http://localhost:8000"),
-               (b"host", b"localhost:8000")]
+    headers = [
+        (b"cookie", f"sessionid={session_key}".encode()),
+        (b"origin", b"http://localhost:8000"),
+        (b"host", b"localhost:8000"),
+    ]
     frame, comm = await first_frame(headers)
     assert frame["type"] == "ready", "the session opens the chat while the token is live"
     await comm.disconnect()
@@ -134,7 +151,9 @@ async def test_a_password_session_is_not_ended_by_revoking_one_of_the_users_toke
         user.set_password("a-long-password-1")
         user.save()
         client = Client()
-        assert client.post("/login/", {"username": "hank", "password": "a-long-password-1"}).status_code == 302
+        assert (
+            client.post("/login/", {"username": "hank", "password": "a-long-password-1"}).status_code == 302
+        )
         return client
 
     await make_token("hank")
@@ -152,16 +171,20 @@ async def test_an_open_websocket_is_closed_when_its_token_is_revoked(monkeypatch
     else:
         client = await database_sync_to_async(token_login)("iris", token)
         session_key = client.cookies[django_settings.SESSION_COOKIE_NAME].value
-        headers = [(b"cookie", f"sessionid={session_key}".encode()), (b"origin", b"http://localhost:8000"),
-                   (b"host", b"localhost:8000")]
+        headers = [
+            (b"cookie", f"sessionid={session_key}".encode()),
+            (b"origin", b"http://localhost:8000"),
+            (b"host", b"localhost:8000"),
+        ]
     other = await make_token("iris")  # another token of the same user: its socket stays open
     frame, comm = await first_frame(headers)
     assert frame["type"] == "ready"
     kept, kept_comm = await first_frame([(b"authorization", f"Bearer {other}".encode())])
     assert kept["type"] == "ready"
 
-    await database_sync_to_async(lambda: ApiToken.objects.filter(token_hash=ApiToken.hash_token(token))
-                                 .update(revoked_at=1))()
+    await database_sync_to_async(
+        lambda: ApiToken.objects.filter(token_hash=ApiToken.hash_token(token)).update(revoked_at=1)
+    )()
     while True:
         output = await comm.receive_output(timeout=5)
         if output["type"] == "websocket.close":
@@ -184,8 +207,11 @@ async def test_an_open_password_session_websocket_is_closed_when_its_user_is_dea
     kept_cookie = await session_cookie("kate")
 
     def cookie_headers(cookie: str) -> list:
-        return [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://localhost:8000"),
-                (b"host", b"localhost:8000")]
+        return [
+            (b"cookie", f"sessionid={cookie}".encode()),
+            (b"origin", b"http://localhost:8000"),
+            (b"host", b"localhost:8000"),
+        ]
 
     frame, comm = await first_frame(cookie_headers(jill))
     assert frame["type"] == "ready"

@@ -65,7 +65,9 @@ async def test_what_time_is_it_streams_reasoning_tool_and_answer_then_commits(co
         rows = committed["messages"]
         assert [r["role"] for r in rows] == ["user", "assistant", "tool", "assistant"]
         assert rows[0]["content"] == "What time is it?" and rows[0]["id"] == ack["message_id"]
-        assert rows[1]["tool_calls"][0]["id"] == CALL_ID and rows[1]["tool_calls"][0]["name"] == "current_time"
+        assert (
+            rows[1]["tool_calls"][0]["id"] == CALL_ID and rows[1]["tool_calls"][0]["name"] == "current_time"
+        )
         assert rows[2]["tool_call_id"] == CALL_ID and rows[2]["is_error"] is False
         assert rows[2]["content"].endswith("+00:00")
         assert rows[3]["content"].strip() == ANSWER and "<think>" not in rows[3]["content"]
@@ -133,9 +135,13 @@ async def test_bad_frames_get_errors_and_the_connection_keeps_working(connect, s
     assert (await client.until("error"))["code"] == "frame_too_large"
     await client.send({"type": "message", "content": "x" * 32_001})
     assert (await client.until("error"))["code"] == "content_too_long"
-    await client.send({"type": "message", "content": "pic", "media": [{"mime_type": "text/html", "data": "PGI+"}]})
+    await client.send(
+        {"type": "message", "content": "pic", "media": [{"mime_type": "text/html", "data": "PGI+"}]}
+    )
     assert (await client.until("error"))["code"] == "invalid_media"
-    await client.send({"type": "message", "content": "pic", "media": [{"mime_type": "image/png", "data": "%%%"}]})
+    await client.send(
+        {"type": "message", "content": "pic", "media": [{"mime_type": "image/png", "data": "%%%"}]}
+    )
     assert (await client.until("error"))["code"] == "invalid_media"
     await client.send({"type": "history", "session_id": "cli_chat:1:a\x00b"})
     assert (await client.until("error"))["code"] == "invalid_frame"
@@ -169,8 +175,9 @@ async def test_lone_surrogate_escapes_and_deep_nesting_in_frames_are_answered_cl
     assert (await client.until("pong"))["nonce"] == "still-here"
 
 
-async def test_frames_over_the_websocket_budget_are_cut_to_fit_and_the_socket_stays(connect, start_worker,
-                                                                                  monkeypatch):
+async def test_frames_over_the_websocket_budget_are_cut_to_fit_and_the_socket_stays(
+    connect, start_worker, monkeypatch
+):
     """A huge answer made every snapshot, ``turn_committed`` and later ``history`` page bigger
     than Daphne sends (it closed every socket of the chat with 1011). Frames now fit the budget,
     with the longest strings cut and marked; the database keeps the whole text."""
@@ -191,7 +198,8 @@ async def test_frames_over_the_websocket_budget_are_cut_to_fit_and_the_socket_st
     for frame in client.frames:
         assert len(json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode()) <= budget
     stored = await database_sync_to_async(
-        lambda: Message.objects.filter(role="assistant").values_list("content", flat=True).get())()
+        lambda: Message.objects.filter(role="assistant").values_list("content", flat=True).get()
+    )()
     assert stored == answer, "only the frame is cut, never the history"
     await client.send({"type": "ping", "nonce": "alive"})
     assert (await client.until("pong"))["nonce"] == "alive"
@@ -216,8 +224,14 @@ async def test_another_users_dialog_is_not_found(connect, start_worker):
     ready = await alice.until("ready")
     bob = await connect(await make_token("bob"))
     await bob.until("ready")
-    await bob.send({"type": "message", "content": "peek", "session_id": ready["active_session_id"],
-                    "client_msg_id": "b-1"})
+    await bob.send(
+        {
+            "type": "message",
+            "content": "peek",
+            "session_id": ready["active_session_id"],
+            "client_msg_id": "b-1",
+        }
+    )
     error = await bob.until("error")
     assert error["code"] == "not_found" and error["client_msg_id"] == "b-1"
     await bob.send({"type": "history", "session_id": ready["active_session_id"]})
@@ -277,7 +291,9 @@ async def test_connections_stay_in_their_chat_group_past_the_layers_group_expiry
     assert (await client.until("notification"))["content"] == "still here"
 
 
-async def test_a_connect_that_fails_half_way_leaves_no_group_refresher_behind(connect, start_worker, monkeypatch):
+async def test_a_connect_that_fails_half_way_leaves_no_group_refresher_behind(
+    connect, start_worker, monkeypatch
+):
     import asyncio
 
     from channels.layers import get_channel_layer
@@ -301,7 +317,9 @@ async def test_a_connect_that_fails_half_way_leaves_no_group_refresher_behind(co
         return await real(group, message)
 
     monkeypatch.setattr(layer, "group_send", broken)
-    second = WebsocketCommunicator(application, "/ws/chat/", headers=[(b"authorization", f"Bearer {token}".encode())])
+    second = WebsocketCommunicator(
+        application, "/ws/chat/", headers=[(b"authorization", f"Bearer {token}".encode())]
+    )
     await second.connect(timeout=5)
     with pytest.raises(ConnectionError):
         while True:

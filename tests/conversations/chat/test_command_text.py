@@ -10,10 +10,22 @@ def test_sessions_render_as_a_numbered_list_with_the_active_one_marked():
         {
             "type": "sessions",
             "items": [
-                {"session_id": "f:c:a1", "dialog_id": "a1", "title": "Trip", "last_active_at": 1_764_400_000_000,
-                 "message_count": 4, "active": True},
-                {"session_id": "f:c:b2", "dialog_id": "b2", "title": "Taxes", "last_active_at": 1_764_300_000_000,
-                 "message_count": 1, "active": False},
+                {
+                    "session_id": "f:c:a1",
+                    "dialog_id": "a1",
+                    "title": "Trip",
+                    "last_active_at": 1_764_400_000_000,
+                    "message_count": 4,
+                    "active": True,
+                },
+                {
+                    "session_id": "f:c:b2",
+                    "dialog_id": "b2",
+                    "title": "Taxes",
+                    "last_active_at": 1_764_300_000_000,
+                    "message_count": 1,
+                    "active": False,
+                },
             ],
         }
     )
@@ -28,7 +40,14 @@ def test_changes_notifications_and_errors_render_as_sentences():
     assert render_text({**base, "active": True}) == "Now in “Trip” [a1]."
     assert render_text({**base, "active": False, "deleted": True}) == "Deleted “Trip” [a1]."
     assert render_text({**base, "active": False}) == "“Trip” [a1] updated."
-    assert render_text({"type": "notification", "level": "info", "content": "Nothing is running."}) == "Nothing is running."
-    assert render_text({"type": "error", "code": "not_found", "message": "no dialog 'x'"}) == "⚠️ no dialog 'x'"
-    assert render_text({"type": "session_history", "messages": [{}, {}]}) == "2 earlier messages in this dialog."
+    assert (
+        render_text({"type": "notification", "level": "info", "content": "Nothing is running."})
+        == "Nothing is running."
+    )
+    assert (
+        render_text({"type": "error", "code": "not_found", "message": "no dialog 'x'"}) == "⚠️ no dialog 'x'"
+    )
+    assert (
+        render_text({"type": "session_history", "messages": [{}, {}]}) == "2 earlier messages in this dialog."
+    )
     assert render_text({"type": "turn_updated"}) is None

@@ -76,7 +76,9 @@ async def test_switch_makes_a_dialog_active_and_sends_its_history(connect, start
     history = await alice.until("session_history")
     assert changed["session_id"] == first and changed["active"] is True
     assert [m["content"] for m in history["messages"]] == ["hello", "First dialog answer."]
-    assert [i["session_id"] for i in (await command(alice, "/sessions", "sessions"))["items"] if i["active"]] == [first]
+    assert [
+        i["session_id"] for i in (await command(alice, "/sessions", "sessions"))["items"] if i["active"]
+    ] == [first]
     # The unified id works too; errors: no argument, bob's dialog (short or unified id).
     assert (await command(alice, f"/switch {first}", "session_changed"))["session_id"] == first
     await alice.until("session_history")
@@ -90,7 +92,11 @@ async def test_switch_makes_a_dialog_active_and_sends_its_history(connect, start
 async def test_rename_sets_a_user_title_that_sessions_shows(connect):
     alice, bob, ready, ready_b = await two_chats(connect)
     changed = await command(alice, "/rename  Budget   2027 ", "session_changed")
-    assert (changed["session_id"], changed["title"], changed["active"]) == (ready["active_session_id"], "Budget 2027", True)
+    assert (changed["session_id"], changed["title"], changed["active"]) == (
+        ready["active_session_id"],
+        "Budget 2027",
+        True,
+    )
     assert (await dialog_row(changed["session_id"])).title_is_default is False
     items = (await command(alice, "/sessions", "sessions"))["items"]
     assert items[0]["title"] == "Budget 2027"
@@ -153,12 +159,18 @@ async def test_delete_drops_queued_messages_and_stops_the_running_turn(connect, 
             raise
         return "done"
 
-    tools = ToolRegistry([Tool("slow", "waits", {"type": "object", "properties": {}}, wait_forever, timeout=60)])
-    worker = await start_worker(ScriptedProvider([script_tool_call("call-1", "slow", {})], delay=0), tools=tools)
+    tools = ToolRegistry(
+        [Tool("slow", "waits", {"type": "object", "properties": {}}, wait_forever, timeout=60)]
+    )
+    worker = await start_worker(
+        ScriptedProvider([script_tool_call("call-1", "slow", {})], delay=0), tools=tools
+    )
     alice, bob, ready, _ = await two_chats(connect)
     session = ready["active_session_id"]
     await alice.send({"type": "message", "content": "run slow", "client_msg_id": "d-1"})
-    running = await alice.until("turn_updated", lambda f: any(b["type"] == "tool" for b in f["turn"]["blocks"]))
+    running = await alice.until(
+        "turn_updated", lambda f: any(b["type"] == "tool" for b in f["turn"]["blocks"])
+    )
     turn_id = running["turn"]["id"]
     await alice.send({"type": "message", "content": "queued", "client_msg_id": "d-2"})
     await alice.until("ack", lambda f: f["client_msg_id"] == "d-2")
@@ -173,7 +185,11 @@ async def test_delete_drops_queued_messages_and_stops_the_running_turn(connect, 
     assert session not in worker.executors
     while not await alice.communicator.receive_nothing(timeout=0.3):
         await alice.recv()
-    assert not [f for f in alice.of_type("turn_updated") if f["turn"]["id"] == turn_id and f["turn"]["status"] != "running"]
+    assert not [
+        f
+        for f in alice.of_type("turn_updated")
+        if f["turn"]["id"] == turn_id and f["turn"]["status"] != "running"
+    ]
     assert not [f for f in alice.of_type("turn_committed") if f["session_id"] == session]
     assert not [f for f in alice.of_type("notification") if "interrupted" in f["content"]]
 
@@ -190,8 +206,12 @@ async def test_delete_drops_queued_messages_and_stops_the_running_turn(connect, 
 
     inbox, rows = await state()
     assert rows == [("user", "run slow")], "nothing of the turn was committed into the deleted dialog"
-    assert inbox["d-1"] == ("done", "the dialog was deleted", True), "its notice counts as sent: no restart notice"
-    assert inbox["d-2"][:2] == ("done", "the dialog was deleted"), "a deleted dialog's queued message never runs"
+    assert inbox["d-1"] == ("done", "the dialog was deleted", True), (
+        "its notice counts as sent: no restart notice"
+    )
+    assert inbox["d-2"][:2] == ("done", "the dialog was deleted"), (
+        "a deleted dialog's queued message never runs"
+    )
 
 
 async def test_info_reports_ids_counts_model_and_usage(connect, start_worker):
@@ -204,7 +224,13 @@ async def test_info_reports_ids_counts_model_and_usage(connect, start_worker):
     assert info["session_id"] == ready["active_session_id"] == notice["session_id"]
     assert (info["message_count"], info["total_message_count"], info["history_revision"]) == (1, 2, 2)
     assert info["usage"] == {"input_tokens": 120, "output_tokens": 30} and info["active"] is True
-    for text in (info["dialog_id"], "messages: 2 in history, 1 from you", "120 in, 30 out", "created:", "model:"):
+    for text in (
+        info["dialog_id"],
+        "messages: 2 in history, 1 from you",
+        "120 in, 30 out",
+        "created:",
+        "model:",
+    ):
         assert text in notice["content"]
     assert (await command(alice, "/info please", "error"))["code"] == "invalid_command"
     error = await command(alice, "/info", "error", session_id=ready_b["active_session_id"])
@@ -217,7 +243,9 @@ async def test_stop_with_nothing_running_says_so(connect):
     notice = await command(alice, "/stop", "notification")
     assert notice["content"] == "Nothing is running." and notice["session_id"] == ready["active_session_id"]
     assert (await command(alice, "/stop now", "error"))["code"] == "invalid_command"
-    assert (await command(alice, "/stop", "error", session_id=ready_b["active_session_id"]))["code"] == "not_found"
+    assert (await command(alice, "/stop", "error", session_id=ready_b["active_session_id"]))[
+        "code"
+    ] == "not_found"
     await assert_no_cross_talk(bob)
 
 
@@ -234,8 +262,17 @@ async def test_unknown_commands_get_a_hint_and_no_model_call(connect, start_work
 async def test_help_lists_every_command(connect):
     alice, bob, _, _ = await two_chats(connect)
     content = (await command(alice, "/help", "notification"))["content"]
-    for usage in ("/new [title]", "/sessions", "/switch <dialog_id>", "/rename <title>", "/delete", "/compact",
-                  "/info", "/stop", "/help"):
+    for usage in (
+        "/new [title]",
+        "/sessions",
+        "/switch <dialog_id>",
+        "/rename <title>",
+        "/delete",
+        "/compact",
+        "/info",
+        "/stop",
+        "/help",
+    ):
         assert usage in content
     await assert_no_cross_talk(bob)
 
@@ -262,11 +299,15 @@ async def test_commands_are_answered_while_a_tool_of_the_same_dialog_runs(connec
         return "finished"
 
     tools = ToolRegistry([Tool("slow", "waits", {"type": "object", "properties": {}}, slow, timeout=120)])
-    await start_worker(ScriptedProvider([script_tool_call("call-slow", "slow", {}), script_text("late")]), tools=tools)
+    await start_worker(
+        ScriptedProvider([script_tool_call("call-slow", "slow", {}), script_text("late")]), tools=tools
+    )
     alice, bob, ready, _ = await two_chats(connect)
     await alice.send({"type": "message", "content": "do the slow thing", "client_msg_id": "cp-1"})
-    await alice.until("turn_updated", lambda f: any(b["type"] == "tool" and b["status"] == "running"
-                                                   for b in f["turn"]["blocks"]))
+    await alice.until(
+        "turn_updated",
+        lambda f: any(b["type"] == "tool" and b["status"] == "running" for b in f["turn"]["blocks"]),
+    )
     await asyncio.wait_for(started.wait(), 10)
     sessions = await command(alice, "/sessions", "sessions")
     assert sessions["items"][0]["session_id"] == ready["active_session_id"]
@@ -284,21 +325,29 @@ async def test_commands_are_answered_while_a_tool_of_the_same_dialog_runs(connec
 async def test_compact_summarises_older_history_and_reports_when_done(connect, start_worker, settings):
     settings.PICOBOT = settings.PICOBOT.replace(compact_keep_messages=2)
     provider = ScriptedProvider(
-        [script_text("one"), script_text("two"), script_text("three"),
-         script_text("The user counted to three with the assistant.")]
+        [
+            script_text("one"),
+            script_text("two"),
+            script_text("three"),
+            script_text("The user counted to three with the assistant."),
+        ]
     )
     await start_worker(provider)
     alice, bob, ready, ready_b = await two_chats(connect)
     for n, word in enumerate(["first", "second", "third"]):
         await alice.send({"type": "message", "content": word, "client_msg_id": f"cp-{n}"})
-        await alice.until("turn_committed", lambda f, n=n: f["messages"][0]["content"] == ["first", "second", "third"][n])
+        await alice.until(
+            "turn_committed", lambda f, n=n: f["messages"][0]["content"] == ["first", "second", "third"][n]
+        )
     done = await command(alice, "/compact", "notification")
     assert done["level"] == "info" and done["session_id"] == ready["active_session_id"]
     assert "Compacted 4 earlier message" in done["content"]
     row = await dialog_row(ready["active_session_id"])
     assert row.summary == "The user counted to three with the assistant." and row.summary_seq == 4
     assert (await command(alice, "/compact now", "error"))["code"] == "invalid_command"
-    assert (await command(alice, "/compact", "error", session_id=ready_b["active_session_id"]))["code"] == "not_found"
+    assert (await command(alice, "/compact", "error", session_id=ready_b["active_session_id"]))[
+        "code"
+    ] == "not_found"
     await assert_no_cross_talk(bob)
 
 
@@ -306,7 +355,9 @@ async def test_compact_failure_is_reported_and_changes_nothing(connect, start_wo
     settings.PICOBOT = settings.PICOBOT.replace(compact_keep_messages=1)
     from providers.errors import ServerError
 
-    await start_worker(ScriptedProvider([script_text("one"), script_text("two"), ServerError("boom", http_status=500)]))
+    await start_worker(
+        ScriptedProvider([script_text("one"), script_text("two"), ServerError("boom", http_status=500)])
+    )
     alice, bob, ready, _ = await two_chats(connect)
     for n in range(2):
         await alice.send({"type": "message", "content": f"m{n}", "client_msg_id": f"cf-{n}"})

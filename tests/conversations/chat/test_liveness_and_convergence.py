@@ -34,7 +34,9 @@ ANSWER = "Forty two, after a long wait."
 @pytest.fixture
 def short_leases(settings):
     """A 0.6 s lease renewed every 0.1 s: a block of a second or two outlives it several times."""
-    settings.PICOBOT = settings.PICOBOT.replace(lease_seconds=0.6, lease_renew_seconds=0.1, inbox_scan_seconds=0.1)
+    settings.PICOBOT = settings.PICOBOT.replace(
+        lease_seconds=0.6, lease_renew_seconds=0.1, inbox_scan_seconds=0.1
+    )
 
 
 @pytest.fixture
@@ -129,7 +131,9 @@ async def test_a_commit_slower_than_the_lease_is_announced_when_the_storage_lock
         await gate.wait()
         return "ready"
 
-    tools = ToolRegistry([Tool("wait", "waits", {"type": "object", "properties": {}}, wait_for_gate, timeout=60)])
+    tools = ToolRegistry(
+        [Tool("wait", "waits", {"type": "object", "properties": {}}, wait_for_gate, timeout=60)]
+    )
     provider = ScriptedProvider([script_tool_call("call_w", "wait", {}), script_text(ANSWER)])
     await start_worker(provider, worker_id="owner:serve", tools=tools)
     client = await connect(await make_token())
@@ -249,7 +253,9 @@ async def test_the_fallback_is_never_sent_after_a_final_was_delivered(connect, s
             return sink
 
     outbox = Outbox()
-    await start_worker(ScriptedProvider([script_text(ANSWER)]), sink_factory=PublishThenFail(), outbound=outbox.dispatcher)
+    await start_worker(
+        ScriptedProvider([script_text(ANSWER)]), sink_factory=PublishThenFail(), outbound=outbox.dispatcher
+    )
     client = await connect(await make_token())
     await send(client)
     await client.until("turn_committed")
@@ -263,9 +269,13 @@ async def test_the_fallback_is_never_sent_after_a_final_was_delivered(connect, s
     assert not [f for f in client.of_type("notification") if f.get("turn_id")], "dropped: the final was shown"
 
 
-async def test_a_fallback_that_arrives_before_any_final_is_replaced_by_the_final_from_storage(connect, start_worker):
+async def test_a_fallback_that_arrives_before_any_final_is_replaced_by_the_final_from_storage(
+    connect, start_worker
+):
     sinks, outbox = SinkFactory(*[ConnectionError("layer hiccup")] * 5), Outbox()
-    await start_worker(ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher)
+    await start_worker(
+        ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher
+    )
     client = await connect(await make_token())
     await send(client)
     await client.until("turn_updated", lambda f: f["turn"]["status"] != "running", timeout=10)
@@ -274,17 +284,23 @@ async def test_a_fallback_that_arrives_before_any_final_is_replaced_by_the_final
     assert final["status"] == "completed" and answer_of(final) == ANSWER
     assert len(client.of_type("turn_committed")) == 1
     assert len(outbox.messages) == 1
-    assert not [f for f in client.of_type("notification") if f.get("turn_id")], "one final: not the fallback too"
+    assert not [f for f in client.of_type("notification") if f.get("turn_id")], (
+        "one final: not the fallback too"
+    )
 
 
-async def test_deleting_a_dialog_with_a_running_turn_sends_no_rebuilt_terminal(connect, start_worker, quick_reconcile):
+async def test_deleting_a_dialog_with_a_running_turn_sends_no_rebuilt_terminal(
+    connect, start_worker, quick_reconcile
+):
     gate = asyncio.Event()
 
     async def wait_for_gate(arguments: dict) -> str:
         await gate.wait()
         return "never"
 
-    tools = ToolRegistry([Tool("wait", "waits", {"type": "object", "properties": {}}, wait_for_gate, timeout=60)])
+    tools = ToolRegistry(
+        [Tool("wait", "waits", {"type": "object", "properties": {}}, wait_for_gate, timeout=60)]
+    )
     await start_worker(ScriptedProvider([script_tool_call("call_w", "wait", {})]), tools=tools)
     token = await make_token()
     client, watcher = await connect(token), await connect(token)
@@ -297,7 +313,9 @@ async def test_deleting_a_dialog_with_a_running_turn_sends_no_rebuilt_terminal(c
     for each in (client, watcher):
         await settle(each)
         assert terminals(each) == [], "a deleted dialog's turn ends without a terminal frame"
-        assert not [f for f in each.of_type("turn_committed") if f["session_id"] == ready["active_session_id"]]
+        assert not [
+            f for f in each.of_type("turn_committed") if f["session_id"] == ready["active_session_id"]
+        ]
 
 
 async def test_a_quiet_period_of_zero_turns_the_lookups_off(connect, start_worker, monkeypatch, settings):

@@ -78,7 +78,9 @@ async def test_a_stop_while_the_turn_is_being_set_up_is_not_lost(connect, start_
     assert (final["turn"]["status"], final["turn"]["error"]) == ("cancelled", "stopped")
 
 
-async def test_a_commit_storage_refuses_is_reported_once_and_never_as_a_restart(connect, start_worker, monkeypatch):
+async def test_a_commit_storage_refuses_is_reported_once_and_never_as_a_restart(
+    connect, start_worker, monkeypatch
+):
     failing = {"on": True}
     real_commit, real_abandon = storage.commit_turn, storage.abandon_turn
 
@@ -104,6 +106,7 @@ async def test_a_commit_storage_refuses_is_reported_once_and_never_as_a_restart(
     notice = await client.until("notification")
     assert notice["level"] == "error" and "not saved" in notice["content"]
     failing["on"] = False
+
     # The row the failed abandon left ``started`` is cleaned up by the next owner without a notice.
     @database_sync_to_async
     def statuses() -> list[str]:
@@ -123,7 +126,9 @@ async def test_a_commit_storage_refuses_is_reported_once_and_never_as_a_restart(
     assert await late.communicator.receive_nothing(timeout=0.3), "no restart notice on a new connection"
 
 
-async def test_command_arguments_split_on_any_whitespace_and_leading_space_is_a_command(connect, start_worker):
+async def test_command_arguments_split_on_any_whitespace_and_leading_space_is_a_command(
+    connect, start_worker
+):
     provider = ScriptedProvider([])
     await start_worker(provider)
     client = await connect(await make_token())

@@ -124,8 +124,17 @@ def history_rows(cycles: int, tool_chars: int) -> list[dict]:
         call_id = f"call_{n}"
         rows += [
             {"role": "user", "content": f"Fetch page {n}, please."},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "name": "fetch", "arguments": {"n": n}}]},
-            {"role": "tool", "content": f"page {n}: " + "p" * tool_chars, "tool_call_id": call_id, "tool_name": "fetch"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": call_id, "name": "fetch", "arguments": {"n": n}}],
+            },
+            {
+                "role": "tool",
+                "content": f"page {n}: " + "p" * tool_chars,
+                "tool_call_id": call_id,
+                "tool_name": "fetch",
+            },
             {"role": "assistant", "content": f"Page {n} is about topic {n}."},
         ]
     return [{**row, "seq": seq} for seq, row in enumerate(rows, start=1)]
@@ -196,7 +205,9 @@ class SummaryGate(LLMProvider):
 
 
 @database_sync_to_async
-def seed_tool_history(session_id: str, cycles: int, *, tool_chars: int, error_every: int = 0, **fields) -> None:
+def seed_tool_history(
+    session_id: str, cycles: int, *, tool_chars: int, error_every: int = 0, **fields
+) -> None:
     """``cycles`` × (user, assistant tool call, tool result of ``tool_chars``, assistant answer).
 
     With ``error_every``, every such cycle's result is an error (``is_error``) with a
@@ -207,8 +218,11 @@ def seed_tool_history(session_id: str, cycles: int, *, tool_chars: int, error_ev
     for n, row in enumerate(history_rows(cycles, tool_chars)):
         cycle = n // 4
         if row["role"] == "tool" and error_every and cycle % error_every == 0:
-            row = {**row, "content": f"ERROR-{cycle}: the upstream refused this page (quota exceeded). " * 4,
-                   "is_error": True}
+            row = {
+                **row,
+                "content": f"ERROR-{cycle}: the upstream refused this page (quota exceeded). " * 4,
+                "is_error": True,
+            }
         rows.append(Message(dialog=dialog, **row))
     Message.objects.bulk_create(rows)
     Dialog.objects.filter(pk=session_id).update(
@@ -225,13 +239,17 @@ def dialog_state(session_id: str) -> dict:
         "failures": dialog.auto_compact_failures,
         "rows": Message.objects.filter(dialog_id=session_id).count(),
         "tool_contents": list(
-            Message.objects.filter(dialog_id=session_id, role="tool").order_by("seq").values_list("content", flat=True)
+            Message.objects.filter(dialog_id=session_id, role="tool")
+            .order_by("seq")
+            .values_list("content", flat=True)
         ),
     }
 
 
 def small_window(settings, window: int = WINDOW, **extra) -> None:
-    settings.PICOBOT = settings.PICOBOT.replace(llm_context_window=window, compact_threshold=0.8, auto_title_after=0, **extra)
+    settings.PICOBOT = settings.PICOBOT.replace(
+        llm_context_window=window, compact_threshold=0.8, auto_title_after=0, **extra
+    )
 
 
 async def send(client, content: str) -> dict:
@@ -254,7 +272,9 @@ async def test_a_500_message_dialog_with_large_tool_outputs_compacts_and_its_nex
     connect, start_worker, settings
 ):
     small_window(settings)
-    provider = SummaryGate([script_text("Page 124 is next."), script_text("Still here.")], [script_text(SUMMARY)])
+    provider = SummaryGate(
+        [script_text("Page 124 is next."), script_text("Still here.")], [script_text(SUMMARY)]
+    )
     client = await connect(await make_token())
     session_id = (await client.until("ready"))["active_session_id"]
     await seed_tool_history(session_id, 125, tool_chars=4000)  # 500 rows, ≈ 150,000 estimated tokens
@@ -311,7 +331,10 @@ async def test_error_tool_results_survive_microcompact_and_nothing_is_stored(con
     assert len(tool_results) == 40
     for n, result in enumerate(tool_results):
         if n % 5 == 0:  # every error result reaches the model whole
-            assert result.is_error and result.content == f"ERROR-{n}: the upstream refused this page (quota exceeded). " * 4
+            assert (
+                result.is_error
+                and result.content == f"ERROR-{n}: the upstream refused this page (quota exceeded). " * 4
+            )
         elif n >= 36:  # the newest ones too
             assert result.content.startswith(f"page {n}: ppp") and len(result.content) > 2000
         else:
@@ -326,7 +349,9 @@ async def test_a_hanging_summary_call_ends_at_its_time_bound_visibly_and_the_dia
     connect, start_worker, settings
 ):
     small_window(settings, compact_timeout=0.3)
-    provider = SummaryGate([script_text("Answer without a summary."), script_text("Second answer.")], hang=True)
+    provider = SummaryGate(
+        [script_text("Answer without a summary."), script_text("Second answer.")], hang=True
+    )
     client = await connect(await make_token())
     session_id = (await client.until("ready"))["active_session_id"]
     await seed_tool_history(session_id, 125, tool_chars=2000)

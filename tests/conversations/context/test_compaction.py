@@ -78,13 +78,27 @@ def test_the_boundary_is_the_highest_safe_cut(roles, keep):
 
 def test_the_summary_request_carries_text_and_tool_activity_but_never_reasoning():
     rows = [
-        {"seq": 1, "role": "user", "content": "Plan my Kyoto trip.", "media_refs": [{"mime_type": "image/png"}]},
         {
-            "seq": 2, "role": "assistant", "content": "<think>SECRET-THINK</think>Let me check the weather.",
-            "reasoning": "SECRET-REASONING", "provider_state": {"blocks": ["SECRET-STATE"]},
+            "seq": 1,
+            "role": "user",
+            "content": "Plan my Kyoto trip.",
+            "media_refs": [{"mime_type": "image/png"}],
+        },
+        {
+            "seq": 2,
+            "role": "assistant",
+            "content": "<think>SECRET-THINK</think>Let me check the weather.",
+            "reasoning": "SECRET-REASONING",
+            "provider_state": {"blocks": ["SECRET-STATE"]},
             "tool_calls": [{"id": "c1", "name": "weather", "arguments": {"city": "Kyoto"}}],
         },
-        {"seq": 3, "role": "tool", "content": "Sunny. " + "x" * 2000, "tool_name": "weather", "is_error": False},
+        {
+            "seq": 3,
+            "role": "tool",
+            "content": "Sunny. " + "x" * 2000,
+            "tool_name": "weather",
+            "is_error": False,
+        },
         {"seq": 4, "role": "tool", "content": "quota exceeded", "tool_name": "maps", "is_error": True},
     ]
     request = build_summary_request("The user is vegetarian.", rows, max_tool_chars=100)
@@ -147,7 +161,9 @@ def seed_dialog(roles: str, username: str = "alice", **fields) -> Dialog:
             extra["tool_calls"] = [{"id": f"call{row['seq']}", "name": "clock", "arguments": {}}]
         if row["role"] == "tool":
             extra["tool_call_id"] = f"call{row['seq'] - 1}"
-        Message.objects.create(dialog=dialog, seq=row["seq"], role=row["role"], content=row["content"], **extra)
+        Message.objects.create(
+            dialog=dialog, seq=row["seq"], role=row["role"], content=row["content"], **extra
+        )
     Dialog.objects.filter(pk=dialog.pk).update(history_revision=len(roles), auto_compact_failures=3, **fields)
     return Dialog.objects.get(pk=dialog.pk)
 
@@ -167,11 +183,18 @@ async def test_a_compaction_folds_the_older_rows_into_the_summary_and_keeps_hist
 
     outcome = await compact_dialog(dialog.id, provider, keep=2, timeout=5)
 
-    assert (outcome.compacted, outcome.covered_seq, outcome.summarised_rows, outcome.kept_rows) == (True, 6, 6, 2)
+    assert (outcome.compacted, outcome.covered_seq, outcome.summarised_rows, outcome.kept_rows) == (
+        True,
+        6,
+        6,
+        2,
+    )
     assert outcome.summary_chars == len("The user asked the time twice.") and "6 earlier" in outcome.notice
     after = await reload(dialog)
     assert (after.summary, after.summary_seq, after.auto_compact_failures) == (
-        "The user asked the time twice.", 6, 0,
+        "The user asked the time twice.",
+        6,
+        0,
     )
     assert await database_sync_to_async(Message.objects.filter(dialog=dialog).count)() == 8
     prompt = provider.requests[0].messages[1].text
@@ -249,7 +272,9 @@ async def test_a_concurrent_compaction_that_committed_first_wins_and_ours_is_dis
     ours = asyncio.ensure_future(compact_dialog(dialog.id, slow, keep=2, timeout=5))
     await slow.entered.wait()  # ours has read the source and is waiting for the model
 
-    theirs = await compact_dialog(dialog.id, ScriptedProvider([script_text("Fast summary.")]), keep=2, timeout=5)
+    theirs = await compact_dialog(
+        dialog.id, ScriptedProvider([script_text("Fast summary.")]), keep=2, timeout=5
+    )
     slow.gate.set()
     outcome = await ours
 

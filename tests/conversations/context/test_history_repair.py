@@ -76,8 +76,17 @@ class StrictUpstream:
         errors = pairing_errors(request.json() or {})
         if errors:
             self.rejected.append(errors)
-            body = {"error": {"message": errors[0], "type": "invalid_request_error", "param": "messages", "code": None}}
-            return SSEResponse(400, {"content-type": "application/json"}, [json.dumps(body).encode()], chunked=False)
+            body = {
+                "error": {
+                    "message": errors[0],
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": None,
+                }
+            }
+            return SSEResponse(
+                400, {"content-type": "application/json"}, [json.dumps(body).encode()], chunked=False
+            )
         return SSEResponse(pieces=text_pieces(ANSWER))
 
 
@@ -169,7 +178,11 @@ def seed_history(session_id: str, rows: list[dict]) -> list[dict]:
 
 @database_sync_to_async
 def stored_history(session_id: str) -> list[tuple]:
-    return list(Message.objects.filter(dialog_id=session_id).order_by("seq").values_list("seq", "role", "tool_call_id"))
+    return list(
+        Message.objects.filter(dialog_id=session_id)
+        .order_by("seq")
+        .values_list("seq", "role", "tool_call_id")
+    )
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -187,7 +200,9 @@ async def test_a_damaged_tool_history_is_repaired_for_a_provider_that_rejects_un
         # The control: the stored history as it is, unrepaired, is refused by this upstream.
         raw = [m for m in (row_to_message(r) for r in history_rows) if m is not None]
         with pytest.raises(ProviderError) as refused:
-            await provider.collect(ProviderRequest([ProviderMessage.system("s"), *raw, ProviderMessage.user("x")]))
+            await provider.collect(
+                ProviderRequest([ProviderMessage.system("s"), *raw, ProviderMessage.user("x")])
+            )
         assert refused.value.http_status == 400 and upstream.rejected
         upstream.rejected.clear()
 
@@ -197,7 +212,10 @@ async def test_a_damaged_tool_history_is_repaired_for_a_provider_that_rejects_un
 
     final = client.of_type("turn_updated")[-1]["turn"]
     assert final["status"] == "completed", final["error"]
-    assert [(m["role"], m["content"]) for m in committed["messages"]] == [("user", NEW_MESSAGE), ("assistant", ANSWER)]
+    assert [(m["role"], m["content"]) for m in committed["messages"]] == [
+        ("user", NEW_MESSAGE),
+        ("assistant", ANSWER),
+    ]
     assert upstream.rejected == [] and server.errors == []
     turn_request = server.recorded[-1].json()
     assert pairing_errors(turn_request) == []
@@ -205,5 +223,7 @@ async def test_a_damaged_tool_history_is_repaired_for_a_provider_that_rejects_un
     assert [shape(m) for m in turn_request["messages"][1:]] == expected
     # The repair is the request's only: the stored history is what it was, plus the new turn.
     after = await stored_history(session_id)
-    assert after[: len(seeded)] == [(i, r["role"], r.get("tool_call_id")) for i, r in enumerate(seeded, start=1)]
-    assert [role for _, role, _ in after[len(seeded):]] == ["user", "assistant"]
+    assert after[: len(seeded)] == [
+        (i, r["role"], r.get("tool_call_id")) for i, r in enumerate(seeded, start=1)
+    ]
+    assert [role for _, role, _ in after[len(seeded) :]] == ["user", "assistant"]

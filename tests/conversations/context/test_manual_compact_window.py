@@ -59,8 +59,10 @@ def pairs(count: int, chars: int) -> list[dict]:
 
 
 def history_rows(rows: list[dict]) -> list[dict]:
-    return [{"seq": seq, "images": [], "reasoning": None, "tool_calls": [], "tool_call_id": None, **row}
-            for seq, row in enumerate(rows, start=1)]
+    return [
+        {"seq": seq, "images": [], "reasoning": None, "tool_calls": [], "tool_call_id": None, **row}
+        for seq, row in enumerate(rows, start=1)
+    ]
 
 
 def test_rows_to_keep_is_at_most_the_configured_count_and_fewer_when_they_do_not_fit():

@@ -61,13 +61,18 @@ async def begin(connect, start_worker, provider, content: str = "hi", **options)
 
 
 async def terminal(client) -> dict:
-    return (await client.until("turn_updated", lambda f: f["turn"]["status"] != "running", timeout=20))["turn"]
+    return (await client.until("turn_updated", lambda f: f["turn"]["status"] != "running", timeout=20))[
+        "turn"
+    ]
 
 
 @database_sync_to_async
 def stored() -> dict:
     """Every history row (role, content, completion_status, is_error, tool_call_id) and inbox row."""
-    rows = [(m.role, m.content, m.completion_status, m.is_error, m.tool_call_id) for m in Message.objects.order_by("seq")]
+    rows = [
+        (m.role, m.content, m.completion_status, m.is_error, m.tool_call_id)
+        for m in Message.objects.order_by("seq")
+    ]
     inbox = list(InboxMessage.objects.order_by("position").values_list("status", "error"))
     return {"rows": rows, "inbox": inbox}
 
@@ -87,7 +92,8 @@ class WindowedProvider(ScriptedProvider):
         if estimate > self.window:
             self.refused.append(estimate)
             raise ContextOverflowError(
-                f"This model's maximum context length is {self.window} tokens", http_status=400,
+                f"This model's maximum context length is {self.window} tokens",
+                http_status=400,
                 provider_code="context_length_exceeded",
             )
         self.accepted.append(estimate)
@@ -123,14 +129,21 @@ async def test_a_request_after_large_tool_results_is_fitted_to_the_window_and_hi
     second = provider.requests[1].messages
     results = [b for m in second for b in m.content if isinstance(b, ToolResultBlock)]
     assert [r.tool_call_id for r in results] == ["d1", "d2", "d3"]
-    assert all(r.content.startswith("DDD") and "tool result cut to fit the context window" in r.content for r in results)
+    assert all(
+        r.content.startswith("DDD") and "tool result cut to fit the context window" in r.content
+        for r in results
+    )
     state = await stored()
     assert [(r[0], r[1], r[4]) for r in state["rows"] if r[0] == "tool"] == [
-        ("tool", BIG_RESULT, "d1"), ("tool", BIG_RESULT, "d2"), ("tool", BIG_RESULT, "d3"),
+        ("tool", BIG_RESULT, "d1"),
+        ("tool", BIG_RESULT, "d2"),
+        ("tool", BIG_RESULT, "d3"),
     ], "the stored history keeps the results whole"
 
 
-async def test_an_overflow_at_a_later_iteration_is_retried_once_fitted_harder(connect, start_worker, window_8000):
+async def test_an_overflow_at_a_later_iteration_is_retried_once_fitted_harder(
+    connect, start_worker, window_8000
+):
     # The configured window (8,000) is larger than what the model takes (5,000): the fitted second
     # request still overflows, and is sent once more with half the budget.
     provider = WindowedProvider([THREE_DUMPS, script_text("Done reading.")], window=5000)
@@ -151,19 +164,27 @@ async def test_a_second_overflow_at_a_later_iteration_fails_clearly_and_keeps_th
     client, _, _ = await begin(connect, start_worker, provider, tools=DUMP)
     turn = await terminal(client)
     assert turn["status"] == "failed"
-    assert turn["error"].startswith(f"{TOO_LONG}: the model refused this turn's input") and REF.search(turn["error"])
+    assert turn["error"].startswith(f"{TOO_LONG}: the model refused this turn's input") and REF.search(
+        turn["error"]
+    )
     assert "maximum context length" not in turn["error"]
     assert len(provider.refused) == 2, "the fitted request and one harder retry, never more"
     state = await stored()
     assert [(r[0], r[1]) for r in state["rows"]] == [
-        ("user", "hi"), ("assistant", ""), ("tool", BIG_RESULT), ("tool", BIG_RESULT), ("tool", BIG_RESULT),
+        ("user", "hi"),
+        ("assistant", ""),
+        ("tool", BIG_RESULT),
+        ("tool", BIG_RESULT),
+        ("tool", BIG_RESULT),
     ]
     assert state["inbox"] == [("done", turn["error"])]
 
 
 def test_fit_request_prunes_older_results_then_cuts_the_largest_and_never_an_error_result_first():
     old_call = ProviderMessage.assistant("", tool_calls=[ToolUseBlock("o1", "dump", {})])
-    new_call = ProviderMessage.assistant("", tool_calls=[ToolUseBlock("n1", "dump", {}), ToolUseBlock("n2", "dump", {})])
+    new_call = ProviderMessage.assistant(
+        "", tool_calls=[ToolUseBlock("n1", "dump", {}), ToolUseBlock("n2", "dump", {})]
+    )
     messages = [
         ProviderMessage.system("sys"),
         ProviderMessage.user("question"),
@@ -199,7 +220,10 @@ def test_truncate_tool_results_cuts_to_one_level_with_a_marker():
 
 
 async def test_an_overflow_after_shown_reasoning_is_not_retried(connect, start_worker):
-    first = [ReasoningDelta("FIRST-ATTEMPT-REASONING "), ContextOverflowError("maximum context length", http_status=400)]
+    first = [
+        ReasoningDelta("FIRST-ATTEMPT-REASONING "),
+        ContextOverflowError("maximum context length", http_status=400),
+    ]
     provider = ScriptedProvider([first, script_text("second answer", reasoning="SECOND-ATTEMPT-REASONING")])
     client, _, _ = await begin(connect, start_worker, provider)
     turn = await terminal(client)

@@ -43,7 +43,9 @@ async def tiny(arguments: dict) -> str:
 
 
 def overflow() -> ContextOverflowError:
-    return ContextOverflowError("maximum context length exceeded", http_status=400, provider_code="context_length")
+    return ContextOverflowError(
+        "maximum context length exceeded", http_status=400, provider_code="context_length"
+    )
 
 
 def test_the_mid_turn_message_claims_shortening_only_when_the_request_was_shortened():

@@ -31,7 +31,9 @@ def seed_dialog(cycles: int, chars: int) -> Dialog:
     rows = []
     for n in range(cycles):
         rows.append(Message(dialog=dialog, seq=2 * n + 1, role="user", content=f"topic {n}: " + "q" * chars))
-        rows.append(Message(dialog=dialog, seq=2 * n + 2, role="assistant", content=f"about {n}: " + "a" * chars))
+        rows.append(
+            Message(dialog=dialog, seq=2 * n + 2, role="assistant", content=f"about {n}: " + "a" * chars)
+        )
     rows.append(Message(dialog=dialog, seq=2 * cycles + 1, role="user", content="What now?"))
     Message.objects.bulk_create(rows)
     Dialog.objects.filter(pk=dialog.pk).update(history_revision=len(rows))
@@ -41,11 +43,22 @@ def seed_dialog(cycles: int, chars: int) -> Dialog:
 @database_sync_to_async
 def start_of(dialog_id: str) -> TurnStart:
     dialog = Dialog.objects.get(pk=dialog_id)
-    rows = [message_to_history_row(m) for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq)]
+    rows = [
+        message_to_history_row(m) for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq)
+    ]
     return TurnStart(
-        dialog_id=dialog.id, channel=dialog.channel, chat_id=dialog.chat_id, title=dialog.title, inbox_id="inbox",
-        turn_id="turn", reply_message_id="reply", user_message={}, history=rows, summary=dialog.summary,
-        summary_seq=dialog.summary_seq, history_revision=dialog.history_revision,
+        dialog_id=dialog.id,
+        channel=dialog.channel,
+        chat_id=dialog.chat_id,
+        title=dialog.title,
+        inbox_id="inbox",
+        turn_id="turn",
+        reply_message_id="reply",
+        user_message={},
+        history=rows,
+        summary=dialog.summary,
+        summary_seq=dialog.summary_seq,
+        history_revision=dialog.history_revision,
     )
 
 
@@ -79,13 +92,17 @@ async def test_an_automatic_summary_cut_off_at_max_tokens_is_refused_and_the_tur
     """QA 6: finish_reason "length" means the summary stops mid-sentence; it must not replace the
     history it summarises (the failure is visible as the automatic compaction notice)."""
     dialog = await seed_dialog(30, 400)
-    provider = ScriptedProvider([script_text("The user asked about topic 1 and then the", finish_reason="length")])
+    provider = ScriptedProvider(
+        [script_text("The user asked about topic 1 and then the", finish_reason="length")]
+    )
     build = TurnInputBuilder(provider, system_prompt="sys", window_tokens=8000, keep_messages=4)
     prepared = await build.prepare(await start_of(dialog.id))
 
     assert prepared.compression is None
     [notice] = prepared.notices
-    assert notice.startswith("Automatic compaction failed: The model's summary was cut off at its output limit")
+    assert notice.startswith(
+        "Automatic compaction failed: The model's summary was cut off at its output limit"
+    )
     after = await reload(dialog.id)
     assert (after.summary, after.summary_seq, after.auto_compact_failures) == ("", 0, 1)
 

@@ -85,10 +85,16 @@ def test_blocks():
 def test_a_tool_call_counts_its_name_and_its_json_arguments():
     arguments = {"query": "weather in Kyoto", "days": 3}
     call = ToolUseBlock("call_1", "search", arguments)
-    expected = TOOL_USE_OVERHEAD + estimate_text("search") + estimate_text(json.dumps(arguments, separators=(",", ":")))
+    expected = (
+        TOOL_USE_OVERHEAD
+        + estimate_text("search")
+        + estimate_text(json.dumps(arguments, separators=(",", ":")))
+    )
     assert estimate_block(call) == expected
     raw = ToolUseBlock("call_2", "search", {}, raw_arguments="{not json" + "x" * 100)
-    assert estimate_block(raw) == TOOL_USE_OVERHEAD + estimate_text("search") + estimate_text(raw.raw_arguments)
+    assert estimate_block(raw) == TOOL_USE_OVERHEAD + estimate_text("search") + estimate_text(
+        raw.raw_arguments
+    )
 
 
 def test_messages_add_a_role_overhead_each():

@@ -66,7 +66,9 @@ def seed(cycles: int, *, chars: int = 50, username: str = "alice", **fields) -> 
     rows = []
     for n in range(cycles):
         rows.append(Message(dialog=dialog, seq=2 * n + 1, role="user", content=f"topic {n}: " + "q" * chars))
-        rows.append(Message(dialog=dialog, seq=2 * n + 2, role="assistant", content=f"about {n}: " + "a" * chars))
+        rows.append(
+            Message(dialog=dialog, seq=2 * n + 2, role="assistant", content=f"about {n}: " + "a" * chars)
+        )
     rows.append(Message(dialog=dialog, seq=2 * cycles + 1, role="user", content="What now?"))
     Message.objects.bulk_create(rows)
     Dialog.objects.filter(pk=dialog.pk).update(history_revision=len(rows), **fields)
@@ -77,7 +79,9 @@ def seed(cycles: int, *, chars: int = 50, username: str = "alice", **fields) -> 
 def start_of(dialog_id: str) -> TurnStart:
     """The TurnStart of the dialog's newest user row (as ``storage.start_next_turn`` builds it)."""
     dialog = Dialog.objects.get(pk=dialog_id)
-    rows = [message_to_history_row(m) for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq)]
+    rows = [
+        message_to_history_row(m) for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq)
+    ]
     return TurnStart(
         dialog_id=dialog.id,
         channel=dialog.channel,
@@ -128,8 +132,13 @@ async def test_one_system_prompt_and_one_runtime_context_with_the_plan_and_recal
     dialog = await seed(2, summary="Earlier: tea.", summary_seq=0)
     await database_sync_to_async(Plan.objects.create)(
         dialog=dialog,
-        content={"steps": [{"text": "Book the hotel", "status": "done"}, {"text": "Buy tickets", "status": "in_progress"}],
-                 "note": "Trip in May"},
+        content={
+            "steps": [
+                {"text": "Book the hotel", "status": "done"},
+                {"text": "Buy tickets", "status": "in_progress"},
+            ],
+            "note": "Trip in May",
+        },
     )
 
     async def memory(start: TurnStart) -> str:
@@ -155,7 +164,9 @@ async def test_without_plan_or_memory_the_runtime_context_is_time_channel_and_ti
     dialog = await seed(1)
     prepared = await builder(ScriptedProvider([])).prepare(await start_of(dialog.id))
     assert prepared.messages[-1].text == (
-        "What now?" + RUNTIME_CONTEXT_MARKER + "time=2025-05-04T10:42:00+00:00; channel=cli_chat; dialog_title='New chat']"
+        "What now?"
+        + RUNTIME_CONTEXT_MARKER
+        + "time=2025-05-04T10:42:00+00:00; channel=cli_chat; dialog_title='New chat']"
     )
 
 
@@ -208,7 +219,10 @@ async def test_the_compression_update_is_committed_only_while_the_state_version_
     fresh = await build.prepare(start)
     committed = await build.commit_compression(start, fresh)
     after = await reload(dialog.id)
-    assert committed.committed and committed.base_state_version == fresh.base_state_version + 1 == after.state_version
+    assert (
+        committed.committed
+        and committed.base_state_version == fresh.base_state_version + 1 == after.state_version
+    )
     assert (after.summary, after.summary_seq) == (SUMMARY, fresh.compression.covers_seq)
     assert await database_sync_to_async(Message.objects.filter(dialog_id=dialog.id).count)() == 61
 
@@ -233,15 +247,28 @@ def seed_rows(rows: list[dict]) -> TurnStart:
     dialog = Dialog.objects.get(pk=dialog.pk)
     history = [message_to_history_row(m) for m in Message.objects.filter(dialog=dialog).order_by("seq")]
     return TurnStart(
-        dialog_id=dialog.id, channel=dialog.channel, chat_id=dialog.chat_id, title=dialog.title, inbox_id="inbox",
-        turn_id="turn", reply_message_id="reply", user_message={}, history=history, summary="", summary_seq=0,
+        dialog_id=dialog.id,
+        channel=dialog.channel,
+        chat_id=dialog.chat_id,
+        title=dialog.title,
+        inbox_id="inbox",
+        turn_id="turn",
+        reply_message_id="reply",
+        user_message={},
+        history=history,
+        summary="",
+        summary_seq=0,
         history_revision=len(rows),
     )
 
 
 U_ORDER = [  # the QA's u_order.py dialog: one earlier turn with a 3,000-character tool result
     {"role": "user", "content": "previous question " * 30},
-    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "http_fetch", "arguments": {"url": "http://x"}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c1", "name": "http_fetch", "arguments": {"url": "http://x"}}],
+    },
     {"role": "tool", "content": "R" * 3000, "tool_call_id": "c1", "tool_name": "http_fetch"},
     {"role": "assistant", "content": "previous answer the user relies on"},
     {"role": "user", "content": "current question"},
@@ -254,8 +281,14 @@ async def test_tool_results_are_shortened_before_whole_turns_are_left_out():
     full = await build.prepare(start)
     # A window whose share fits the input once the old result is pruned, but not with it whole.
     shortened = build.estimate(
-        [m if m.role != "tool" else ProviderMessage.tool_result("c1", "[older tool result pruned: 3000 chars]",
-                                                                 tool_name="http_fetch") for m in full.messages]
+        [
+            m
+            if m.role != "tool"
+            else ProviderMessage.tool_result(
+                "c1", "[older tool result pruned: 3000 chars]", tool_name="http_fetch"
+            )
+            for m in full.messages
+        ]
     )
     assert shortened < 400 < full.estimate
     prepared = await build.prepare(start, window_tokens=int(400 / build.threshold))
@@ -305,7 +338,10 @@ async def test_recovery_rebuilds_through_the_same_path_with_a_smaller_window():
 
 async def test_recovery_reads_the_dialog_state_again_instead_of_what_the_turn_start_prefetched():
     dialog = await seed(20, chars=800)
-    stale = {"dialog": {"state_version": 999, "auto_compact_failures": 0, "plan": "[>] an old plan"}, "memory": None}
+    stale = {
+        "dialog": {"state_version": 999, "auto_compact_failures": 0, "plan": "[>] an old plan"},
+        "memory": None,
+    }
     start = replace(await start_of(dialog.id), prefetched=stale)
     build = builder(ScriptedProvider([script_text(SUMMARY)]))
     first = await build.prepare(start)
@@ -372,10 +408,18 @@ class WindowedUpstream:
         if self.is_summary(request):
             return SSEResponse(pieces=text_pieces(SUMMARY))
         if self.always or len(request.body) > OVERFLOW_BYTES:
-            body = {"error": {"message": "This model's maximum context length is 8192 tokens. However, your "
-                              "messages resulted in 9000 tokens.", "type": "invalid_request_error",
-                              "param": "messages", "code": "context_length_exceeded"}}
-            return SSEResponse(400, {"content-type": "application/json"}, [json.dumps(body).encode()], chunked=False)
+            body = {
+                "error": {
+                    "message": "This model's maximum context length is 8192 tokens. However, your "
+                    "messages resulted in 9000 tokens.",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            }
+            return SSEResponse(
+                400, {"content-type": "application/json"}, [json.dumps(body).encode()], chunked=False
+            )
         return SSEResponse(pieces=text_pieces(self.answer))
 
 
@@ -389,7 +433,9 @@ def seed_chat(session_id: str, cycles: int, chars: int) -> None:
     rows = []
     for n in range(cycles):
         rows.append(Message(dialog=dialog, seq=2 * n + 1, role="user", content=f"topic {n}: " + "q" * chars))
-        rows.append(Message(dialog=dialog, seq=2 * n + 2, role="assistant", content=f"about {n}: " + "a" * chars))
+        rows.append(
+            Message(dialog=dialog, seq=2 * n + 2, role="assistant", content=f"about {n}: " + "a" * chars)
+        )
     Message.objects.bulk_create(rows)
     Dialog.objects.filter(pk=session_id).update(history_revision=len(rows), total_message_count=len(rows))
 
@@ -398,7 +444,9 @@ def seed_chat(session_id: str, cycles: int, chars: int) -> None:
 def stored(session_id: str) -> dict:
     dialog = Dialog.objects.get(pk=session_id)
     return {
-        "rows": list(Message.objects.filter(dialog=dialog, seq__gt=60).order_by("seq").values_list("role", "content")),
+        "rows": list(
+            Message.objects.filter(dialog=dialog, seq__gt=60).order_by("seq").values_list("role", "content")
+        ),
         "summary": dialog.summary,
         "summary_seq": dialog.summary_seq,
         "inbox": list(InboxMessage.objects.filter(dialog=dialog).values_list("status", "error")),
@@ -455,7 +503,9 @@ async def test_a_second_overflow_fails_the_turn_clearly_and_stores_no_answer(con
         turn = await run_one(client, "Once more?")
 
     assert turn["status"] == "failed"
-    assert turn["error"].startswith("The conversation is too long for the model: the model refused its input again after it was cut down")
+    assert turn["error"].startswith(
+        "The conversation is too long for the model: the model refused its input again after it was cut down"
+    )
     assert "maximum context length" not in turn["error"]  # the provider's text stays in the log
     assert not [b for b in turn["blocks"] if b["type"] == "assistant"]
     assert len(turn_requests(server)) == 2  # one retry, never a loop
@@ -475,7 +525,8 @@ async def test_an_overflow_after_text_was_shown_is_not_retried(connect, start_wo
     assert turn["status"] == "failed" and len(provider.requests) == 1
     committed = client.of_type("turn_committed")[-1]
     assert [(m["role"], m["completion_status"]) for m in committed["messages"]] == [
-        ("user", "completed"), ("assistant", "interrupted"),
+        ("user", "completed"),
+        ("assistant", "interrupted"),
     ]
 
 

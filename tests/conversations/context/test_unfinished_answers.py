@@ -23,8 +23,18 @@ from providers.testing import ScriptedProvider
 from providers.types import AssistantResponse, ProviderRequest
 from tests.conversations.titles.test_titles import seed_dialog
 
-NOT_NORMAL = ["length", "MAX_TOKENS", "content_filter", "model_context_window_exceeded", "refusal", "pause_turn",
-              "tool_calls", "tool_use", "error", "something_new"]
+NOT_NORMAL = [
+    "length",
+    "MAX_TOKENS",
+    "content_filter",
+    "model_context_window_exceeded",
+    "refusal",
+    "pause_turn",
+    "tool_calls",
+    "tool_use",
+    "error",
+    "something_new",
+]
 NORMAL = ["stop", "STOP", "end_turn", "stop_sequence", None]  # None: a complete stream naming no reason
 
 
@@ -73,7 +83,9 @@ async def test_a_summary_that_finished_normally_is_used(finish_reason):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("finish_reason", "titled"), [("content_filter", False), (None, True), ("stop", True)])
+@pytest.mark.parametrize(
+    ("finish_reason", "titled"), [("content_filter", False), (None, True), ("stop", True)]
+)
 async def test_a_title_is_taken_only_from_an_answer_that_finished_normally(finish_reason, titled, caplog):
     dialog = await database_sync_to_async(seed_dialog)("alice", 2)
     provider = ScriptedProvider([answer("Autumn Trip", finish_reason)])

@@ -25,22 +25,27 @@ from tests.e2e.serve_process import server_env
 pytestmark = [pytest.mark.django_db]
 
 
-@pytest.mark.parametrize(("username", "error"), [
-    ("", "cannot be blank"),
-    ("   ", "leading or trailing spaces"),
-    (" alice", "leading or trailing spaces"),
-    ("alice ", "leading or trailing spaces"),
-    ("a b", "Enter a valid username"),
-    ("<script>", "Enter a valid username"),
-    ("x" * 151, "at most 150 characters"),
-])
+@pytest.mark.parametrize(
+    ("username", "error"),
+    [
+        ("", "cannot be blank"),
+        ("   ", "leading or trailing spaces"),
+        (" alice", "leading or trailing spaces"),
+        ("alice ", "leading or trailing spaces"),
+        ("a b", "Enter a valid username"),
+        ("<script>", "Enter a valid username"),
+        ("x" * 151, "at most 150 characters"),
+    ],
+)
 def test_createtoken_refuses_usernames_django_would_not_accept(username, error):
     with pytest.raises(CommandError, match=error):
         call_command("createtoken", username, stdout=StringIO(), stderr=StringIO())
     assert not get_user_model().objects.exists() and not ApiToken.objects.exists()
 
 
-@pytest.mark.parametrize(("given", "stored"), [("ｆｕｌｌ", "full"), ("ﬁle", "file"), ("x²", "x2"), ("A\u030a", "\u00c5")])
+@pytest.mark.parametrize(
+    ("given", "stored"), [("ｆｕｌｌ", "full"), ("ﬁle", "file"), ("x²", "x2"), ("A\u030a", "\u00c5")]
+)
 def test_createtoken_normalises_the_username_as_the_login_form_does(rf, given, stored):
     """Django's login form (and createsuperuser) NFKC-normalise usernames: a user stored under
     ``ｆｕｌｌ`` could never log in to the WebUI."""
@@ -48,7 +53,10 @@ def test_createtoken_normalises_the_username_as_the_login_form_does(rf, given, s
     call_command("createtoken", given, stdout=out, stderr=err)
     token = out.getvalue().strip().splitlines()[-1]
     assert list(get_user_model().objects.values_list("username", flat=True)) == [stored]
-    assert f"Username normalised to {stored!r}" in err.getvalue() and f"Created user {stored!r}." in err.getvalue()
+    assert (
+        f"Username normalised to {stored!r}" in err.getvalue()
+        and f"Created user {stored!r}." in err.getvalue()
+    )
     form = AuthenticationForm(rf.post("/login/"), data={"username": given, "password": token})
     assert form.is_valid(), form.errors
     assert form.get_user().get_username() == stored
@@ -58,10 +66,13 @@ def test_createtoken_normalises_the_username_as_the_login_form_does(rf, given, s
     assert get_user_model().objects.count() == 1 and ApiToken.objects.count() == 2
 
 
-@pytest.mark.parametrize(("username", "error"), [
-    ("¨a", "Enter a valid username"),  # NFKC: " \u0308a", a space
-    ("㍻" * 76, "at most 150 characters"),  # 76 characters, 152 once normalised
-])
+@pytest.mark.parametrize(
+    ("username", "error"),
+    [
+        ("¨a", "Enter a valid username"),  # NFKC: " \u0308a", a space
+        ("㍻" * 76, "at most 150 characters"),  # 76 characters, 152 once normalised
+    ],
+)
 def test_createtoken_checks_the_normalised_username(username, error):
     with pytest.raises(CommandError, match=error):
         call_command("createtoken", username, stdout=StringIO(), stderr=StringIO())
@@ -73,7 +84,9 @@ def test_createtoken_accepts_a_valid_username_and_bounds_the_token_name():
     call_command("createtoken", "ok.user@example-1+x_y", stdout=out, stderr=StringIO())
     assert out.getvalue().strip().startswith("pb_")
     with pytest.raises(CommandError, match="at most 100 characters"):
-        call_command("createtoken", "ok.user@example-1+x_y", "--name", "n" * 101, stdout=StringIO(), stderr=StringIO())
+        call_command(
+            "createtoken", "ok.user@example-1+x_y", "--name", "n" * 101, stdout=StringIO(), stderr=StringIO()
+        )
     assert ApiToken.objects.count() == 1
 
 
@@ -85,12 +98,15 @@ def test_purge_user_is_not_combined_with_the_day_options():
         call_command("purge", "--user", "nobody", stdout=StringIO())
 
 
-@pytest.mark.parametrize(("exc", "message"), [
-    (OperationalError("no such table: conversations_dialog"), NOT_SET_UP),
-    (ProgrammingError('relation "conversations_dialog" does not exist'), NOT_SET_UP),
-    (OperationalError('FATAL:  database "picobot" does not exist'), "the database failed"),
-    (OperationalError("connection refused"), "PICOBOT_DATABASE_URL"),
-])
+@pytest.mark.parametrize(
+    ("exc", "message"),
+    [
+        (OperationalError("no such table: conversations_dialog"), NOT_SET_UP),
+        (ProgrammingError('relation "conversations_dialog" does not exist'), NOT_SET_UP),
+        (OperationalError('FATAL:  database "picobot" does not exist'), "the database failed"),
+        (OperationalError("connection refused"), "PICOBOT_DATABASE_URL"),
+    ],
+)
 def test_database_errors_become_one_line(exc, message):
     assert message in str(database_error(exc))
     assert is_missing_table(exc) is (message == NOT_SET_UP)
@@ -98,15 +114,26 @@ def test_database_errors_become_one_line(exc, message):
 
 def run_manage(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=settings.BASE_DIR, env=server_env(data_dir),
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "manage.py", *args],
+        cwd=settings.BASE_DIR,
+        env=server_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
-@pytest.mark.parametrize("args", [
-    ["createtoken", "bob"], ["revoketoken", "--user", "bob", "--all"], ["purge"], ["export", "--user", "bob"],
-    ["runagent"], ["serve", "--no-migrate", "--port", "0"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["createtoken", "bob"],
+        ["revoketoken", "--user", "bob", "--all"],
+        ["purge"],
+        ["export", "--user", "bob"],
+        ["runagent"],
+        ["serve", "--no-migrate", "--port", "0"],
+    ],
+)
 def test_an_unmigrated_database_is_one_line_and_exit_1_for_every_command(tmp_path, args):
     done = run_manage(tmp_path, *args)
     assert done.returncode == 1, done.stderr
@@ -116,8 +143,10 @@ def test_an_unmigrated_database_is_one_line_and_exit_1_for_every_command(tmp_pat
 
 def test_import_on_an_unmigrated_database_too(tmp_path):
     path = tmp_path / "empty.json"
-    path.write_text('{"format": "picobot-export", "version": 1, "dialogs": [{"channel": "feishu", '
-                    '"chat_id": "oc_1", "dialog_id": "a1", "messages": []}]}')
+    path.write_text(
+        '{"format": "picobot-export", "version": 1, "dialogs": [{"channel": "feishu", '
+        '"chat_id": "oc_1", "dialog_id": "a1", "messages": []}]}'
+    )
     done = run_manage(tmp_path / "data", "import", str(path))
     assert (done.returncode, done.stderr.strip()) == (1, f"CommandError: {NOT_SET_UP}")
 

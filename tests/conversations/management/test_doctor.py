@@ -45,7 +45,9 @@ def closed_port() -> int:
 
 
 def use_openai(settings, base_url: str) -> None:
-    settings.PICOBOT = settings.PICOBOT.replace(llm_provider="openai", llm_base_url=base_url, llm_model="test-model", llm_api_key=KEY)
+    settings.PICOBOT = settings.PICOBOT.replace(
+        llm_provider="openai", llm_base_url=base_url, llm_model="test-model", llm_api_key=KEY
+    )
 
 
 def test_a_wrong_provider_url_is_a_failure_naming_the_setting_and_the_connection_error(settings):
@@ -61,10 +63,13 @@ def test_a_wrong_provider_url_is_a_failure_naming_the_setting_and_the_connection
     assert line(text, "database").startswith("OK") and line(text, "channel layer").startswith("OK")
 
 
-@pytest.mark.parametrize(("url", "said"), [
-    ("http://127.0.0.1:99999/v1", "invalid base URL (Port out of range 0-65535)"),
-    ("not a url", "invalid base URL (Request URL is missing an 'http://' or 'https://' protocol.)"),
-])
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://127.0.0.1:99999/v1", "invalid base URL (Port out of range 0-65535)"),
+        ("not a url", "invalid base URL (Request URL is missing an 'http://' or 'https://' protocol.)"),
+    ],
+)
 def test_a_malformed_provider_url_is_named_once_with_the_setting(settings, url, said):
     use_openai(settings, url)
     text, error = doctor("--timeout", "5")
@@ -107,7 +112,9 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
         if self.status == 200:
             payload, ctype = sse_body(openai_events("p")), "text/event-stream"
         else:
-            payload = json.dumps({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}).encode()
+            payload = json.dumps(
+                {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}
+            ).encode()
             ctype = "application/json"
         self.send_response(self.status)
         self.send_header("content-type", ctype)
@@ -135,7 +142,9 @@ def test_a_reachable_provider_answers_one_token(settings, fake_openai):
     use_openai(settings, url)
     text, error = doctor()
     assert error is None, text
-    assert line(text, "LLM provider").startswith(f"OK   LLM provider: openai at {url}, model test-model: answered")
+    assert line(text, "LLM provider").startswith(
+        f"OK   LLM provider: openai at {url}, model test-model: answered"
+    )
     [request] = handler.seen
     assert request["path"] == "/v1/chat/completions" and request["auth"] == f"Bearer {KEY}"
     assert request["body"]["max_tokens"] == 1 and request["body"]["stream"] is True
@@ -169,8 +178,12 @@ def test_a_configuration_error_names_the_variable(settings):
 def test_an_unreachable_redis_is_a_failure_naming_the_setting(settings):
     url = f"redis://:hunter2@127.0.0.1:{closed_port()}/0"
     settings.REDIS_URL = url
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                           "CONFIG": {"hosts": [{"address": url, "socket_connect_timeout": 2}]}}}
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": url, "socket_connect_timeout": 2}]},
+        }
+    }
     text, error = doctor("--timeout", "5")
     layer = line(text, "channel layer")
     assert error is not None and layer.startswith("FAIL channel layer: Redis at redis://127.0.0.1:")

@@ -30,12 +30,20 @@ def world():
         "deleted_old_but_queued": make_dialog(alice, deleted_at=now - 60 * DAY),
         "inactive_but_running": make_dialog(alice, last_active_at=now - 200 * DAY),
         "inactive_but_leased": make_dialog(
-            alice, last_active_at=now - 200 * DAY, lease_owner="w1", lease_epoch=3, lease_expires_at=now + 15_000
+            alice,
+            last_active_at=now - 200 * DAY,
+            lease_owner="w1",
+            lease_epoch=3,
+            lease_expires_at=now + 15_000,
         ),
     }
     InboxMessage.objects.create(dialog=made["deleted_old_but_queued"], position=1, content="q", user=alice)
     InboxMessage.objects.create(
-        dialog=made["inactive_but_running"], position=1, content="r", user=alice, status=InboxMessage.Status.STARTED
+        dialog=made["inactive_but_running"],
+        position=1,
+        content="r",
+        user=alice,
+        status=InboxMessage.Status.STARTED,
     )
     InboxMessage.objects.create(
         dialog=made["deleted_40d"], position=1, content="done", user=alice, status=InboxMessage.Status.DONE
@@ -46,7 +54,9 @@ def world():
 def snapshot() -> tuple:
     return (
         sorted(Dialog.objects.values_list("pk", "deleted_at", "last_active_at", "state_version")),
-        Message.objects.count(), InboxMessage.objects.count(), Plan.objects.count(),
+        Message.objects.count(),
+        InboxMessage.objects.count(),
+        Plan.objects.count(),
         list(ChatState.objects.values_list("active_dialog_id", flat=True)),
     )
 
@@ -80,7 +90,11 @@ def test_apply_removes_soft_deleted_dialogs_past_the_retention_with_their_rows(w
     gone = world["deleted_40d"]
     for dialog in (gone, world["recent"]):
         DeliveryFailure.objects.create(
-            channel="cli_chat", chat_id=dialog.chat_id, dialog_id=dialog.pk, stage="finish", created_at=now_ms()
+            channel="cli_chat",
+            chat_id=dialog.chat_id,
+            dialog_id=dialog.pk,
+            stage="finish",
+            created_at=now_ms(),
         )
     text = purge("--apply")
     assert list(DeliveryFailure.objects.values_list("dialog_id", flat=True)) == [world["recent"].pk]
@@ -94,17 +108,31 @@ def test_apply_removes_soft_deleted_dialogs_past_the_retention_with_their_rows(w
 
 def test_retention_zero_takes_every_soft_deleted_dialog_but_never_a_busy_one(world):
     purge("--retention-days", "0", "--apply")
-    assert remaining() == {world[n].pk for n in (
-        "inactive_100d", "recent", "deleted_old_but_queued", "inactive_but_running", "inactive_but_leased"
-    )}
+    assert remaining() == {
+        world[n].pk
+        for n in (
+            "inactive_100d",
+            "recent",
+            "deleted_old_but_queued",
+            "inactive_but_running",
+            "inactive_but_leased",
+        )
+    }
 
 
 def test_inactive_days_also_takes_old_live_dialogs_and_frees_the_chat(world):
     text = purge("--inactive-days", "90", "--apply")
     assert "skipped 3 busy dialog(s)" in text
-    assert remaining() == {world[n].pk for n in (
-        "deleted_5d", "recent", "deleted_old_but_queued", "inactive_but_running", "inactive_but_leased"
-    )}
+    assert remaining() == {
+        world[n].pk
+        for n in (
+            "deleted_5d",
+            "recent",
+            "deleted_old_but_queued",
+            "inactive_but_running",
+            "inactive_but_leased",
+        )
+    }
     # The chat whose active dialog was purged gets a live one on its next message.
     assert ChatState.objects.get().active_dialog is None
 

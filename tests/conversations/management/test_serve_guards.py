@@ -55,34 +55,52 @@ async def test_bodies_over_the_limit_are_refused_before_they_are_read(tmp_path):
         huge = f"{post}Content-Length: 838860800\r\n\r\n".encode()
         # Declared too large: answered after the headers, without reading the 800 MB.
         for extra, chunks in ((b"", 4), (b"Expect: 100-continue\r\n", 0)):
-            answer = await raw_request(server.url, huge.replace(b"\r\n\r\n", b"\r\n" + extra + b"\r\n", 1)
-                                       if extra else huge, chunks)
+            answer = await raw_request(
+                server.url, huge.replace(b"\r\n\r\n", b"\r\n" + extra + b"\r\n", 1) if extra else huge, chunks
+            )
             assert b"100 Continue" not in answer, "no invitation to send a body that is refused"
             status, headers, body = parse(answer)
             assert (status, body["code"]) == (413, "body_too_large") and len(body["ref"]) == 8
-            assert headers["Content-Type"] == "application/json; charset=utf-8" and headers["Connection"] == "close"
+            assert (
+                headers["Content-Type"] == "application/json; charset=utf-8"
+                and headers["Connection"] == "close"
+            )
         # Chunked (no length): refused once more than the limit has arrived.
         chunks = MAX_HTTP_BODY_BYTES // len(CHUNK) + 16
-        answer = await raw_request(server.url, f"{post}Transfer-Encoding: chunked\r\n\r\n".encode(), chunks,
-                                   chunked=True)
+        answer = await raw_request(
+            server.url, f"{post}Transfer-Encoding: chunked\r\n\r\n".encode(), chunks, chunked=True
+        )
         assert parse(answer)[0] == 413
         # The server is fine, and bodies under the limit still reach the API (its own 413 over 1 MiB).
-        health = await raw_request(server.url, b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        health = await raw_request(
+            server.url, b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
         assert parse(health)[:1] == (200,)
         small = b'{"title": "' + b"x" * (2 * 1024 * 1024) + b'"}'
         answer = await raw_request(
-            server.url, f"{post}Connection: close\r\nContent-Length: {len(small)}\r\n\r\n".encode() + small)
+            server.url, f"{post}Connection: close\r\nContent-Length: {len(small)}\r\n\r\n".encode() + small
+        )
         status, _, body = parse(answer)
         assert (status, body["code"]) == (413, "body_too_large"), "the API's own 1 MiB limit"
         assert "exceeds 1048576 bytes" in body["message"]
 
 
-@pytest.mark.parametrize(("flags", "what"), [((), "agent worker failed to start"), (("--no-worker",), "could not start")])
+@pytest.mark.parametrize(
+    ("flags", "what"), [((), "agent worker failed to start"), (("--no-worker",), "could not start")]
+)
 async def test_serve_exits_1_with_the_reason_when_redis_is_unreachable(tmp_path, flags, what):
     env = server_env(tmp_path, {"PICOBOT_REDIS_URL": "redis://127.0.0.1:1/0"})
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "manage.py", "serve", "--port", "0", *flags, cwd=REPO, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "manage.py",
+        "serve",
+        "--port",
+        "0",
+        *flags,
+        cwd=REPO,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     async with asyncio.timeout(60):
         out, err = await proc.communicate()

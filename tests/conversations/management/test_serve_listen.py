@@ -20,8 +20,12 @@ pytestmark = [pytest.mark.e2e]
 def serve(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
     """Run ``manage.py serve --no-migrate ARGS`` to its end (these runs never start serving)."""
     return subprocess.run(
-        [sys.executable, "manage.py", "serve", "--no-migrate", *args], cwd=REPO, env=server_env(data_dir),
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "manage.py", "serve", "--no-migrate", *args],
+        cwd=REPO,
+        env=server_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -29,8 +33,13 @@ def serve(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A migrated data directory without users (migrated once: each serve run then takes ~1 s)."""
     path = tmp_path_factory.mktemp("serve-listen")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=server_env(path), check=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"],
+        cwd=REPO,
+        env=server_env(path),
+        check=True,
+        timeout=120,
+    )
     return path
 
 
@@ -59,10 +68,13 @@ def test_a_port_in_use_exits_1_with_one_line_and_creates_no_first_user(data_dir,
     assert users(data_dir) == 0, "no first-start token is made for a server that never announces it"
 
 
-@pytest.mark.parametrize(("host", "reason"), [
-    ("203.0.113.9", "cannot assign requested address (no interface of this machine has that address"),
-    ("no-such-host.invalid", "name or service not known"),
-])
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("203.0.113.9", "cannot assign requested address (no interface of this machine has that address"),
+        ("no-such-host.invalid", "name or service not known"),
+    ],
+)
 def test_an_address_it_cannot_bind_exits_1_with_the_reason(data_dir, host, reason):
     done = serve(data_dir, "--host", host, "--port", "8799")
     assert done.returncode == 1
@@ -71,16 +83,25 @@ def test_an_address_it_cannot_bind_exits_1_with_the_reason(data_dir, host, reaso
     assert users(data_dir) == 0
 
 
-@pytest.mark.parametrize(("args", "error"), [
-    (["--port", "99999"], "argument --port: must be a whole number from 0 to 65535 (0 picks a free one), got '99999'"),
-    (["--port", "-1"], "argument --port: must be a whole number from 0 to 65535"),
-    (["--port", "٣"], "argument --port: must be a whole number from 0 to 65535 (0 picks a free one), got '٣'"),
-    (["--port", "8e3"], "argument --port: must be a whole number"),
-    (["--host", ""], "argument --host: must be an IP address or a host name"),  # Twisted: every interface
-    (["--host", "a=b"], "argument --host: must be an IP address or a host name"),
-    (["--host", "127.0.0.1 "], "argument --host: must be an IP address or a host name"),
-    (["--host", "[example.com]"], "argument --host: must be an IP address or a host name"),
-])
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["--port", "99999"],
+            "argument --port: must be a whole number from 0 to 65535 (0 picks a free one), got '99999'",
+        ),
+        (["--port", "-1"], "argument --port: must be a whole number from 0 to 65535"),
+        (
+            ["--port", "٣"],
+            "argument --port: must be a whole number from 0 to 65535 (0 picks a free one), got '٣'",
+        ),
+        (["--port", "8e3"], "argument --port: must be a whole number"),
+        (["--host", ""], "argument --host: must be an IP address or a host name"),  # Twisted: every interface
+        (["--host", "a=b"], "argument --host: must be an IP address or a host name"),
+        (["--host", "127.0.0.1 "], "argument --host: must be an IP address or a host name"),
+        (["--host", "[example.com]"], "argument --host: must be an IP address or a host name"),
+    ],
+)
 def test_bad_host_or_port_is_a_usage_error(tmp_path, args, error):
     done = serve(tmp_path, *args)  # refused by argparse, before the database is opened
     assert done.returncode == 2

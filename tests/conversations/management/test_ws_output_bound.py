@@ -27,7 +27,9 @@ def masked_text_frame(text: str) -> bytes:
     payload = text.encode()
     mask = os.urandom(4)
     size = len(payload)
-    head = struct.pack("!BB", 0x81, 0x80 | size) if size < 126 else struct.pack("!BBH", 0x81, 0x80 | 126, size)
+    head = (
+        struct.pack("!BB", 0x81, 0x80 | size) if size < 126 else struct.pack("!BBH", 0x81, 0x80 | 126, size)
+    )
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
@@ -41,8 +43,10 @@ async def open_non_reader(url: str, token: str) -> tuple[asyncio.StreamReader, a
     reader, writer = await asyncio.open_connection(sock=sock)
     key = base64.b64encode(os.urandom(16)).decode()
     writer.write(
-        (f"GET /ws/chat/?token={token} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
-         f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+        (
+            f"GET /ws/chat/?token={token} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
     )
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
     assert b" 101 " in head.split(b"\r\n", 1)[0]
@@ -64,8 +68,11 @@ async def test_a_socket_that_never_reads_is_closed_at_the_bound_and_the_others_g
         async with websockets.connect(url, max_size=None) as reader_client:
             session = (await until(reader_client, "ready"))["active_session_id"]
             for n in range(4):  # ~120 KB of history: each history answer is that large
-                await reader_client.send(json.dumps(
-                    {"type": "message", "content": f"{n} " + "x" * 30_000, "client_msg_id": f"big-{n}"}))
+                await reader_client.send(
+                    json.dumps(
+                        {"type": "message", "content": f"{n} " + "x" * 30_000, "client_msg_id": f"big-{n}"}
+                    )
+                )
                 await until(reader_client, "turn_committed")
 
             reader, writer = await open_non_reader(server.url, token)
@@ -85,7 +92,9 @@ async def test_a_socket_that_never_reads_is_closed_at_the_bound_and_the_others_g
             assert f"bound {BOUND} bytes" in line
 
             # The other socket of the same user is unaffected.
-            await reader_client.send(json.dumps({"type": "message", "content": "still here?", "client_msg_id": "after"}))
+            await reader_client.send(
+                json.dumps({"type": "message", "content": "still here?", "client_msg_id": "after"})
+            )
             assert (await until(reader_client, "ack"))["client_msg_id"] == "after"
             await until(reader_client, "turn_committed")
 

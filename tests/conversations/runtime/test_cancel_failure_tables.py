@@ -152,7 +152,9 @@ def shows(kind: str, text: str | None = None):
     """A predicate: a snapshot with a ``kind`` block (whose text is ``text``, when given)."""
 
     def check(frame: dict) -> bool:
-        return any(b["type"] == kind and (text is None or b.get("text") == text) for b in frame["turn"]["blocks"])
+        return any(
+            b["type"] == kind and (text is None or b.get("text") == text) for b in frame["turn"]["blocks"]
+        )
 
     return check
 
@@ -268,7 +270,9 @@ async def test_cancel_row_stop_during_a_slow_tool_keeps_the_chain_valid(connect,
     assert log == ["tool:started", "tool:cancelled"], "the tool never finished: the stop cut it"
     assert not gate.release.is_set()
     assert (turn["status"], turn["error"]) == ("cancelled", "stopped")
-    assert [(b["id"], b["status"]) for b in turn["blocks"] if b["type"] == "tool"] == [("call_slow", "failed")]
+    assert [(b["id"], b["status"]) for b in turn["blocks"] if b["type"] == "tool"] == [
+        ("call_slow", "failed")
+    ]
     assert len(provider.requests) == 1
     state = await stored()
     assert state["rows"] == [
@@ -279,7 +283,9 @@ async def test_cancel_row_stop_during_a_slow_tool_keeps_the_chain_valid(connect,
     assert state["inbox"] == [("done", turn["error"])]  # the reason the snapshot showed
 
 
-async def test_cancel_row_a_finished_tool_chain_is_kept_and_the_next_partial_is_cancelled(connect, start_worker):
+async def test_cancel_row_a_finished_tool_chain_is_kept_and_the_next_partial_is_cancelled(
+    connect, start_worker
+):
     """Completed assistant/tool/result chains stay as they were; the unfinished answer after them
     is the cancelled partial."""
     provider = SilentProvider([script_tool_call("call_t", "clock", {}), [TextDelta("It is"), SILENCE]])
@@ -342,7 +348,9 @@ class Batch:
             running = executor.running
             if running is not None:
                 blocks = running.controller.snapshot().blocks
-                return any(b["type"] == "tool" and b["id"] == "s1" and b["status"] == "completed" for b in blocks)
+                return any(
+                    b["type"] == "tool" and b["id"] == "s1" and b["status"] == "completed" for b in blocks
+                )
         return False
 
     async def fatal(self, arguments: dict) -> str:
@@ -380,7 +388,9 @@ async def test_a_stop_during_a_tool_batch_keeps_the_sibling_result_that_finished
 
 async def test_failure_row_provider_failure_before_any_text(connect, start_worker):
     """Failed, the error names the provider failure and a ref; no assistant row."""
-    client, _, _ = await begin(connect, start_worker, ScriptedProvider([OverloadedError("upstream overloaded", http_status=503)]))
+    client, _, _ = await begin(
+        connect, start_worker, ScriptedProvider([OverloadedError("upstream overloaded", http_status=503)])
+    )
     turn = await terminal(client)
     assert turn["status"] == "failed" and texts(turn) == []
     ref = REF.search(turn["error"]).group(1)
@@ -406,7 +416,9 @@ async def test_failure_row_provider_failure_after_partial_text_keeps_it_interrup
     assert state["inbox"] == [("done", turn["error"])]
 
 
-async def test_failure_row_provider_failure_after_reasoning_only_creates_no_assistant_row(connect, start_worker):
+async def test_failure_row_provider_failure_after_reasoning_only_creates_no_assistant_row(
+    connect, start_worker
+):
     chunks = [ReasoningDelta("Thinking"), ReasoningDelta(" hard"), OverloadedError("gone", http_status=529)]
     client, _, _ = await begin(connect, start_worker, ScriptedProvider([chunks]))
     turn = await terminal(client)
@@ -416,8 +428,12 @@ async def test_failure_row_provider_failure_after_reasoning_only_creates_no_assi
     assert state["inbox"][0][0] == "done"
 
 
-async def test_failure_row_provider_failure_after_a_finished_tool_chain_keeps_the_chain(connect, start_worker):
-    provider = ScriptedProvider([script_tool_call("call_t", "clock", {}), ServerError("bad gateway", http_status=502)])
+async def test_failure_row_provider_failure_after_a_finished_tool_chain_keeps_the_chain(
+    connect, start_worker
+):
+    provider = ScriptedProvider(
+        [script_tool_call("call_t", "clock", {}), ServerError("bad gateway", http_status=502)]
+    )
     client, _, _ = await begin(connect, start_worker, provider, tools=CLOCK)
     turn = await terminal(client)
     assert turn["status"] == "failed" and "server error (server_error, HTTP 502)" in turn["error"]
@@ -446,7 +462,11 @@ async def test_failure_row_a_commit_storage_refuses_is_never_completed_and_says_
     assert turn["status"] == "failed" and texts(turn) == ["forty two"]
     assert "could not be saved" in turn["error"] and "not in the history" in turn["error"]
     ref = REF.search(turn["error"]).group(1)
-    assert notice["level"] == "error" and "not saved" in notice["content"] and f"(ref {ref})" in notice["content"]
+    assert (
+        notice["level"] == "error"
+        and "not saved" in notice["content"]
+        and f"(ref {ref})" in notice["content"]
+    )
     frames = [str(f) for f in client.frames]
     assert not any("disk I/O" in f for f in frames), "the storage error stays in the log"
     assert not [f for f in client.of_type("turn_updated") if f["turn"]["status"] == "completed"]
@@ -501,14 +521,18 @@ async def test_a_fatal_tool_error_keeps_the_sibling_result_that_finished(connect
     assert state["inbox"] == [("done", turn["error"])]
 
 
-async def test_failure_row_the_turn_deadline_keeps_the_shown_text_interrupted(connect, start_worker, settings):
+async def test_failure_row_the_turn_deadline_keeps_the_shown_text_interrupted(
+    connect, start_worker, settings
+):
     settings.PICOBOT = settings.PICOBOT.replace(turn_timeout=0.5)
     provider = SilentProvider([[TextDelta("Slow"), SILENCE]])
     client, _, _ = await begin(connect, start_worker, provider)
     turn = await terminal(client)
     assert provider.log == ["stream:silent", "stream:cancelled"]
     assert turn["status"] == "failed" and texts(turn) == ["Slow"]
-    assert turn["error"].startswith("The turn took longer than 0.5 s and was stopped") and REF.search(turn["error"])
+    assert turn["error"].startswith("The turn took longer than 0.5 s and was stopped") and REF.search(
+        turn["error"]
+    )
     state = await stored()
     assert state["rows"][1:] == [("assistant", "Slow", "interrupted", False, None)]
     assert state["inbox"] == [("done", turn["error"])]
@@ -550,7 +574,8 @@ async def test_a_storage_error_while_preparing_the_input_is_a_context_preparatio
     turn = await terminal(client)
     ref = REF.search(turn["error"]).group(1)
     assert (turn["status"], turn["error"]) == (
-        "failed", f"The conversation could not be prepared for the model (ref {ref}).",
+        "failed",
+        f"The conversation could not be prepared for the model (ref {ref}).",
     )
     assert provider.requests == []
     state = await stored()
@@ -584,7 +609,9 @@ async def test_failure_row_a_base_exception_out_of_the_loop_fails_the_turn_and_t
     assert [m["role"] for m in committed["messages"]] == ["user", "assistant"]
 
     await client.send({"type": "message", "content": "again", "client_msg_id": "m-2"})
-    second = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running" and f["turn"]["id"] != turn["id"])
+    second = await client.until(
+        "turn_updated", lambda f: f["turn"]["status"] != "running" and f["turn"]["id"] != turn["id"]
+    )
     assert second["turn"]["status"] == "completed", second["turn"]["error"]
     state = await stored()
     assert state["rows"][1] == ("assistant", "Before", "interrupted", False, None)
@@ -596,7 +623,9 @@ async def test_failure_row_a_base_exception_out_of_the_loop_fails_the_turn_and_t
 
 async def test_failure_row_a_key_echoed_by_the_provider_is_redacted_for_the_user(connect, start_worker):
     error = AuthenticationError(
-        "Incorrect API key provided: sk-live-0123456789abcdef", http_status=401, provider_code="invalid_api_key"
+        "Incorrect API key provided: sk-live-0123456789abcdef",
+        http_status=401,
+        provider_code="invalid_api_key",
     )
     client, _, _ = await begin(connect, start_worker, ScriptedProvider([error]))
     turn = await terminal(client)
@@ -608,11 +637,21 @@ async def test_failure_row_a_key_echoed_by_the_provider_is_redacted_for_the_user
 
 
 PLAIN_500 = (
-    "Traceback (most recent call last):\n  File \"/srv/llm/gateway.py\", line 42, in handle\n"
+    'Traceback (most recent call last):\n  File "/srv/llm/gateway.py", line 42, in handle\n'
     "    upstream = connect('http://10.1.2.3:8080/v1?api_key=SECRET123')\n"
     "ConnectionRefusedError: [Errno 111] user=admin pass: hunter2 db=postgres://svc:pw@10.0.0.7/prod"
 )
-LEAKS = ("Traceback", "gateway.py", "10.1.2.3", "10.0.0.7", "SECRET123", "admin", "hunter2", "svc:pw", "/prod")
+LEAKS = (
+    "Traceback",
+    "gateway.py",
+    "10.1.2.3",
+    "10.0.0.7",
+    "SECRET123",
+    "admin",
+    "hunter2",
+    "svc:pw",
+    "/prod",
+)
 
 
 async def test_a_plain_text_500_body_never_reaches_the_user_and_is_logged_on_one_redacted_line(
@@ -711,7 +750,9 @@ async def test_stale_a_turn_taken_over_mid_tool_publishes_and_commits_nothing(
     state = await stored()
     assert state["rows"] == [("user", "hi", "completed", False, None)]
     assert state["inbox"] == [("started", "")]
-    owner = await database_sync_to_async(lambda: Dialog.objects.values_list("lease_owner", "lease_epoch").get())()
+    owner = await database_sync_to_async(
+        lambda: Dialog.objects.values_list("lease_owner", "lease_epoch").get()
+    )()
     assert owner == ("thief:serve", thief_epoch)
 
 
@@ -746,7 +787,9 @@ async def test_stale_a_turn_taken_over_before_its_provider_call_never_calls_it(
     assert state["inbox"] == [("started", "")]
 
 
-async def test_a_stale_turns_row_is_reported_by_the_next_owner(connect, start_worker, monkeypatch, short_leases):
+async def test_a_stale_turns_row_is_reported_by_the_next_owner(
+    connect, start_worker, monkeypatch, short_leases
+):
     """The stale owner stays silent; whoever owns the dialog next reports the turn interrupted."""
     log: list[str] = []
     gate = Gate(log)

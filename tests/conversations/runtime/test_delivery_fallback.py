@@ -120,9 +120,13 @@ async def final_turn(client) -> dict:
         await client.recv()
 
 
-async def test_a_final_that_cannot_be_delivered_gets_exactly_one_fallback_and_one_failure_row(connect, start_worker):
+async def test_a_final_that_cannot_be_delivered_gets_exactly_one_fallback_and_one_failure_row(
+    connect, start_worker
+):
     sinks, outbox = SinkFactory(*[ConnectionError("layer hiccup")] * 5), Outbox()
-    await start_worker(ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher)
+    await start_worker(
+        ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher
+    )
     client, ready = await one_turn(connect)
     committed = await client.until("turn_committed")
     [row] = await rows_eventually(1)
@@ -130,7 +134,11 @@ async def test_a_final_that_cannot_be_delivered_gets_exactly_one_fallback_and_on
 
     turn_id = committed["messages"][-1]["turn_id"]
     [fallback] = outbox.messages
-    assert (fallback.text, fallback.level, fallback.session_id) == (ANSWER, "info", ready["active_session_id"])
+    assert (fallback.text, fallback.level, fallback.session_id) == (
+        ANSWER,
+        "info",
+        ready["active_session_id"],
+    )
     assert (fallback.id, fallback.turn_id) == (f"{turn_id}:fallback", turn_id), "a key clients can dedupe on"
     assert sinks.sinks[0].finish_statuses == ["completed"] * 3, "bounded retries, then the fallback"
     # A cli_chat connection shows one final: the turn's own, rebuilt from storage, instead of the
@@ -139,10 +147,16 @@ async def test_a_final_that_cannot_be_delivered_gets_exactly_one_fallback_and_on
     await settle(client)
     assert not client.of_type("notification")
     assert len([f for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"]) == 1
-    assert final["status"] == "completed" and final["id"] == turn_id and final["revision"] >= RECOVERY_REVISION
+    assert (
+        final["status"] == "completed" and final["id"] == turn_id and final["revision"] >= RECOVERY_REVISION
+    )
     assert "".join(b["text"] for b in final["blocks"] if b["type"] == "assistant") == ANSWER
     assert committed["messages"][-1]["content"] == ANSWER
-    assert (row.channel, row.chat_id, row.dialog_id) == ("cli_chat", ready["chat_id"], ready["active_session_id"])
+    assert (row.channel, row.chat_id, row.dialog_id) == (
+        "cli_chat",
+        ready["chat_id"],
+        ready["active_session_id"],
+    )
     assert (row.stage, row.attempts, row.resolved_at) == ("finish", 3, None)
     assert str(row.turn_id) == committed["messages"][-1]["turn_id"]
     assert "layer hiccup" in row.error
@@ -150,7 +164,9 @@ async def test_a_final_that_cannot_be_delivered_gets_exactly_one_fallback_and_on
 
 async def test_a_finish_that_fails_once_then_succeeds_sends_no_fallback(connect, start_worker):
     sinks, outbox = SinkFactory(ConnectionError("blip")), Outbox()
-    await start_worker(ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher)
+    await start_worker(
+        ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher
+    )
     client, _ = await one_turn(connect)
     final = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running")
     await client.until("turn_committed")
@@ -163,7 +179,9 @@ async def test_a_finish_that_fails_once_then_succeeds_sends_no_fallback(connect,
 
 async def test_a_not_modified_answer_is_not_a_failure(connect, start_worker):
     sinks, outbox = SinkFactory(SinkNotModified("the card already shows this")), Outbox()
-    await start_worker(ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher)
+    await start_worker(
+        ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher
+    )
     client, _ = await one_turn(connect)
     await client.until("turn_committed")
     await settle(client)
@@ -172,7 +190,9 @@ async def test_a_not_modified_answer_is_not_a_failure(connect, start_worker):
 
 async def test_when_the_sink_cannot_open_the_turn_is_delivered_final_only(connect, start_worker):
     sinks, outbox = SinkFactory(open_error=ConnectionError("platform unreachable")), Outbox()
-    await start_worker(ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher)
+    await start_worker(
+        ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher
+    )
     client, _ = await one_turn(connect)
     await client.until("turn_committed")
     [row] = await rows_eventually(1)
@@ -186,7 +206,9 @@ async def test_when_the_sink_cannot_open_the_turn_is_delivered_final_only(connec
     assert (row.stage, row.attempts) == ("open", 0) and "platform unreachable" in row.error
 
 
-async def test_a_failed_commit_never_sends_the_shown_text_as_a_completed_fallback(connect, start_worker, monkeypatch):
+async def test_a_failed_commit_never_sends_the_shown_text_as_a_completed_fallback(
+    connect, start_worker, monkeypatch
+):
     from django.db import OperationalError
 
     from conversations import storage
@@ -196,7 +218,9 @@ async def test_a_failed_commit_never_sends_the_shown_text_as_a_completed_fallbac
 
     monkeypatch.setattr(storage, "commit_turn", broken_commit)
     sinks, outbox = SinkFactory(SinkError("chat gone", permanent=True)), Outbox()
-    await start_worker(ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher)
+    await start_worker(
+        ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher
+    )
     client, _ = await one_turn(connect)
     [row] = await rows_eventually(1)
     await settle(client)
@@ -250,9 +274,13 @@ class HangingFinishFactory(SinkFactory):
         return sink
 
 
-async def test_shutdown_while_the_final_delivery_hangs_still_sends_exactly_one_fallback(connect, start_worker):
+async def test_shutdown_while_the_final_delivery_hangs_still_sends_exactly_one_fallback(
+    connect, start_worker
+):
     sinks, outbox = HangingFinishFactory(), Outbox()
-    worker = await start_worker(ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher)
+    worker = await start_worker(
+        ScriptedProvider([script_text(ANSWER)]), sink_factory=sinks, outbound=outbox.dispatcher
+    )
     client, _ = await one_turn(connect)
     await asyncio.wait_for(sinks.finish_called.wait(), 10)  # the executor now waits for delivery
     await worker.stop(timeout=10)  # well below the normal 35 s delivery wait
@@ -276,6 +304,8 @@ async def test_a_lease_storage_could_not_confirm_for_a_while_still_delivers_the_
     monkeypatch.setattr(worker.lease_keeper, "renew_once", renew)  # ...then go on: nobody claimed it
     await client.until("turn_committed")
     await settle(client)
-    terminals = [f["turn"]["status"] for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"]
+    terminals = [
+        f["turn"]["status"] for f in client.of_type("turn_updated") if f["turn"]["status"] != "running"
+    ]
     assert terminals == ["completed"]
     assert outbox.messages == [] and await failure_rows() == []

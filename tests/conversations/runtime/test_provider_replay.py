@@ -274,7 +274,9 @@ async def test_deepseek_reasoning_is_never_sent_to_the_next_openai_compatible_en
     # Both providers are named "openai"; replay state is keyed by the endpoint (seed 003 §6.2).
     pieces = [tool_call_pieces(), answer_pieces()]
     async with LocalSSEServer([SSEResponse(pieces=p) for p in pieces]) as deepseek:
-        worker = await start_worker(OpenAICompatProvider(deepseek.base_url, "k", "deepseek-chat", max_retries=0))
+        worker = await start_worker(
+            OpenAICompatProvider(deepseek.base_url, "k", "deepseek-chat", max_retries=0)
+        )
         client = await connect(await make_token())
         await client.until("ready")
         await client.send({"type": "message", "content": "What time is it?", "client_msg_id": "s-1"})
@@ -301,7 +303,9 @@ async def test_signed_thinking_is_never_sent_to_another_anthropic_compatible_end
         await client.until("turn_committed")
         await worker.stop(timeout=5)
     async with LocalSSEServer([streamed(text_body("Other API."))]) as compatible:
-        await start_worker(AnthropicProvider(compatible.url + "/anthropic", "k", "claude-test", max_retries=0))
+        await start_worker(
+            AnthropicProvider(compatible.url + "/anthropic", "k", "claude-test", max_retries=0)
+        )
         await client.send({"type": "message", "content": "Still there?", "client_msg_id": "c-2"})
         await client.until("turn_committed", lambda f: f["messages"][-1]["content"] == "Other API.")
     raw = compatible.recorded[0].body.decode()
@@ -318,14 +322,22 @@ def interleaved_body() -> bytes:
     return sse_body(
         [
             _message_start(120),
-            _event("content_block_start", index=0, content_block={"type": "thinking", "thinking": "", "signature": ""}),
+            _event(
+                "content_block_start",
+                index=0,
+                content_block={"type": "thinking", "thinking": "", "signature": ""},
+            ),
             _delta(0, type="thinking_delta", thinking=THINKING),
             _delta(0, type="signature_delta", signature=SIGNATURE),
             _event("content_block_stop", index=0),
             _event("content_block_start", index=1, content_block={"type": "text", "text": ""}),
             _delta(1, type="text_delta", text="Let me check the clock."),
             _event("content_block_stop", index=1),
-            _event("content_block_start", index=2, content_block={"type": "thinking", "thinking": "", "signature": ""}),
+            _event(
+                "content_block_start",
+                index=2,
+                content_block={"type": "thinking", "thinking": "", "signature": ""},
+            ),
             _delta(2, type="thinking_delta", thinking="UTC is the default."),
             _delta(2, type="signature_delta", signature=SIG_2),
             _event("content_block_stop", index=2),
@@ -350,10 +362,14 @@ INTERLEAVED_REPLAY = [
 ]
 
 
-async def test_interleaved_thinking_keeps_its_block_order_in_the_turn_and_from_the_database(connect, start_worker):
+async def test_interleaved_thinking_keeps_its_block_order_in_the_turn_and_from_the_database(
+    connect, start_worker
+):
     responses = [streamed(interleaved_body()), streamed(text_body(ANSWER)), streamed(text_body("Again."))]
     async with LocalSSEServer(responses) as server:
-        await start_worker(AnthropicProvider(server.url, "k", "claude-test", max_retries=0, thinking_budget=1024))
+        await start_worker(
+            AnthropicProvider(server.url, "k", "claude-test", max_retries=0, thinking_budget=1024)
+        )
         client = await connect(await make_token())
         await client.until("ready")
         await client.send({"type": "message", "content": "What time is it?", "client_msg_id": "i-1"})
@@ -364,10 +380,15 @@ async def test_interleaved_thinking_keeps_its_block_order_in_the_turn_and_from_t
     assert server.requests[1]["messages"][1]["content"] == INTERLEAVED_REPLAY
     assert server.requests[2]["messages"][1]["content"] == INTERLEAVED_REPLAY
     rows = await assistant_rows()
-    assert (rows[0].content, rows[0].reasoning_content) == ("Let me check the clock.", THINKING + "UTC is the default.")
+    assert (rows[0].content, rows[0].reasoning_content) == (
+        "Let me check the clock.",
+        THINKING + "UTC is the default.",
+    )
 
 
-async def test_invalid_tool_arguments_go_back_to_the_model_raw_and_stay_an_object_for_clients(connect, start_worker):
+async def test_invalid_tool_arguments_go_back_to_the_model_raw_and_stay_an_object_for_clients(
+    connect, start_worker
+):
     broken = '{"timezone": "UT'
     first = sse_body(openai_events(tool_calls=[(CALL_ID, "current_time", broken)]))
     later = [SSEResponse(pieces=answer_pieces()), SSEResponse(pieces=text_pieces("Later."))]
@@ -388,14 +409,22 @@ async def test_invalid_tool_arguments_go_back_to_the_model_raw_and_stay_an_objec
     assert call_message["tool_calls"][0]["id"] == CALL_ID
     assert call_message["tool_calls"][0]["function"]["arguments"] == broken
     result = second[second.index(call_message) + 1]
-    assert result["role"] == "tool" and result["tool_call_id"] == CALL_ID and "invalid arguments JSON" in result["content"]
+    assert (
+        result["role"] == "tool"
+        and result["tool_call_id"] == CALL_ID
+        and "invalid arguments JSON" in result["content"]
+    )
     # ... and so does the next turn, rebuilt from the database.
     third = next(m for m in server.requests[2]["messages"] if m.get("tool_calls"))
     assert third["tool_calls"][0]["function"]["arguments"] == broken
 
     rows = await database_sync_to_async(lambda: list(Message.objects.order_by("seq")))()
-    assert rows[1].tool_calls == [{"id": CALL_ID, "name": "current_time", "arguments": {}, "raw_arguments": broken}]
+    assert rows[1].tool_calls == [
+        {"id": CALL_ID, "name": "current_time", "arguments": {}, "raw_arguments": broken}
+    ]
     assert rows[2].role == "tool" and rows[2].is_error
     # Clients get PROTOCOL's object arguments; the raw text stays on the server.
-    assert committed["messages"][1]["tool_calls"] == [{"id": CALL_ID, "name": "current_time", "arguments": {}}]
+    assert committed["messages"][1]["tool_calls"] == [
+        {"id": CALL_ID, "name": "current_time", "arguments": {}}
+    ]
     assert "raw_arguments" not in json.dumps(client.frames)

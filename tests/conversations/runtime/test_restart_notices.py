@@ -29,10 +29,14 @@ DEAD_WORKER = "dead-host:serve"
 def leave_a_started_turn(username: str = "alice", content: str = "lost") -> dict:
     """A turn a dead process left ``started`` (its lease expired); sync, call in a DB thread."""
     user, _ = get_or_create_user(username)
-    accepted = storage.accept_message(user, "cli_chat", str(user.pk), content, client_msg_id=f"{username}-{content}")
+    accepted = storage.accept_message(
+        user, "cli_chat", str(user.pk), content, client_msg_id=f"{username}-{content}"
+    )
     epoch = storage.claim_lease(accepted.session_id, DEAD_WORKER, 60_000)
     start = storage.start_next_turn(accepted.session_id, DEAD_WORKER, epoch)
-    Dialog.objects.filter(pk=accepted.session_id).update(lease_expires_at=0)  # the dead process's lease ran out
+    Dialog.objects.filter(pk=accepted.session_id).update(
+        lease_expires_at=0
+    )  # the dead process's lease ran out
     return {
         "turn_id": start.turn_id,
         "session_id": start.dialog_id,
@@ -87,7 +91,9 @@ def assert_told(client, turn: dict) -> None:
     }
 
 
-async def test_a_client_connecting_after_the_takeover_is_told_once_and_later_clients_are_not(connect, start_worker):
+async def test_a_client_connecting_after_the_takeover_is_told_once_and_later_clients_are_not(
+    connect, start_worker
+):
     turn = await database_sync_to_async(leave_a_started_turn)()
     token = await make_token()
     await start_worker(ScriptedProvider([]))
@@ -128,7 +134,9 @@ async def test_a_client_connected_before_the_takeover_hears_the_broadcast_with_t
     assert len(committed) == 1 and [m["id"] for m in committed[0]["messages"]] == [turn["inbox_id"]]
     assert committed[0]["session_id"] == turn["session_id"]
     assert committed[0]["history_revision"] == committed[0]["messages"][0]["seq"]
-    order = [f["type"] for f in early.frames if f["type"] in {"turn_updated", "turn_committed", "notification"}]
+    order = [
+        f["type"] for f in early.frames if f["type"] in {"turn_updated", "turn_committed", "notification"}
+    ]
     assert order.index("turn_committed") > order.index("turn_updated")
     assert order.index("turn_committed") < order.index("notification")
 

@@ -69,7 +69,9 @@ def row(seq: int, role: str = "user", content: str | None = None, **extra: objec
     return data
 
 
-def loaded(dialog_id: str = "cli_chat:c:d", *, summary_seq: int = 0, upto: int = 4, now: float = 0.0) -> Session:
+def loaded(
+    dialog_id: str = "cli_chat:c:d", *, summary_seq: int = 0, upto: int = 4, now: float = 0.0
+) -> Session:
     rows = [row(s) for s in range(summary_seq + 1, upto + 1)]
     return Session.loaded(
         dialog_id, title="T", summary="", summary_seq=summary_seq, rows=rows, history_revision=upto, now=now
@@ -151,13 +153,17 @@ def test_a_turn_start_delta_with_another_summary_seq_or_a_short_revision_invalid
     ), "a compaction happened elsewhere"
     assert session.valid is False
     short = loaded(upto=2)
-    assert not short.apply_turn_start([row(3)], title="T", summary="", summary_seq=0, history_revision=4, now=1.0)
+    assert not short.apply_turn_start(
+        [row(3)], title="T", summary="", summary_seq=0, history_revision=4, now=1.0
+    )
     assert short.valid is False
 
 
 def test_a_turn_start_delta_updates_title_summary_text_and_last_used():
     session = loaded(upto=2)
-    assert session.apply_turn_start([row(3)], title="New", summary="", summary_seq=0, history_revision=3, now=9.0)
+    assert session.apply_turn_start(
+        [row(3)], title="New", summary="", summary_seq=0, history_revision=3, now=9.0
+    )
     assert (session.title, session.history_revision, session.last_used) == ("New", 3, 9.0)
 
 
@@ -198,9 +204,15 @@ def test_the_cleanup_loop_logs_evictions_and_survives_a_failing_pass(monkeypatch
         asyncio.run(manager.run_cleanup(3600))
     assert sleeps == [3600, 3600, 3600]
     assert "a" not in manager
-    levels = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "conversations.runtime.sessions"]
+    levels = [
+        (r.levelno, r.getMessage()) for r in caplog.records if r.name == "conversations.runtime.sessions"
+    ]
     assert levels[0][0] == logging.ERROR and "cleanup failed" in levels[0][1]
-    assert levels[1][0] == logging.INFO and "evicted 1 idle runtime session" in levels[1][1] and "a" in levels[1][1]
+    assert (
+        levels[1][0] == logging.INFO
+        and "evicted 1 idle runtime session" in levels[1][1]
+        and "a" in levels[1][1]
+    )
 
 
 def test_the_cleanup_loop_refuses_a_non_positive_interval():
@@ -211,7 +223,11 @@ def test_the_cleanup_loop_refuses_a_non_positive_interval():
 def test_history_rows_lose_provider_state_media_and_raw_arguments_in_protocol_form():
     call = {"id": "c1", "name": "current_time", "arguments": {}, "raw_arguments": "{not json"}
     data = row(
-        2, "assistant", provider_state=SECRET_STATE, tool_calls=[call], media_refs=[{"mime_type": "x", "data": "y"}]
+        2,
+        "assistant",
+        provider_state=SECRET_STATE,
+        tool_calls=[call],
+        media_refs=[{"mime_type": "x", "data": "y"}],
     )
     out = history_row_to_protocol(data)
     assert "provider_state" not in out and "media_refs" not in out
@@ -313,7 +329,11 @@ def test_a_changed_summary_or_an_unknown_revision_gives_the_full_history(alice, 
     run_turn(alice, dialog, "u2", "a2", epoch)
     Dialog.objects.filter(pk=dialog.pk).update(summary="u1 asked, a1 answered", summary_seq=2)  # a compaction
     start = run_turn(alice, dialog, "u3", "a3", epoch, known_revision=4, known_summary_seq=0)
-    assert start.history_is_delta is False and start.summary_seq == 2 and start.summary == "u1 asked, a1 answered"
+    assert (
+        start.history_is_delta is False
+        and start.summary_seq == 2
+        and start.summary == "u1 asked, a1 answered"
+    )
     assert [r["seq"] for r in start.history] == [3, 4, 5] and start.history_revision == 5
     ahead = run_turn(alice, dialog, "u4", "a4", epoch, known_revision=99, known_summary_seq=2)
     assert ahead.history_is_delta is False and [r["seq"] for r in ahead.history] == [3, 4, 5, 6, 7]
@@ -336,7 +356,12 @@ def test_commit_returns_its_new_rows_exactly_as_a_db_read_gives_them(alice, dial
             "iteration": 1,
         },
         {"role": "tool", "content": "err\x00", "tool_call_id": "c1", "tool_name": "t", "is_error": True},
-        {"id": start.reply_message_id.upper(), "role": "assistant", "content": "done", "turn_id": start.turn_id},
+        {
+            "id": start.reply_message_id.upper(),
+            "role": "assistant",
+            "content": "done",
+            "turn_id": start.turn_id,
+        },
     ]
     result = storage.commit_turn(dialog.id, "w1", epoch, start.inbox_id, rows)
     assert result.history_rows == db_history(dialog, after=1)
@@ -363,7 +388,10 @@ def test_message_to_protocol_is_the_history_form_through_the_session_projection(
     start = storage.start_next_turn(dialog.id, "w1", epoch)
     call = {"id": "c1", "name": "t", "arguments": {}, "raw_arguments": "{bad"}
     storage.commit_turn(
-        dialog.id, "w1", epoch, start.inbox_id,
+        dialog.id,
+        "w1",
+        epoch,
+        start.inbox_id,
         [{"role": "assistant", "content": "x", "provider_state": SECRET_STATE, "tool_calls": [call]}],
     )
     for message in Message.objects.filter(dialog=dialog):
@@ -413,7 +441,8 @@ def fresh_full_load_input(dialog_id: str, upto_seq: int) -> list[dict]:
 def db_rows(dialog_id: str) -> list[dict]:
     dialog = Dialog.objects.get(pk=dialog_id)
     return [
-        storage.message_to_history_row(m) for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq)
+        storage.message_to_history_row(m)
+        for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq)
     ]
 
 
@@ -516,7 +545,9 @@ async def test_after_the_ttl_the_runtime_session_is_gone_from_memory_and_the_dia
     assert sessions.evict_idle() == []
     await say(client, "Sure?", "t-3")
     assert starts[2] == ({"known_revision": 6, "known_summary_seq": 0}, True, [7])
-    assert without_runtime_context(provider.requests[3].messages) == await fresh_full_load_input(session_id, 7)
+    assert without_runtime_context(provider.requests[3].messages) == await fresh_full_load_input(
+        session_id, 7
+    )
 
 
 @e2e
@@ -537,11 +568,17 @@ async def test_a_compaction_done_elsewhere_makes_the_next_turn_reload(connect, s
     assert without_runtime_context(request) == await fresh_full_load_input(session_id, 3)
     assert "The user greeted us." in request[0].text and [m.role for m in request] == ["system", "user"]
     held = sessions.get(session_id)
-    assert (held.summary_seq, held.summary, [r["seq"] for r in held.history]) == (2, "The user greeted us.", [3, 4])
+    assert (held.summary_seq, held.summary, [r["seq"] for r in held.history]) == (
+        2,
+        "The user greeted us.",
+        [3, 4],
+    )
 
 
 @e2e
-async def test_a_delta_that_does_not_fit_the_session_falls_back_to_a_full_reload(connect, start_worker, monkeypatch):
+async def test_a_delta_that_does_not_fit_the_session_falls_back_to_a_full_reload(
+    connect, start_worker, monkeypatch
+):
     sessions = SessionManager(3600, clock=FakeClock())
     provider = ScriptedProvider([script_text("One."), script_text("Two.")])
     await start_worker(provider, sessions=sessions)
@@ -558,7 +595,9 @@ async def test_a_delta_that_does_not_fit_the_session_falls_back_to_a_full_reload
 
     monkeypatch.setattr(storage, "start_next_turn", holed)
     await say(client, "second", "d-2")
-    assert without_runtime_context(provider.requests[1].messages) == await fresh_full_load_input(session_id, 3)
+    assert without_runtime_context(provider.requests[1].messages) == await fresh_full_load_input(
+        session_id, 3
+    )
     held = sessions.get(session_id)
     assert held is not None and held.valid and held.history == await db_rows(session_id)
 
@@ -591,7 +630,9 @@ async def test_a_failed_commit_evicts_the_session_and_the_next_turn_reloads(
     monkeypatch.setattr(storage, "commit_turn", real_commit)
     await say(client, "third", "f-3")
     assert starts[2] == ({}, False, [1, 2, 3, 4])  # the failed turn's user row stays in history
-    assert without_runtime_context(provider.requests[2].messages) == await fresh_full_load_input(session_id, 4)
+    assert without_runtime_context(provider.requests[2].messages) == await fresh_full_load_input(
+        session_id, 4
+    )
     assert sessions.get(session_id).history == await db_rows(session_id)
 
 
@@ -652,7 +693,9 @@ async def test_a_live_dialogs_history_page_from_memory_equals_the_db_page_and_le
 
 
 @e2e
-async def test_the_worker_runs_the_cleanup_loop_at_the_configured_interval_until_stopped(start_worker, settings):
+async def test_the_worker_runs_the_cleanup_loop_at_the_configured_interval_until_stopped(
+    start_worker, settings
+):
     settings.PICOBOT = settings.PICOBOT.replace(session_cleanup_minutes=0.5)
     intervals: list[float] = []
 

@@ -13,7 +13,9 @@ from tests.conversations.conftest import make_token
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-async def test_a_failing_turn_start_alerts_once_keeps_the_message_and_runs_it_later(connect, start_worker, monkeypatch):
+async def test_a_failing_turn_start_alerts_once_keeps_the_message_and_runs_it_later(
+    connect, start_worker, monkeypatch
+):
     real_start = storage.start_next_turn
     calls = []
 
@@ -28,7 +30,11 @@ async def test_a_failing_turn_start_alerts_once_keeps_the_message_and_runs_it_la
     await client.send({"type": "message", "content": "hello?", "client_msg_id": "sf-1"})
     ack = await client.until("ack")
     alert = await client.until("notification")
-    assert alert["level"] == "error" and "Nothing you sent is lost" in alert["content"] and "ref" in alert["content"]
+    assert (
+        alert["level"] == "error"
+        and "Nothing you sent is lost" in alert["content"]
+        and "ref" in alert["content"]
+    )
     assert alert["session_id"] == ack["session_id"]
     assert "database is locked" not in alert["content"], "raw errors stay in the log"
     retried = len(calls)

@@ -55,7 +55,11 @@ async def test_provider_failure_before_text_fails_the_turn_without_an_assistant_
 
 
 async def test_provider_failure_after_text_keeps_the_partial_answer_interrupted(connect, start_worker):
-    chunks = [TextDelta("Half an"), TextDelta(" answer"), OverloadedError("connection reset", http_status=None)]
+    chunks = [
+        TextDelta("Half an"),
+        TextDelta(" answer"),
+        OverloadedError("connection reset", http_status=None),
+    ]
     await start_worker(ScriptedProvider([chunks]))
     client = await connect(await make_token())
     await client.until("ready")
@@ -68,7 +72,9 @@ async def test_provider_failure_after_text_keeps_the_partial_answer_interrupted(
 
 
 async def test_unknown_tool_becomes_an_error_result_and_the_turn_goes_on(connect, start_worker):
-    provider = ScriptedProvider([script_tool_call("call_x1", "teleport", {"to": "mars"}), script_text("Cannot do that.")])
+    provider = ScriptedProvider(
+        [script_tool_call("call_x1", "teleport", {"to": "mars"}), script_text("Cannot do that.")]
+    )
     await start_worker(provider)
     client = await connect(await make_token())
     await client.until("ready")
@@ -98,7 +104,9 @@ async def test_a_client_that_connects_mid_turn_gets_the_running_turn(connect, st
     await late.until("turn_updated", lambda f: f["turn"]["status"] == "completed", timeout=20)
 
 
-async def test_a_client_that_never_acknowledges_gets_a_bounded_number_of_running_snapshots(connect, start_worker):
+async def test_a_client_that_never_acknowledges_gets_a_bounded_number_of_running_snapshots(
+    connect, start_worker
+):
     await start_worker(ScriptedProvider([script_text(long_text(200))], delay=0.005))
     client = await connect(await make_token())
     await client.until("ready")
@@ -125,7 +133,9 @@ async def test_messages_sent_during_a_turn_run_in_order_after_it(connect, start_
     assert [m["content"] for m in first["messages"]] == ["one", "first answer"]
     assert [m["content"] for m in second["messages"]] == ["two", "second answer"]
     assert [m["seq"] for m in first["messages"] + second["messages"]] == [1, 2, 3, 4]
-    statuses = await database_sync_to_async(lambda: sorted(InboxMessage.objects.values_list("status", flat=True)))()
+    statuses = await database_sync_to_async(
+        lambda: sorted(InboxMessage.objects.values_list("status", flat=True))
+    )()
     assert statuses == ["done", "done"]
 
 
@@ -144,7 +154,9 @@ async def test_reasoning_only_answer_completes_without_inventing_text(connect, s
     assert count == 1
 
 
-async def test_an_image_reaches_the_provider_with_the_runtime_context_in_the_same_message(connect, start_worker):
+async def test_an_image_reaches_the_provider_with_the_runtime_context_in_the_same_message(
+    connect, start_worker
+):
     from providers.blocks import ImageBlock, TextBlock
 
     provider = ScriptedProvider([script_text("A red pixel.")])
@@ -152,13 +164,21 @@ async def test_an_image_reaches_the_provider_with_the_runtime_context_in_the_sam
     client = await connect(await make_token())
     await client.until("ready")
     pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
-    await client.send({"type": "message", "content": "what is this?", "client_msg_id": "img-1",
-                       "media": [{"mime_type": "image/png", "data": pixel}]})
+    await client.send(
+        {
+            "type": "message",
+            "content": "what is this?",
+            "client_msg_id": "img-1",
+            "media": [{"mime_type": "image/png", "data": pixel}],
+        }
+    )
     await client.until("turn_committed")
     request = provider.requests[0].messages
     assert [m.role for m in request] == ["system", "user"]
     blocks = request[-1].content
-    assert isinstance(blocks[0], TextBlock) and blocks[0].text.startswith("what is this?\n\n[Runtime context: time=")
+    assert isinstance(blocks[0], TextBlock) and blocks[0].text.startswith(
+        "what is this?\n\n[Runtime context: time="
+    )
     assert blocks[1:] == [ImageBlock(mime_type="image/png", data=pixel)]
 
 
@@ -174,7 +194,9 @@ async def test_stop_during_a_slow_tool_ends_the_turn_and_keeps_the_tool_chain_va
         await asyncio.sleep(60)
         return "never"
 
-    tools = ToolRegistry([Tool("sleepy", "sleeps", {"type": "object", "properties": {}}, sleepy, timeout=120)])
+    tools = ToolRegistry(
+        [Tool("sleepy", "sleeps", {"type": "object", "properties": {}}, sleepy, timeout=120)]
+    )
     provider = ScriptedProvider([script_tool_call("call_slow", "sleepy", {}, text="Let me wait.")])
     await start_worker(provider, tools=tools)
     client = await connect(await make_token())
@@ -236,7 +258,10 @@ async def test_very_long_tool_names_and_call_ids_from_the_model_are_stored_whole
     await client.send({"type": "message", "content": "go", "client_msg_id": "long-1"})
     committed = await client.until("turn_committed")
     assert committed["messages"][1]["tool_calls"][0]["id"] == long_id
-    assert (committed["messages"][2]["tool_call_id"], committed["messages"][2]["tool_name"]) == (long_id, long_name)
+    assert (committed["messages"][2]["tool_call_id"], committed["messages"][2]["tool_name"]) == (
+        long_id,
+        long_name,
+    )
 
 
 async def test_a_worker_that_lost_its_lease_stops_publishing_the_turn(connect, start_worker):
@@ -284,8 +309,11 @@ async def test_a_worker_that_lost_its_lease_stops_publishing_the_turn(connect, s
 
 async def test_a_model_that_reuses_a_tool_call_id_gets_unique_ids_and_the_turn_goes_on(connect, start_worker):
     provider = ScriptedProvider(
-        [script_tool_call("call_0", "current_time", {}), script_tool_call("call_0", "current_time", {}),
-         script_text("Done.")]
+        [
+            script_tool_call("call_0", "current_time", {}),
+            script_tool_call("call_0", "current_time", {}),
+            script_text("Done."),
+        ]
     )
     await start_worker(provider)
     client = await connect(await make_token())

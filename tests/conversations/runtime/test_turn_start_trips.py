@@ -52,7 +52,9 @@ def trips(monkeypatch) -> list[str]:
     return names
 
 
-async def send_one(connect, start_worker, answer: str, content: str = "Hi") -> tuple[ScriptedProvider, object]:
+async def send_one(
+    connect, start_worker, answer: str, content: str = "Hi"
+) -> tuple[ScriptedProvider, object]:
     """A worker with a provider that answers ``answer``; alice sends ``content``."""
     provider = ScriptedProvider([script_text(answer)])
     await start_worker(provider)
@@ -69,7 +71,9 @@ def between(names: list[str], first: str, last: str | None = None) -> list[str]:
     return [name for name in window if name in TURN_START_TRIPS]
 
 
-async def test_a_woken_dialogs_first_turn_is_claimed_started_and_read_in_one_trip(connect, start_worker, trips):
+async def test_a_woken_dialogs_first_turn_is_claimed_started_and_read_in_one_trip(
+    connect, start_worker, trips
+):
     provider, alice = await send_one(connect, start_worker, "Hello!", "Hi there")
     committed = await alice.until("turn_committed")
 
@@ -126,7 +130,9 @@ async def test_a_failed_prefetch_is_read_again_by_the_builder(connect, start_wor
     assert between(trips, "claim_and_begin", "commit_turn") == ["flaky", "recall_for_turn"]
 
 
-async def test_a_failed_read_after_a_failed_prefetch_fails_the_turn_as_before(connect, start_worker, monkeypatch):
+async def test_a_failed_read_after_a_failed_prefetch_fails_the_turn_as_before(
+    connect, start_worker, monkeypatch
+):
     def broken(dialog_id: str) -> dict:
         raise DatabaseError("disk I/O error")
 
@@ -202,11 +208,15 @@ async def test_the_builder_takes_the_prefetched_plan_and_memory(monkeypatch):
         raise AssertionError("recalled again although prefetched")
 
     builder = TurnInputBuilder(
-        ScriptedProvider([]), system_prompt="You are PicoBot.", memory_recall=memory,
+        ScriptedProvider([]),
+        system_prompt="You are PicoBot.",
+        memory_recall=memory,
         clock=lambda: datetime(2025, 5, 4, 10, 42, tzinfo=UTC),
     )
-    prefetched = {"dialog": {"state_version": 7, "auto_compact_failures": 0, "plan": "[>] Buy tickets"},
-                  "memory": "- The user is vegetarian."}
+    prefetched = {
+        "dialog": {"state_version": 7, "auto_compact_failures": 0, "plan": "[>] Buy tickets"},
+        "memory": "- The user is vegetarian.",
+    }
     prepared = await builder.prepare(_start(prefetched))
     assert prepared.base_state_version == 7
     assert prepared.messages[-1].text.endswith(
@@ -218,7 +228,10 @@ async def test_a_builder_without_memory_ignores_prefetched_memory():
     builder = TurnInputBuilder(
         ScriptedProvider([]), system_prompt="You are PicoBot.", clock=lambda: datetime(2025, 5, 4, tzinfo=UTC)
     )
-    prefetched = {"dialog": {"state_version": 1, "auto_compact_failures": 0, "plan": ""}, "memory": "- secret"}
+    prefetched = {
+        "dialog": {"state_version": 1, "auto_compact_failures": 0, "plan": ""},
+        "memory": "- secret",
+    }
     prepared = await builder.prepare(_start(prefetched))
     assert "secret" not in prepared.messages[-1].text
 
@@ -245,9 +258,9 @@ async def test_a_shutdown_during_the_claim_trip_leaves_the_message_queued_for_th
     await asyncio.sleep(0.05)
     gate.set()
     await stopping
-    assert await database_sync_to_async(lambda: list(InboxMessage.objects.values_list("status", flat=True)))() == [
-        InboxMessage.Status.QUEUED
-    ]
+    assert await database_sync_to_async(
+        lambda: list(InboxMessage.objects.values_list("status", flat=True))
+    )() == [InboxMessage.Status.QUEUED]
 
     monkeypatch.setattr(storage, "claim_dialog", real)
     provider = ScriptedProvider([script_text("answered after the restart")])

@@ -56,7 +56,10 @@ def test_an_active_dialog_idle_past_the_ttl_is_replaced_on_the_next_message(alic
     assert accepted.created_dialog is not None and accepted.replaced_dialog.pk == old.pk
     assert accepted.session_id == accepted.created_dialog.id != old.id
     assert ChatState.objects.get(chat_id="c").active_dialog_id == accepted.session_id
-    assert {d["session_id"] for d in storage.list_sessions(alice, CHANNEL, "c")} == {old.id, accepted.session_id}
+    assert {d["session_id"] for d in storage.list_sessions(alice, CHANNEL, "c")} == {
+        old.id,
+        accepted.session_id,
+    }
     # The next message stays in the new dialog.
     again = storage.accept_message(alice, CHANNEL, "c", "and again")
     assert again.session_id == accepted.session_id and again.created_dialog is None

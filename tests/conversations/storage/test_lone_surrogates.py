@@ -58,7 +58,9 @@ async def start(connect, start_worker, provider, content="hi", **options):
 async def finished(client, *, after: str | None = None, timeout: float = 20) -> dict:
     """The next terminal turn snapshot (of a turn other than ``after``)."""
     frame = await client.until(
-        "turn_updated", lambda f: f["turn"]["status"] != "running" and f["turn"]["id"] != after, timeout=timeout
+        "turn_updated",
+        lambda f: f["turn"]["status"] != "running" and f["turn"]["id"] != after,
+        timeout=timeout,
     )
     return frame["turn"]
 
@@ -102,7 +104,9 @@ async def test_a_pair_split_across_two_sse_events_is_committed_as_the_emoji(conn
 
 
 async def test_a_pair_split_across_scripted_deltas_is_committed_as_the_emoji(connect, start_worker):
-    provider = ScriptedProvider([[TextDelta("smile "), TextDelta("\ud83d"), TextDelta("\ude00"), Done("stop")]])
+    provider = ScriptedProvider(
+        [[TextDelta("smile "), TextDelta("\ud83d"), TextDelta("\ude00"), Done("stop")]]
+    )
     client = await start(connect, start_worker, provider)
     turn = await finished(client)
 
@@ -120,7 +124,10 @@ async def test_a_lone_surrogate_in_the_answer_is_stored_as_a_replacement_and_the
         await client.send({"type": "message", "content": "again", "client_msg_id": "m-2"})
         second = await finished(client, after=first["id"])
 
-    assert (first["status"], second["status"]) == ("completed", "completed"), (first["error"], second["error"])
+    assert (first["status"], second["status"]) == ("completed", "completed"), (
+        first["error"],
+        second["error"],
+    )
     assert [r.content for r in await rows() if r.role == "assistant"] == ["odd \ufffd half", "second"]
     assert server.requests[1]["messages"][-2]["content"] == "odd \ufffd half"
 
@@ -136,11 +143,17 @@ async def test_a_lone_surrogate_in_tool_arguments_reaches_the_tool_and_storage_a
 
     provider = ScriptedProvider(
         [
-            [ToolCallStart(0, "c1", "echo"), ToolCallArgumentsDelta(0, '{"q": "a\\ud800b"}'), Done("tool_calls")],
+            [
+                ToolCallStart(0, "c1", "echo"),
+                ToolCallArgumentsDelta(0, '{"q": "a\\ud800b"}'),
+                Done("tool_calls"),
+            ],
             script_text("answer"),
         ]
     )
-    client = await start(connect, start_worker, provider, tools=ToolRegistry([Tool("echo", "echo", ANY_OBJECT, echo)]))
+    client = await start(
+        connect, start_worker, provider, tools=ToolRegistry([Tool("echo", "echo", ANY_OBJECT, echo)])
+    )
     turn = await finished(client)
 
     assert turn["status"] == "completed", turn["error"]
@@ -173,7 +186,9 @@ async def test_a_tool_result_with_a_lone_surrogate_is_sent_and_stored_as_a_repla
 async def test_a_plan_step_with_a_lone_surrogate_does_not_break_later_turns(connect, start_worker):
     arguments = '{"steps": [{"text": "step \\ud800 one", "status": "pending"}]}'
     responses = [
-        SSEResponse(pieces=split_events(sse_body(openai_events(tool_calls=[("p1", "plan_update", arguments)])))),
+        SSEResponse(
+            pieces=split_events(sse_body(openai_events(tool_calls=[("p1", "plan_update", arguments)])))
+        ),
         answer("planned"),
         answer("second turn ok"),
     ]
@@ -183,7 +198,10 @@ async def test_a_plan_step_with_a_lone_surrogate_does_not_break_later_turns(conn
         await client.send({"type": "message", "content": "again", "client_msg_id": "m-2"})
         second = await finished(client, after=first["id"])
 
-    assert (first["status"], second["status"]) == ("completed", "completed"), (first["error"], second["error"])
+    assert (first["status"], second["status"]) == ("completed", "completed"), (
+        first["error"],
+        second["error"],
+    )
     plan = await database_sync_to_async(Plan.objects.get)()
     assert plan.content["steps"] == [{"text": "step \ufffd one", "status": "pending"}]
     assert "step \ufffd one" in json.dumps(server.requests[2], ensure_ascii=False)
@@ -214,10 +232,18 @@ async def test_memory_with_a_lone_surrogate_is_stored_as_a_replacement():
 async def test_a_plan_stored_before_the_fix_is_repaired_in_the_runtime_context():
     dialog = await make_dialog("cli_chat", "1")
     start_row = TurnStart(
-        dialog_id=dialog, channel="cli_chat", chat_id="1", title="t", inbox_id="i", turn_id="t",
-        reply_message_id="r", user_message={},
+        dialog_id=dialog,
+        channel="cli_chat",
+        chat_id="1",
+        title="t",
+        inbox_id="i",
+        turn_id="t",
+        reply_message_id="r",
+        user_message={},
     )
-    text = runtime_context(start_row, now=datetime(2026, 1, 1, tzinfo=UTC), plan="[ ] step \ud800", memory="m \udc00")
+    text = runtime_context(
+        start_row, now=datetime(2026, 1, 1, tzinfo=UTC), plan="[ ] step \ud800", memory="m \udc00"
+    )
 
     assert text.endswith("[ ] step \ufffd\nRecalled memory:\nm \ufffd")
     text.encode("utf-8")
@@ -295,7 +321,10 @@ async def test_a_turn_with_a_lone_surrogate_in_a_call_completes_and_the_next_one
     await client.send({"type": "message", "content": "again", "client_msg_id": "m-2"})
     second = await finished(client, after=first["id"])
 
-    assert (first["status"], second["status"]) == ("completed", "completed"), (first["error"], second["error"])
+    assert (first["status"], second["status"]) == ("completed", "completed"), (
+        first["error"],
+        second["error"],
+    )
     encodable(client.frames)
     [block] = [b for b in first["blocks"] if b["type"] == "tool"]
     assert (block["id"], block["name"]) == (fix_surrogates(call_id), fix_surrogates(name))

@@ -69,7 +69,9 @@ def test_accepting_a_message_creates_one_queued_inbox_row_in_the_active_dialog(a
     accepted = accept(alice, "hello", client_msg_id="c-1", source={"kind": "user_input"})
 
     row = InboxMessage.objects.get()
-    assert accepted == storage.AcceptedMessage(str(row.id), row.dialog_id, 0, False, created_dialog=row.dialog)
+    assert accepted == storage.AcceptedMessage(
+        str(row.id), row.dialog_id, 0, False, created_dialog=row.dialog
+    )
     assert row.dialog_id == storage.active_dialog(alice, CHANNEL, "chat-alice").id
     assert (row.content, row.status, row.position, row.client_msg_id) == ("hello", "queued", 1, "c-1")
     assert row.user == alice and row.source == {"kind": "user_input"}
@@ -631,7 +633,9 @@ def test_a_worker_busy_with_its_own_dialogs_still_sees_a_dead_workers_lapsed_lea
     assert work[-1][:2] == (dead.id, "dead-worker"), "the lapsed foreign lease is never crowded out"
 
 
-def test_claiming_a_dialog_marks_its_interrupted_turns_or_leaves_them_to_the_caller(alice, dialog, monkeypatch):
+def test_claiming_a_dialog_marks_its_interrupted_turns_or_leaves_them_to_the_caller(
+    alice, dialog, monkeypatch
+):
     from django.db import DatabaseError
 
     epoch, turn = started_turn(alice, dialog)
@@ -653,15 +657,25 @@ def test_claiming_a_dialog_marks_its_interrupted_turns_or_leaves_them_to_the_cal
 def test_a_turn_start_reads_the_queued_rows_json_and_the_lease_check_the_whole_dialog(alice, dialog):
     """The hand-written reads (storage/sql.py): JSON columns decoded on both databases, UUIDs
     parsed, and fields they leave out (a BooleanField) loaded correctly on access."""
-    storage.accept_message(alice, CHANNEL, f"chat-{alice.username}", "héllo 中文", session_id=dialog.id,
-                           media=[{"kind": "image", "ref": "m-1"}], source={"kind": "user_input", "note": "ü"},
-                           channel_context={"thread": "t-é", "n": 3})
+    storage.accept_message(
+        alice,
+        CHANNEL,
+        f"chat-{alice.username}",
+        "héllo 中文",
+        session_id=dialog.id,
+        media=[{"kind": "image", "ref": "m-1"}],
+        source={"kind": "user_input", "note": "ü"},
+        channel_context={"thread": "t-é", "n": 3},
+    )
     epoch = storage.claim_lease(dialog.id, "w1", LEASE_MS)
     turn = storage.start_next_turn(dialog.id, "w1", epoch)
     assert turn.channel_context == {"thread": "t-é", "n": 3}
     assert turn.user_message["content"] == "héllo 中文"
     row = Message.objects.get(pk=turn.inbox_id)
-    assert row.media_refs == [{"kind": "image", "ref": "m-1"}] and row.source == {"kind": "user_input", "note": "ü"}
+    assert row.media_refs == [{"kind": "image", "ref": "m-1"}] and row.source == {
+        "kind": "user_input",
+        "note": "ü",
+    }
     checked = storage.check_lease(dialog.id, "w1", epoch)
     assert checked.title_is_default is True and checked.history_revision == turn.history_revision
 
@@ -676,21 +690,47 @@ def test_an_ownerless_message_with_a_client_msg_id_is_accepted_once():
 def test_the_hand_written_history_reads_equal_the_orm_rows(alice, dialog):
     """``sql.history_rows``/``history_row`` (a turn start's history, a commit's user row): the same
     dicts as ``message_to_history_row`` of the model instances, JSON, UUIDs and booleans included."""
-    storage.accept_message(alice, CHANNEL, f"chat-{alice.username}", "find 中文", session_id=dialog.id,
-                           media=[{"kind": "image", "ref": "m-1"}])
+    storage.accept_message(
+        alice,
+        CHANNEL,
+        f"chat-{alice.username}",
+        "find 中文",
+        session_id=dialog.id,
+        media=[{"kind": "image", "ref": "m-1"}],
+    )
     epoch = storage.claim_lease(dialog.id, "w1", LEASE_MS)
     turn = storage.start_next_turn(dialog.id, "w1", epoch)
     rows = [
-        {"role": "assistant", "content": "", "reasoning_content": "think ü", "iteration": 0,
-         "tool_calls": [{"id": "c1", "name": "http_fetch", "arguments": {"url": "https://e.x/é"}}],
-         "provider_state": {"signature": "s-1", "blocks": [1, None, "x"]}, "turn_id": turn.turn_id},
-        {"role": "tool", "content": "oops", "tool_call_id": "c1", "tool_name": "http_fetch", "is_error": True,
-         "iteration": 0, "turn_id": turn.turn_id},
-        {"role": "assistant", "content": "done", "iteration": 1, "completion_status": "completed",
-         "turn_id": turn.turn_id},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "think ü",
+            "iteration": 0,
+            "tool_calls": [{"id": "c1", "name": "http_fetch", "arguments": {"url": "https://e.x/é"}}],
+            "provider_state": {"signature": "s-1", "blocks": [1, None, "x"]},
+            "turn_id": turn.turn_id,
+        },
+        {
+            "role": "tool",
+            "content": "oops",
+            "tool_call_id": "c1",
+            "tool_name": "http_fetch",
+            "is_error": True,
+            "iteration": 0,
+            "turn_id": turn.turn_id,
+        },
+        {
+            "role": "assistant",
+            "content": "done",
+            "iteration": 1,
+            "completion_status": "completed",
+            "turn_id": turn.turn_id,
+        },
     ]
     result = storage.commit_turn(dialog.id, "w1", epoch, turn.inbox_id, rows)
-    expected = [storage.message_to_history_row(m) for m in Message.objects.filter(dialog=dialog).order_by("seq")]
+    expected = [
+        storage.message_to_history_row(m) for m in Message.objects.filter(dialog=dialog).order_by("seq")
+    ]
     assert sql.history_rows(dialog.id, 0) == expected
     assert sql.history_rows(dialog.id, expected[1]["seq"]) == expected[2:]
     assert sql.history_row(turn.inbox_id) == expected[0] and sql.history_row(str(uuid.uuid4())) is None

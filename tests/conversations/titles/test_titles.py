@@ -128,7 +128,13 @@ def row(seq: int, role: str, content: str, **extra) -> dict:
 def test_the_title_request_holds_visible_text_only_never_reasoning_or_tool_payloads():
     rows = [
         row(1, "user", "What time is it in Tokyo?"),
-        row(2, "assistant", "", reasoning="SECRET-REASONING", tool_calls=[{"id": "c1", "name": "clock", "arguments": {"tz": "SECRET-ARGS"}}]),
+        row(
+            2,
+            "assistant",
+            "",
+            reasoning="SECRET-REASONING",
+            tool_calls=[{"id": "c1", "name": "clock", "arguments": {"tz": "SECRET-ARGS"}}],
+        ),
         row(3, "tool", "SECRET-TOOL-RESULT", tool_call_id="c1", tool_name="clock"),
         row(4, "assistant", "<think>SECRET-THINK</think>It is 10:42 in Tokyo.", reasoning="SECRET-REASONING"),
     ]
@@ -170,7 +176,11 @@ def seed_dialog(username: str = "alice", user_messages: int = 2, **fields) -> Di
         if i == 1:
             seq += 1
             Message.objects.create(
-                dialog=dialog, seq=seq, role="assistant", content="", reasoning_content="thinking",
+                dialog=dialog,
+                seq=seq,
+                role="assistant",
+                content="",
+                reasoning_content="thinking",
                 tool_calls=[{"id": "c1", "name": "clock", "arguments": {}}],
             )
             seq += 1
@@ -196,7 +206,10 @@ def test_a_title_attempt_is_claimed_once_per_due_count():
     candidate = storage.title_candidate(dialog.id, 2, False)
     assert candidate is not None
     assert {k: candidate[k] for k in ("dialog_id", "channel", "chat_id", "message_count")} == {
-        "dialog_id": dialog.id, "channel": CHANNEL, "chat_id": "chat-alice", "message_count": 2,
+        "dialog_id": dialog.id,
+        "channel": CHANNEL,
+        "chat_id": "chat-alice",
+        "message_count": 2,
     }
     assert [r["role"] for r in candidate["rows"]] == ["user", "assistant", "assistant", "user", "assistant"]
     assert all("provider_state" not in r for r in candidate["rows"])
@@ -249,7 +262,9 @@ def test_a_generated_title_commits_only_over_the_default():
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_user_rename_while_the_title_is_generated_wins_and_the_late_title_is_discarded(monkeypatch, caplog):
+async def test_a_user_rename_while_the_title_is_generated_wins_and_the_late_title_is_discarded(
+    monkeypatch, caplog
+):
     dialog = await database_sync_to_async(seed_dialog)("alice", 2)
     gate = asyncio.Event()
     provider = TitleRoutingProvider(turns=[], titles=[script_text("Autumn Trip to Kyoto")], gate=gate)
@@ -297,14 +312,18 @@ async def send_and_commit(client, content: str, msg_id: str) -> dict:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_after_the_nth_user_message_the_chat_receives_the_generated_title(connect, start_worker, settings):
+async def test_after_the_nth_user_message_the_chat_receives_the_generated_title(
+    connect, start_worker, settings
+):
     settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=2)
     provider = TitleRoutingProvider(
         turns=[
             script_text("Kyoto is lovely in autumn.", reasoning="SECRET-REASONING one"),
             script_text("Book the ryokan early.", reasoning="SECRET-REASONING two"),
         ],
-        titles=[script_text("<think>They plan a trip.</think>Autumn Trip to Kyoto", reasoning="title thoughts")],
+        titles=[
+            script_text("<think>They plan a trip.</think>Autumn Trip to Kyoto", reasoning="title thoughts")
+        ],
     )
     await start_worker(provider)
     client = await connect(await make_token())
@@ -324,7 +343,9 @@ async def test_after_the_nth_user_message_the_chat_receives_the_generated_title(
     }
     await client.send({"type": "sessions"})
     items = (await client.until("sessions"))["items"]
-    assert [(i["session_id"], i["title"]) for i in items] == [(ready["active_session_id"], "Autumn Trip to Kyoto")]
+    assert [(i["session_id"], i["title"]) for i in items] == [
+        (ready["active_session_id"], "Autumn Trip to Kyoto")
+    ]
 
     [request] = provider.titles.requests
     prompt = request.messages[1].text

@@ -598,7 +598,11 @@ def serve(address: str, hits: Hits, ports: dict) -> ThreadingHTTPServer:
                 label = path.split("/", 2)[2]
                 self.reply(200, CHARSET_BODIES.get(label, b"hello \xff"), f"text/plain; charset={label}")
             elif path == "/meta-punycode":
-                self.reply(200, b'<html><head><meta charset="punycode"></head><body>hello \xff</body></html>', "text/html")
+                self.reply(
+                    200,
+                    b'<html><head><meta charset="punycode"></head><body>hello \xff</body></html>',
+                    "text/html",
+                )
             elif path == "/adversarial":
                 self.reply(200, ADVERSARIAL_PAGE, "text/html")
             else:
@@ -804,7 +808,8 @@ def test_html_to_text_keeps_preformatted_text_and_table_cells():
 
 
 @pytest.mark.parametrize(
-    "label", ["rot13", "idna", "punycode", "base64", "uu", "hex", "zlib", "unicode_escape", "utf-7", "x-user-defined"]
+    "label",
+    ["rot13", "idna", "punycode", "base64", "uu", "hex", "zlib", "unicode_escape", "utf-7", "x-user-defined"],
 )
 async def test_a_charset_that_is_no_web_text_encoding_is_read_as_utf_8(servers, label):
     """QA: ``charset=rot13`` raised LookupError, ``idna`` UnicodeError (both the crash path) and

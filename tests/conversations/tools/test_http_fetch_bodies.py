@@ -82,7 +82,9 @@ async def test_an_untyped_utf8_body_cut_inside_a_character_is_still_text(base):
     assert result.truncated is True and result.text.startswith("café ")
 
 
-@pytest.mark.parametrize(("path", "text"), [("/deflate-raw", "hello raw deflate"), ("/deflate-zlib", "hello zlib deflate")])
+@pytest.mark.parametrize(
+    ("path", "text"), [("/deflate-raw", "hello raw deflate"), ("/deflate-zlib", "hello zlib deflate")]
+)
 async def test_deflate_is_read_with_or_without_the_zlib_header(base, path, text):
     outcome = await fetch_tool(f"{base}{path}")
 

@@ -15,7 +15,9 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 async def test_a_saved_memory_is_recalled_in_a_later_turn_of_its_owner_only(connect, start_worker):
     provider = ScriptedProvider(
         [
-            script_tool_call("call-mem", "memory_save", {"content": "The user's cat is called Miso", "tags": ["pets"]}),
+            script_tool_call(
+                "call-mem", "memory_save", {"content": "The user's cat is called Miso", "tags": ["pets"]}
+            ),
             script_text("Noted."),
             script_text("Miso!"),
             script_text("I don't know."),

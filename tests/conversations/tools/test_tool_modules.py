@@ -52,7 +52,9 @@ def test_no_modules_means_the_built_in_tools(settings):
 
 async def test_modules_from_the_setting_add_their_tools(settings, plugin):
     plugin("picobot_test_echo_tools", add_echo)
-    settings.PICOBOT = settings.PICOBOT.replace(tool_modules=["tests.e2e.slow_tools", "picobot_test_echo_tools"])
+    settings.PICOBOT = settings.PICOBOT.replace(
+        tool_modules=["tests.e2e.slow_tools", "picobot_test_echo_tools"]
+    )
     registry = default_registry()
     assert [d.name for d in registry.definitions()] == [*BUILT_IN, "slow_tool", "echo"]
     outcome = await registry.run(ToolCall(id="c1", name="echo", arguments_json='{"text": "hi"}'))
@@ -73,7 +75,9 @@ def test_explicit_modules_override_the_setting(settings, plugin):
         ("picobot_test_bad_register", "boom", ["picobot_test_bad_register.register", "failed", "boom"]),
     ],
 )
-def test_a_bad_tool_module_is_a_configuration_error_naming_the_setting(settings, plugin, path, register, words):
+def test_a_bad_tool_module_is_a_configuration_error_naming_the_setting(
+    settings, plugin, path, register, words
+):
     def boom(registry: ToolRegistry) -> None:
         raise RuntimeError("boom")
 

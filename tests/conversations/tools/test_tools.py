@@ -216,7 +216,10 @@ async def test_arguments_that_are_not_a_json_object_are_an_error_result(raw):
         ({"city": 42}, "at $.city: 42 is not of type 'string'"),
         ({"city": "Paris", "days": "3"}, "at $.days: '3' is not of type 'integer'"),
         ({"city": "Paris", "days": True}, "at $.days: True is not of type 'integer'"),
-        ({"city": "Paris", "country": "FR"}, "at $: Additional properties are not allowed ('country' was unexpected)"),
+        (
+            {"city": "Paris", "country": "FR"},
+            "at $: Additional properties are not allowed ('country' was unexpected)",
+        ),
         ({"days": 3}, "at $: 'city' is a required property"),
         ({"city": "Paris", "unit": "k"}, "at $.unit: 'k' is not one of ['c', 'f']"),
     ],
@@ -441,14 +444,22 @@ PLAN_LIKE = {
 @pytest.mark.parametrize(
     ("arguments", "problem"),
     [
-        ({"steps": [{"text": "a", "status": "later"}]}, "at $.steps[0].status: 'later' is not one of ['pending', 'done']"),
-        ({"steps": [{"text": "a", "status": "done"}, {"text": 1, "status": "done"}]}, "at $.steps[1].text: 1 is not of type 'string'"),
+        (
+            {"steps": [{"text": "a", "status": "later"}]},
+            "at $.steps[0].status: 'later' is not one of ['pending', 'done']",
+        ),
+        (
+            {"steps": [{"text": "a", "status": "done"}, {"text": 1, "status": "done"}]},
+            "at $.steps[1].text: 1 is not of type 'string'",
+        ),
         ({"steps": [{"status": "done"}]}, "at $.steps[0]: 'text' is a required property"),
         ({"steps": [{"text": "a", "status": "done"}] * 3}, "at $.steps: [{'text': 'a', 'status': 'done'}"),
     ],
 )
 async def test_nested_invalid_arguments_name_the_failing_path(arguments, problem):
-    outcome = await ToolRegistry([make_tool(echo, name="plan", parameters=PLAN_LIKE)]).run(call("plan", arguments))
+    outcome = await ToolRegistry([make_tool(echo, name="plan", parameters=PLAN_LIKE)]).run(
+        call("plan", arguments)
+    )
 
     assert outcome.is_error is True
     assert outcome.content.startswith(f"Error: invalid arguments for plan: {problem}")
@@ -459,12 +470,21 @@ async def test_a_huge_invalid_value_is_not_echoed_back_whole():
         call("weather", {"city": "Paris", "days": "9" * 10_000})
     )
 
-    assert outcome.content == "Error: invalid arguments for weather: at $.days: the value breaks the schema rule 'type': \"integer\""
+    assert (
+        outcome.content
+        == "Error: invalid arguments for weather: at $.days: the value breaks the schema rule 'type': \"integer\""
+    )
 
 
 def test_a_tool_with_an_invalid_schema_is_refused_at_registration():
     with pytest.raises(ValueError, match="tool 'broken': invalid parameters schema"):
-        ToolRegistry([make_tool(echo, name="broken", parameters={"type": "object", "properties": {"x": {"type": "thing"}}})])
+        ToolRegistry(
+            [
+                make_tool(
+                    echo, name="broken", parameters={"type": "object", "properties": {"x": {"type": "thing"}}}
+                )
+            ]
+        )
 
 
 async def test_a_long_result_is_cut_with_a_marker_saying_how_much():
@@ -474,7 +494,10 @@ async def test_a_long_result_is_cut_with_a_marker_saying_how_much():
     outcome = await ToolRegistry([make_tool(long)], max_result_chars=100).run(call("probe"))
 
     assert outcome.is_error is False
-    assert outcome.content == "z" * 100 + "\n[… truncated: 150 of 250 characters cut; the tool result limit is 100 characters]"
+    assert (
+        outcome.content
+        == "z" * 100 + "\n[… truncated: 150 of 250 characters cut; the tool result limit is 100 characters]"
+    )
 
 
 async def test_long_error_messages_are_cut_too_and_short_results_are_untouched():
@@ -528,7 +551,10 @@ async def test_a_bound_registry_passes_its_context_and_plain_tools_keep_working(
 async def test_a_context_tool_without_a_context_is_an_error_result():
     outcome = await ToolRegistry([context_tool()]).run(call("whoami"))
 
-    assert (outcome.is_error, outcome.content) == (True, "Error: whoami is not available here (it needs a dialog)")
+    assert (outcome.is_error, outcome.content) == (
+        True,
+        "Error: whoami is not available here (it needs a dialog)",
+    )
 
 
 def test_a_bound_registry_shares_the_tools_and_their_definitions():
@@ -550,7 +576,9 @@ async def test_the_calls_of_one_batch_run_concurrently_through_a_bound_registry(
     registry = ToolRegistry([Tool("meet", "meet", {"type": "object"}, meet, timeout=5, needs_context=True)])
     bound = registry.bind(CONTEXT)
     async with asyncio.timeout(5):
-        outcomes = await asyncio.gather(bound.run(call("meet", call_id="a")), bound.run(call("meet", call_id="b")))
+        outcomes = await asyncio.gather(
+            bound.run(call("meet", call_id="a")), bound.run(call("meet", call_id="b"))
+        )
 
     assert [o.content for o in outcomes] == ["7", "7"]
 

@@ -52,7 +52,14 @@ def without(doc: dict, *keys: str) -> dict:
 def test_the_export_covers_every_message_column_and_every_durable_dialog_column():
     message_columns = {f.name for f in Message._meta.concrete_fields} - {"dialog"}
     assert set(MESSAGE_FIELDS) == message_columns
-    runtime_only = {"owner", "lease_owner", "lease_epoch", "lease_expires_at", "inbox_position", "compaction_claimed_at"}
+    runtime_only = {
+        "owner",
+        "lease_owner",
+        "lease_epoch",
+        "lease_expires_at",
+        "inbox_position",
+        "compaction_claimed_at",
+    }
     assert set(DIALOG_FIELDS) == {f.name for f in Dialog._meta.concrete_fields} - runtime_only
 
 
@@ -65,7 +72,10 @@ def test_export_then_import_into_an_empty_database_round_trips_exactly(alice, tm
     exported = first["dialogs"][0]
     assert exported["owner"] == "alice" and exported["plan"]["content"]["steps"][0]["text"] == "check time"
     calls = exported["messages"][1]["tool_calls"]
-    assert calls[1]["raw_arguments"] == "{url: nope" and exported["messages"][1]["provider_state"]["provider"] == "openai"
+    assert (
+        calls[1]["raw_arguments"] == "{url: nope"
+        and exported["messages"][1]["provider_state"]["provider"] == "openai"
+    )
     assert exported["messages"][0]["media_refs"][0]["data"] == PNG
     assert exported["messages"][-1]["completion_status"] == "cancelled"
 
@@ -138,18 +148,35 @@ def bad(doc: dict, change) -> dict:
         (lambda d: d.update(version=2), r"unsupported export version 2.*newer PicoBot"),
         (lambda d: d.update(format="other"), "not a PicoBot export"),
         (lambda d: d["dialogs"][0].pop("channel"), r"dialogs\[0\]\.channel is required"),
-        (lambda d: d["dialogs"][0].update(id="x:y:z"), r"dialogs\[0\]\.id .* is not channel:chat_id:dialog_id"),
-        (lambda d: d["dialogs"][0]["messages"][2].update(seq=4), r"dialogs\[0\]\.messages\[2\]\.seq must be 3"),
+        (
+            lambda d: d["dialogs"][0].update(id="x:y:z"),
+            r"dialogs\[0\]\.id .* is not channel:chat_id:dialog_id",
+        ),
+        (
+            lambda d: d["dialogs"][0]["messages"][2].update(seq=4),
+            r"dialogs\[0\]\.messages\[2\]\.seq must be 3",
+        ),
         (lambda d: d["dialogs"][0]["messages"].pop(0), r"messages\[0\]\.seq must be 1"),
-        (lambda d: d["dialogs"][0]["messages"][0].update(role="system"), r"messages\[0\]\.role must be one of"),
+        (
+            lambda d: d["dialogs"][0]["messages"][0].update(role="system"),
+            r"messages\[0\]\.role must be one of",
+        ),
         (lambda d: d["dialogs"][0]["messages"][1]["tool_calls"][0].pop("name"), r"tool_calls\[0\]\.name"),
-        (lambda d: d["dialogs"][0]["messages"][1].update(completion_status="done"), "completion_status must be"),
+        (
+            lambda d: d["dialogs"][0]["messages"][1].update(completion_status="done"),
+            "completion_status must be",
+        ),
         (lambda d: d["dialogs"][0]["messages"][1].update(created_at="yesterday"), "created_at must be"),
         (lambda d: d["dialogs"][0].update(history_revision=9), "history_revision is 9 but the last seq is 5"),
-        (lambda d: d["dialogs"][0]["messages"][1].update(id=d["dialogs"][0]["messages"][0]["id"]), "appears twice"),
+        (
+            lambda d: d["dialogs"][0]["messages"][1].update(id=d["dialogs"][0]["messages"][0]["id"]),
+            "appears twice",
+        ),
     ],
 )
-def test_invalid_documents_are_refused_with_the_place_named_and_nothing_imported(alice, tmp_path, change, error):
+def test_invalid_documents_are_refused_with_the_place_named_and_nothing_imported(
+    alice, tmp_path, change, error
+):
     dialog = make_dialog(alice)
     doc = export("--dialog", dialog.pk)
     Dialog.objects.all().delete()
@@ -192,34 +219,58 @@ def test_markdown_is_a_readable_transcript_without_provider_state_or_media_data(
     call_command("export", "--dialog", dialog.pk, "--format", "markdown", stdout=out, stderr=StringIO())
     text = out.getvalue()
     assert text.startswith("# Weather and time")
-    assert "<details><summary>Reasoning</summary>\n\n```text\nThe user wants the time; call tools.\n```\n\n</details>" in text
-    assert "**Tool call** current\\_time (call\\_0\\_a)\n\n```json\n{\n  \"tz\": \"Europe/Paris\"\n}\n```" in text
+    assert (
+        "<details><summary>Reasoning</summary>\n\n```text\nThe user wants the time; call tools.\n```\n\n</details>"
+        in text
+    )
+    assert '**Tool call** current\\_time (call\\_0\\_a)\n\n```json\n{\n  "tz": "Europe/Paris"\n}\n```' in text
     assert "Arguments (not a JSON object, sent as-is):\n\n```\n{url: nope\n```" in text
     assert "#### Tool result http\\_fetch (call\\_0\\_b)" in text and "**error**" in text
     assert "*cancelled*" in text and "image/png" in text
     assert PNG not in text and "api.example/v1" not in text
     # Content holding a fence gets a longer one, so the transcript stays well-formed.
-    assert markdown_dialog({"messages": [{"role": "tool", "seq": 1, "content": "```x```"}]}).count("````") == 2
+    assert (
+        markdown_dialog({"messages": [{"role": "tool", "seq": 1, "content": "```x```"}]}).count("````") == 2
+    )
 
 
 def test_validate_document_accepts_an_export_and_optional_fields_may_be_left_out(alice, tmp_path):
     dialog = make_dialog(alice)
     doc = export("--dialog", dialog.pk)
     assert validate_document(doc)[0]["id"] == dialog.pk
-    minimal = {"format": "picobot-export", "version": 1, "dialogs": [{
-        "channel": "feishu", "chat_id": "oc_9", "dialog_id": "abc",
-        "messages": [{"seq": 1, "role": "user", "content": "hi"}, {"seq": 2, "role": "assistant", "content": "hello"}],
-    }]}
+    minimal = {
+        "format": "picobot-export",
+        "version": 1,
+        "dialogs": [
+            {
+                "channel": "feishu",
+                "chat_id": "oc_9",
+                "dialog_id": "abc",
+                "messages": [
+                    {"seq": 1, "role": "user", "content": "hi"},
+                    {"seq": 2, "role": "assistant", "content": "hello"},
+                ],
+            }
+        ],
+    }
     path = tmp_path / "minimal.json"
     path.write_text(json.dumps(minimal))
     assert import_file(path) == ["feishu:oc_9:abc"]
     made = Dialog.objects.get(pk="feishu:oc_9:abc")
-    assert (made.message_count, made.total_message_count, made.history_revision, made.owner) == (1, 2, 2, None)
+    assert (made.message_count, made.total_message_count, made.history_revision, made.owner) == (
+        1,
+        2,
+        2,
+        None,
+    )
 
 
 def test_import_help_works_although_import_is_a_keyword():
     result = subprocess.run(
-        [sys.executable, "manage.py", "import", "--help"], cwd=settings.BASE_DIR, capture_output=True, text=True,
+        [sys.executable, "manage.py", "import", "--help"],
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
         timeout=60,
     )
     assert result.returncode == 0 and "--as-new" in result.stdout and "FILE" in result.stdout
@@ -243,51 +294,104 @@ def _msg(i: int) -> Callable[[dict], dict]:
     ("change", "error"),
     [
         # Integers the columns cannot hold, and wrong types, are refused before anything is written.
-        (lambda d: d["dialogs"][0].update(message_count=2**64), r"message_count must be an integer from 0 to 2147483647"),
-        (lambda d: d["dialogs"][0].update(usage_input_tokens=2**63), r"usage_input_tokens must be an integer from 0"),
+        (
+            lambda d: d["dialogs"][0].update(message_count=2**64),
+            r"message_count must be an integer from 0 to 2147483647",
+        ),
+        (
+            lambda d: d["dialogs"][0].update(usage_input_tokens=2**63),
+            r"usage_input_tokens must be an integer from 0",
+        ),
         (lambda d: _msg(0)(d).update(created_at=2**70), r"messages\[0\]\.created_at must be an integer"),
-        (lambda d: d["dialogs"][0].update(auto_compact_failures=40_000), r"auto_compact_failures .* 0 to 32767"),
+        (
+            lambda d: d["dialogs"][0].update(auto_compact_failures=40_000),
+            r"auto_compact_failures .* 0 to 32767",
+        ),
         (lambda d: d["dialogs"][0].update(created_at=1.5), r"created_at must be an integer"),
         (lambda d: d["dialogs"][0].update(deleted_at="abc"), r"deleted_at must be an integer .* or null"),
         (lambda d: d["dialogs"][0]["plan"].update(updated_at="abc"), r"plan\.updated_at must be an integer"),
         (lambda d: d.update(exported_at="yesterday"), r"exported_at"),
         # The model's lengths, and the rename rules for titles.
-        (lambda d: d["dialogs"][0].update(channel="c" * 33, id=None) or d["dialogs"][0].pop("id"),
-         r"channel must be \(a non-empty printable string of at most 32"),
-        (lambda d: d["dialogs"][0].update(chat_id="c" * 129) or d["dialogs"][0].pop("id"), r"chat_id must be .* 128"),
-        (lambda d: d["dialogs"][0].update(dialog_id="d" * 65) or d["dialogs"][0].pop("id"), r"dialog_id must be .* 64"),
-        (lambda d: d["dialogs"][0].update(dialog_id="a\nb") or d["dialogs"][0].pop("id"), r"dialog_id must be"),
+        (
+            lambda d: d["dialogs"][0].update(channel="c" * 33, id=None) or d["dialogs"][0].pop("id"),
+            r"channel must be \(a non-empty printable string of at most 32",
+        ),
+        (
+            lambda d: d["dialogs"][0].update(chat_id="c" * 129) or d["dialogs"][0].pop("id"),
+            r"chat_id must be .* 128",
+        ),
+        (
+            lambda d: d["dialogs"][0].update(dialog_id="d" * 65) or d["dialogs"][0].pop("id"),
+            r"dialog_id must be .* 64",
+        ),
+        (
+            lambda d: d["dialogs"][0].update(dialog_id="a\nb") or d["dialogs"][0].pop("id"),
+            r"dialog_id must be",
+        ),
         (lambda d: d["dialogs"][0].update(model="m" * 201), r"model must be a string of at most 200"),
-        (lambda d: d["dialogs"][0].update(title="t" * 201), r"title must be a non-empty string of at most 200"),
+        (
+            lambda d: d["dialogs"][0].update(title="t" * 201),
+            r"title must be a non-empty string of at most 200",
+        ),
         (lambda d: d["dialogs"][0].update(title=""), r"title must be a non-empty string"),
         (lambda d: d["dialogs"][0].update(title=5), r"title must be a string"),
         (lambda d: d["dialogs"][0].update(title="two\nlines"), r"title must be one line"),
         (lambda d: d["dialogs"][0].update(title=" padded"), r"title must be one line"),
-        (lambda d: _msg(2)(d).update(tool_call_id="x" * 513), r"tool_call_id must be a string of at most 512"),
+        (
+            lambda d: _msg(2)(d).update(tool_call_id="x" * 513),
+            r"tool_call_id must be a string of at most 512",
+        ),
         (lambda d: _msg(2)(d).update(tool_name="x" * 513), r"tool_name must be a string of at most 512"),
         (lambda d: _msg(1)(d)["tool_calls"][0].update(id="x" * 513), r"tool_calls\[0\]\.id must be .* 512"),
         # Canonical UUID strings only.
-        (lambda d: _msg(0)(d).update(id="{" + _msg(0)(d)["id"] + "}"), r"messages\[0\]\.id must be a UUID string"),
-        (lambda d: _msg(0)(d).update(id=_msg(0)(d)["id"].upper()), r"messages\[0\]\.id must be a UUID string"),
-        (lambda d: _msg(0)(d).update(turn_id=_msg(0)(d)["turn_id"].replace("-", "")), r"turn_id must be a UUID"),
+        (
+            lambda d: _msg(0)(d).update(id="{" + _msg(0)(d)["id"] + "}"),
+            r"messages\[0\]\.id must be a UUID string",
+        ),
+        (
+            lambda d: _msg(0)(d).update(id=_msg(0)(d)["id"].upper()),
+            r"messages\[0\]\.id must be a UUID string",
+        ),
+        (
+            lambda d: _msg(0)(d).update(turn_id=_msg(0)(d)["turn_id"].replace("-", "")),
+            r"turn_id must be a UUID",
+        ),
         # Unknown fields are refused (never silently dropped).
-        (lambda d: d["dialogs"][0].update(lease_owner="evil"), r"dialogs\[0\] has unknown field\(s\) 'lease_owner'"),
+        (
+            lambda d: d["dialogs"][0].update(lease_owner="evil"),
+            r"dialogs\[0\] has unknown field\(s\) 'lease_owner'",
+        ),
         (lambda d: _msg(0)(d).update(dialog_id="zzz"), r"messages\[0\] has unknown field\(s\) 'dialog_id'"),
         (lambda d: _msg(1)(d)["tool_calls"][0].update(extra=1), r"tool_calls\[0\] has unknown field"),
         (lambda d: d.update(comment="hi"), r"the document has unknown field\(s\) 'comment'"),
         (lambda d: d["dialogs"][0]["plan"].update(extra=1), r"plan has unknown field"),
         # Plans by the plan tool's rules.
         (lambda d: d["dialogs"][0]["plan"].update(content="abc"), r"plan\.content: a plan is an object"),
-        (lambda d: d["dialogs"][0]["plan"].update(content={"steps": 5}), r"plan\.content: .*not of type 'array'"),
-        (lambda d: d["dialogs"][0]["plan"].update(content={"steps": [{"text": "a", "status": "later"}]}),
-         r"plan\.content: .*status"),
-        (lambda d: d["dialogs"][0]["plan"].update(content={"steps": [{"text": "x" * 301, "status": "done"}]}),
-         r"plan\.content: .*"),
-        (lambda d: d["dialogs"][0]["plan"].update(content={"steps": [{"text": "a", "status": "done"}] * 21}),
-         r"plan\.content: .*"),
+        (
+            lambda d: d["dialogs"][0]["plan"].update(content={"steps": 5}),
+            r"plan\.content: .*not of type 'array'",
+        ),
+        (
+            lambda d: d["dialogs"][0]["plan"].update(content={"steps": [{"text": "a", "status": "later"}]}),
+            r"plan\.content: .*status",
+        ),
+        (
+            lambda d: d["dialogs"][0]["plan"].update(
+                content={"steps": [{"text": "x" * 301, "status": "done"}]}
+            ),
+            r"plan\.content: .*",
+        ),
+        (
+            lambda d: d["dialogs"][0]["plan"].update(
+                content={"steps": [{"text": "a", "status": "done"}] * 21}
+            ),
+            r"plan\.content: .*",
+        ),
         # Deep nesting and strings no database can store.
-        (lambda d: _msg(1)(d).update(provider_state=json.loads("[" * 150 + "]" * 150)),
-         rf"nests deeper than {MAX_JSON_DEPTH}"),
+        (
+            lambda d: _msg(1)(d).update(provider_state=json.loads("[" * 150 + "]" * 150)),
+            rf"nests deeper than {MAX_JSON_DEPTH}",
+        ),
         (lambda d: _msg(0)(d).update(content="\ud800"), r"not valid Unicode"),
     ],
 )
@@ -305,7 +409,9 @@ def test_bad_values_are_refused_with_the_place_named_and_nothing_imported(alice,
 
 def test_json_nested_too_deeply_to_parse_is_a_clear_error(tmp_path):
     path = tmp_path / "deep.json"
-    path.write_text('{"format": "picobot-export", "version": 1, "dialogs": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    path.write_text(
+        '{"format": "picobot-export", "version": 1, "dialogs": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    )
     with pytest.raises(CommandError, match="nothing imported: .* nests JSON too deeply"):
         import_file(path)
 
@@ -323,34 +429,61 @@ def test_an_ownerless_cli_chat_dialog_needs_user(alice, tmp_path):
     assert not Dialog.objects.exists()
     bob = get_user_model().objects.create_user("bob")
     [imported] = import_file(path, "--user", "bob")
-    assert Dialog.objects.get(pk=imported).owner == bob and imported == f"cli_chat:{bob.pk}:{dialog.dialog_id}"
+    assert (
+        Dialog.objects.get(pk=imported).owner == bob and imported == f"cli_chat:{bob.pk}:{dialog.dialog_id}"
+    )
 
 
 def test_a_plan_is_imported_as_the_plan_tool_stores_it(alice, tmp_path):
     dialog = make_dialog(alice)
     doc = export("--dialog", dialog.pk)
-    doc["dialogs"][0]["plan"] = {"content": {"steps": [{"text": "  check   time ", "status": "done"}]},
-                                 "updated_at": 5}
+    doc["dialogs"][0]["plan"] = {
+        "content": {"steps": [{"text": "  check   time ", "status": "done"}]},
+        "updated_at": 5,
+    }
     Dialog.objects.all().delete()
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(doc))
     import_file(path)
     plan = Plan.objects.get()
-    assert (plan.content, plan.updated_at) == ({"steps": [{"text": "check time", "status": "done"}], "note": ""}, 5)
+    assert (plan.content, plan.updated_at) == (
+        {"steps": [{"text": "check time", "status": "done"}], "note": ""},
+        5,
+    )
 
 
 def test_markdown_content_cannot_forge_turns_headings_or_html():
-    evil = "\n".join([
-        "hi", "", "## Assistant · #2 · 2024-01-01 00:00:00 UTC", "", "I will reveal secrets", "```", "````",
-        "</details>", "<script>alert(1)</script>", "# Owned", "> quoted", "![x](http://evil.example/p.png)",
-    ])
+    evil = "\n".join(
+        [
+            "hi",
+            "",
+            "## Assistant · #2 · 2024-01-01 00:00:00 UTC",
+            "",
+            "I will reveal secrets",
+            "```",
+            "````",
+            "</details>",
+            "<script>alert(1)</script>",
+            "# Owned",
+            "> quoted",
+            "![x](http://evil.example/p.png)",
+        ]
+    )
     item = {
-        "title": "Trip <b>plans</b>\n## Assistant", "id": "cli_chat:1:ab", "owner": "al_ice",
-        "summary": "sum </details> <img src=x>", "summary_seq": 2,
+        "title": "Trip <b>plans</b>\n## Assistant",
+        "id": "cli_chat:1:ab",
+        "owner": "al_ice",
+        "summary": "sum </details> <img src=x>",
+        "summary_seq": 2,
         "messages": [
             {"role": "user", "seq": 1, "content": evil},
-            {"role": "assistant", "seq": 2, "content": "ok", "reasoning_content": "think </details>\n## User",
-             "tool_calls": [{"id": "c`1\n## x", "name": "n<b>", "arguments": {"a": "</details>"}}]},
+            {
+                "role": "assistant",
+                "seq": 2,
+                "content": "ok",
+                "reasoning_content": "think </details>\n## User",
+                "tool_calls": [{"id": "c`1\n## x", "name": "n<b>", "arguments": {"a": "</details>"}}],
+            },
             {"role": "tool", "seq": 3, "content": evil, "tool_name": "t\n# h", "tool_call_id": "`x`"},
         ],
     }
@@ -359,7 +492,9 @@ def test_markdown_content_cannot_forge_turns_headings_or_html():
     headings = [line for line in outside.split("\n") if line.startswith("#")]
     assert headings == [
         "# Trip &lt;b&gt;plans&lt;/b&gt; \\#\\# Assistant",
-        "## User · \\#1 · —", "## Assistant · \\#2 · —", "#### Tool result t \\# h (\\`x\\`) · \\#3 · —",
+        "## User · \\#1 · —",
+        "## Assistant · \\#2 · —",
+        "#### Tool result t \\# h (\\`x\\`) · \\#3 · —",
     ], "only the transcript's own headings; the title is one escaped line"
     # Contents sit in fences longer than any backtick run in them: none of them is read as Markdown.
     assert "`````text\nhi\n" in text

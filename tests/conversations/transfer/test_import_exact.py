@@ -61,32 +61,41 @@ def nothing_imported() -> bool:
 # --- standard JSON only (item: NaN / Infinity) ------------------------------------------------
 
 
-@pytest.mark.parametrize(("raw", "error"), [
-    ("NaN", "NaN is not a JSON number (JSON has no NaN or Infinity)"),
-    ("Infinity", "Infinity is not a JSON number (JSON has no NaN or Infinity)"),
-    ("-Infinity", "-Infinity is not a JSON number (JSON has no NaN or Infinity)"),
-    ("1e400", "the number 1e400 is too large for a float"),
-    ("-1e999", "the number -1e999 is too large for a float"),
-    ("9" * 5000, "an integer has more digits than any column holds"),
-])
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        ("NaN", "NaN is not a JSON number (JSON has no NaN or Infinity)"),
+        ("Infinity", "Infinity is not a JSON number (JSON has no NaN or Infinity)"),
+        ("-Infinity", "-Infinity is not a JSON number (JSON has no NaN or Infinity)"),
+        ("1e400", "the number 1e400 is too large for a float"),
+        ("-1e999", "the number -1e999 is too large for a float"),
+        ("9" * 5000, "an integer has more digits than any column holds"),
+    ],
+)
 def test_numbers_json_has_not_or_no_column_holds_are_refused_at_reading(exported, tmp_path, raw, error):
     text = json.dumps(exported).replace('"provider": "openai"', f'"provider": {raw}', 1)
     with pytest.raises(CommandError) as info:
         import_text(tmp_path, text)
-    assert str(info.value).startswith(f"nothing imported: {tmp_path / 'doc.json'} is not standard JSON: {error}")
+    assert str(info.value).startswith(
+        f"nothing imported: {tmp_path / 'doc.json'} is not standard JSON: {error}"
+    )
     assert nothing_imported()
 
 
 def test_a_key_twice_in_one_object_is_refused_rather_than_the_first_dropped(exported, tmp_path):
     text = json.dumps(exported).replace('"role": "user"', '"role": "assistant", "role": "user"', 1)
-    with pytest.raises(CommandError, match=r"is not standard JSON: the key \"role\" appears twice in one object"):
+    with pytest.raises(
+        CommandError, match=r"is not standard JSON: the key \"role\" appears twice in one object"
+    ):
         import_text(tmp_path, text)
     assert nothing_imported()
 
 
 def test_standard_input_is_read_as_strictly(exported, monkeypatch):
     monkeypatch.setattr("sys.stdin", StringIO(json.dumps(exported).replace('"openai"', "NaN", 1)))
-    with pytest.raises(CommandError, match="nothing imported: - is not standard JSON: NaN is not a JSON number"):
+    with pytest.raises(
+        CommandError, match="nothing imported: - is not standard JSON: NaN is not a JSON number"
+    ):
         call_command("import", "-", stdout=StringIO(), stderr=StringIO())
     assert nothing_imported()
 
@@ -114,7 +123,9 @@ def test_what_does_not_start_like_an_export_is_refused_without_reading_it_all(tm
     with pytest.raises(CommandError, match="is not UTF-8 text"):
         call_command("import", str(tmp_path / "latin1.json"), stdout=StringIO(), stderr=StringIO())
     with pytest.raises(CommandError, match="--user needs a username"):
-        call_command("import", str(tmp_path / "list.json"), "--user", "", stdout=StringIO(), stderr=StringIO())
+        call_command(
+            "import", str(tmp_path / "list.json"), "--user", "", stdout=StringIO(), stderr=StringIO()
+        )
 
 
 def test_a_utf8_byte_order_mark_before_the_export_is_accepted(exported, tmp_path):
@@ -142,15 +153,24 @@ def changed(doc: dict, change: Callable[[dict], object]) -> dict:
     return doc
 
 
-@pytest.mark.parametrize(("change", "error"), [
-    # A document built in memory (not read by load_json) with non-finite numbers.
-    (lambda d: msg(1)(d)["provider_state"].update(usage=float("nan")),
-     r"dialogs[0].messages[1].provider_state.usage: is not a finite number"),
-    (lambda d: msg(1)(d)["tool_calls"][0]["arguments"].update(x=[1, float("-inf")]),
-     r"dialogs[0].messages[1].tool_calls[0].arguments.x[1]: is not a finite number"),
-    (lambda d: msg(0)(d)["source"].update({"odd key": float("inf")}),
-     r"dialogs[0].messages[0].source[\"odd key\"]: is not a finite number"),
-])
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        # A document built in memory (not read by load_json) with non-finite numbers.
+        (
+            lambda d: msg(1)(d)["provider_state"].update(usage=float("nan")),
+            r"dialogs[0].messages[1].provider_state.usage: is not a finite number",
+        ),
+        (
+            lambda d: msg(1)(d)["tool_calls"][0]["arguments"].update(x=[1, float("-inf")]),
+            r"dialogs[0].messages[1].tool_calls[0].arguments.x[1]: is not a finite number",
+        ),
+        (
+            lambda d: msg(0)(d)["source"].update({"odd key": float("inf")}),
+            r"dialogs[0].messages[0].source[\"odd key\"]: is not a finite number",
+        ),
+    ],
+)
 def test_validate_document_refuses_non_finite_numbers_naming_the_place(exported, change, error):
     with pytest.raises(TransferError) as info:
         validate_document(changed(exported, change))
@@ -162,18 +182,34 @@ def test_validate_document_refuses_non_finite_numbers_naming_the_place(exported,
 NUL = "holds a NUL character (\\u0000), which the database cannot store"
 
 
-@pytest.mark.parametrize(("change", "error"), [
-    (lambda d: msg(0)(d).update(content="a\x00b"), f"dialogs[0].messages[0].content: {NUL}"),
-    (lambda d: msg(1)(d).update(reasoning_content="\x00"), f"dialogs[0].messages[1].reasoning_content: {NUL}"),
-    (lambda d: d["dialogs"][0].update(title="Title\x00"), f"dialogs[0].title: {NUL}"),
-    (lambda d: d["dialogs"][0].update(summary="s\x00"), f"dialogs[0].summary: {NUL}"),
-    (lambda d: msg(1)(d)["provider_state"].update({"k\x00": 1}), f"dialogs[0].messages[1].provider_state: a key {NUL}"),
-    (lambda d: msg(1)(d)["tool_calls"][1].update(raw_arguments="{\x00"),
-     f"dialogs[0].messages[1].tool_calls[1].raw_arguments: {NUL}"),
-    (lambda d: d["dialogs"][0]["plan"]["content"]["steps"][0].update(text="a\x00"),
-     f"dialogs[0].plan.content.steps[0].text: {NUL}"),
-    (lambda d: msg(2)(d).update(content="\udc80"), "dialogs[0].messages[2].content: is not valid Unicode (a lone surrogate)"),
-])
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda d: msg(0)(d).update(content="a\x00b"), f"dialogs[0].messages[0].content: {NUL}"),
+        (
+            lambda d: msg(1)(d).update(reasoning_content="\x00"),
+            f"dialogs[0].messages[1].reasoning_content: {NUL}",
+        ),
+        (lambda d: d["dialogs"][0].update(title="Title\x00"), f"dialogs[0].title: {NUL}"),
+        (lambda d: d["dialogs"][0].update(summary="s\x00"), f"dialogs[0].summary: {NUL}"),
+        (
+            lambda d: msg(1)(d)["provider_state"].update({"k\x00": 1}),
+            f"dialogs[0].messages[1].provider_state: a key {NUL}",
+        ),
+        (
+            lambda d: msg(1)(d)["tool_calls"][1].update(raw_arguments="{\x00"),
+            f"dialogs[0].messages[1].tool_calls[1].raw_arguments: {NUL}",
+        ),
+        (
+            lambda d: d["dialogs"][0]["plan"]["content"]["steps"][0].update(text="a\x00"),
+            f"dialogs[0].plan.content.steps[0].text: {NUL}",
+        ),
+        (
+            lambda d: msg(2)(d).update(content="\udc80"),
+            "dialogs[0].messages[2].content: is not valid Unicode (a lone surrogate)",
+        ),
+    ],
+)
 def test_nul_and_lone_surrogates_are_refused_with_the_place_named(exported, tmp_path, change, error):
     with pytest.raises(CommandError) as info:
         import_text(tmp_path, json.dumps(changed(exported, change), ensure_ascii=True))
@@ -204,21 +240,44 @@ JPEG = base64.b64encode(b"\xff\xd8\xff\xe0" + b"\x00" * 16).decode()
 BIG_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * (3 * 1024 * 1024)).decode()
 
 
-@pytest.mark.parametrize(("media", "error"), [
-    ([1], r"messages\[0\]\.media_refs\[0\] must be an object"),
-    (["x"], r"messages\[0\]\.media_refs\[0\] must be an object"),
-    ([{"mime_type": "text/html", "data": "PHNjcmlwdD4="}],
-     r"messages\[0\]\.media_refs\[0\]\.mime_type must be one of image/png, image/jpeg, image/gif, image/webp"),
-    ([{"no": "keys"}], r"messages\[0\]\.media_refs\[0\] has unknown field\(s\) 'no'"),
-    ([{"mime_type": "image/png", "data": PNG, "url": "http://x"}], r"messages\[0\]\.media_refs\[0\] has unknown field\(s\) 'url'"),
-    ([{"mime_type": "image/png"}], r"messages\[0\]\.media_refs\[0\]\.data must be base64 text"),
-    ([{"mime_type": "image/png", "data": 5}], r"messages\[0\]\.media_refs\[0\]\.data must be base64 text"),
-    ([{"mime_type": "image/png", "data": "not base64!"}], r"messages\[0\]\.media_refs\[0\]\.data is not valid base64"),
-    ([{"mime_type": "image/png", "data": JPEG}], r"messages\[0\]\.media_refs\[0\]\.data is not an image of type image/png"),
-    ([{"mime_type": "image/png", "data": PNG}] * 9, r"messages\[0\]\.media_refs: at most 8 media items per message"),
-    ([{"mime_type": "image/png", "data": BIG_PNG}] * 2, r"messages\[0\]\.media_refs: media exceed 5 MiB in all"),
-    ({"mime_type": "image/png", "data": PNG}, r"messages\[0\]\.media_refs must be a list"),
-])
+@pytest.mark.parametrize(
+    ("media", "error"),
+    [
+        ([1], r"messages\[0\]\.media_refs\[0\] must be an object"),
+        (["x"], r"messages\[0\]\.media_refs\[0\] must be an object"),
+        (
+            [{"mime_type": "text/html", "data": "PHNjcmlwdD4="}],
+            r"messages\[0\]\.media_refs\[0\]\.mime_type must be one of image/png, image/jpeg, image/gif, image/webp",
+        ),
+        ([{"no": "keys"}], r"messages\[0\]\.media_refs\[0\] has unknown field\(s\) 'no'"),
+        (
+            [{"mime_type": "image/png", "data": PNG, "url": "http://x"}],
+            r"messages\[0\]\.media_refs\[0\] has unknown field\(s\) 'url'",
+        ),
+        ([{"mime_type": "image/png"}], r"messages\[0\]\.media_refs\[0\]\.data must be base64 text"),
+        (
+            [{"mime_type": "image/png", "data": 5}],
+            r"messages\[0\]\.media_refs\[0\]\.data must be base64 text",
+        ),
+        (
+            [{"mime_type": "image/png", "data": "not base64!"}],
+            r"messages\[0\]\.media_refs\[0\]\.data is not valid base64",
+        ),
+        (
+            [{"mime_type": "image/png", "data": JPEG}],
+            r"messages\[0\]\.media_refs\[0\]\.data is not an image of type image/png",
+        ),
+        (
+            [{"mime_type": "image/png", "data": PNG}] * 9,
+            r"messages\[0\]\.media_refs: at most 8 media items per message",
+        ),
+        (
+            [{"mime_type": "image/png", "data": BIG_PNG}] * 2,
+            r"messages\[0\]\.media_refs: media exceed 5 MiB in all",
+        ),
+        ({"mime_type": "image/png", "data": PNG}, r"messages\[0\]\.media_refs must be a list"),
+    ],
+)
 def test_media_refs_are_checked_as_the_app_checks_a_messages_images(exported, tmp_path, media, error):
     doc = changed(exported, lambda d: msg(0)(d).update(media_refs=media))
     with pytest.raises(CommandError, match=r"nothing imported: dialogs\[0\]\." + error):
@@ -248,7 +307,9 @@ def test_every_image_type_the_app_accepts_imports_exactly(exported, tmp_path):
 # --- titles the app stored are imported as they are ----------------------------------------------
 
 
-@pytest.mark.parametrize("title", ["Weather \x1b[1mreport", "Bell\x07 title", "Notes \ue000 private", "\U000e0001 tag"])
+@pytest.mark.parametrize(
+    "title", ["Weather \x1b[1mreport", "Bell\x07 title", "Notes \ue000 private", "\U000e0001 tag"]
+)
 def test_a_stored_title_with_control_or_private_use_characters_round_trips(alice, tmp_path, title):
     """Generated titles were stored without the rename check: existing databases hold these."""
     dialog = make_dialog(alice)
@@ -275,5 +336,7 @@ def test_a_value_the_database_refuses_after_validation_is_one_line(exported, tmp
     message = str(info.value)
     assert message.startswith("nothing imported: the database refused a value: ") and "\n" not in message
     # SQLite and PostgreSQL word it their own way.
-    assert "UNIQUE constraint failed" in message or "duplicate key value violates unique constraint" in message
+    assert (
+        "UNIQUE constraint failed" in message or "duplicate key value violates unique constraint" in message
+    )
     assert nothing_imported()

@@ -70,35 +70,78 @@ def nested(depth: int) -> dict:
 V1 = "(this PicoBot reads version 1)"
 
 
-@pytest.mark.parametrize(("change", "error"), [
-    (lambda d: msg(1)(d)["tool_calls"][1].update(extra=1), f"dialogs[0].messages[1].tool_calls[1] has unknown field(s) 'extra' {V1}"),
-    (lambda d: msg(3)(d).update(dialog=1), f"dialogs[0].messages[3] has unknown field(s) 'dialog' {V1}"),
-    (lambda d: d["dialogs"][0]["plan"].update(steps=[]), f"dialogs[0].plan has unknown field(s) 'steps' {V1}"),
-    (lambda d: d["dialogs"][0].update({"b": 1, "a": 2, "odd key": 3, "d": 4}),
-     f"dialogs[0] has unknown field(s) 'a', 'b', 'd' … {V1}"),
-    (lambda d: d.update(comment="hi"), f"the document has unknown field(s) 'comment' {V1}"),
-    # An object's unknown fields come first: a misspelt field explains the missing one.
-    (lambda d: msg(2)(d).update(rol=msg(2)(d).pop("role")), f"dialogs[0].messages[2] has unknown field(s) 'rol' {V1}"),
-])
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (
+            lambda d: msg(1)(d)["tool_calls"][1].update(extra=1),
+            f"dialogs[0].messages[1].tool_calls[1] has unknown field(s) 'extra' {V1}",
+        ),
+        (lambda d: msg(3)(d).update(dialog=1), f"dialogs[0].messages[3] has unknown field(s) 'dialog' {V1}"),
+        (
+            lambda d: d["dialogs"][0]["plan"].update(steps=[]),
+            f"dialogs[0].plan has unknown field(s) 'steps' {V1}",
+        ),
+        (
+            lambda d: d["dialogs"][0].update({"b": 1, "a": 2, "odd key": 3, "d": 4}),
+            f"dialogs[0] has unknown field(s) 'a', 'b', 'd' … {V1}",
+        ),
+        (lambda d: d.update(comment="hi"), f"the document has unknown field(s) 'comment' {V1}"),
+        # An object's unknown fields come first: a misspelt field explains the missing one.
+        (
+            lambda d: msg(2)(d).update(rol=msg(2)(d).pop("role")),
+            f"dialogs[0].messages[2] has unknown field(s) 'rol' {V1}",
+        ),
+    ],
+)
 def test_an_unknown_field_is_refused_naming_its_object(exported, change, error):
     assert refusal(changed(exported, change)) == error
 
 
-@pytest.mark.parametrize(("change", "error"), [
-    (lambda d: msg(3)(d).update(role=5), "dialogs[0].messages[3].role must be one of ['assistant', 'tool', 'user'], got 5"),
-    (lambda d: msg(2)(d).update(is_error="yes"), 'dialogs[0].messages[2].is_error must be true or false, got "yes"'),
-    (lambda d: msg(0)(d).update(content=["hi"]), 'dialogs[0].messages[0].content must be a string, got ["hi"]'),
-    (lambda d: msg(1)(d)["tool_calls"][0].update(arguments=[]),
-     "dialogs[0].messages[1].tool_calls[0].arguments must be an object, got []"),
-    (lambda d: msg(1)(d)["tool_calls"].append("call"), 'dialogs[0].messages[1].tool_calls[2] must be an object, got "call"'),
-    (lambda d: msg(1)(d).update(iteration="0"), 'dialogs[0].messages[1].iteration must be an integer from 0 to 2147483647, got "0"'),
-    (lambda d: msg(1)(d).update(iteration=0.0), "dialogs[0].messages[1].iteration must be an integer from 0 to 2147483647, got 0.0"),
-    (lambda d: msg(1)(d).update(source=None), "dialogs[0].messages[1].source must be an object, got null"),
-    (lambda d: d["dialogs"][0].update(title_is_default=1), "dialogs[0].title_is_default must be true or false, got 1"),
-    (lambda d: d["dialogs"][0].update(messages={}), "dialogs[0].messages must be a list, got {}"),
-    (lambda d: d["dialogs"][0].pop("messages"), "dialogs[0].messages is required (a list)"),
-    (lambda d: d["dialogs"].append([]), "dialogs[1] must be an object, got []"),
-])
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (
+            lambda d: msg(3)(d).update(role=5),
+            "dialogs[0].messages[3].role must be one of ['assistant', 'tool', 'user'], got 5",
+        ),
+        (
+            lambda d: msg(2)(d).update(is_error="yes"),
+            'dialogs[0].messages[2].is_error must be true or false, got "yes"',
+        ),
+        (
+            lambda d: msg(0)(d).update(content=["hi"]),
+            'dialogs[0].messages[0].content must be a string, got ["hi"]',
+        ),
+        (
+            lambda d: msg(1)(d)["tool_calls"][0].update(arguments=[]),
+            "dialogs[0].messages[1].tool_calls[0].arguments must be an object, got []",
+        ),
+        (
+            lambda d: msg(1)(d)["tool_calls"].append("call"),
+            'dialogs[0].messages[1].tool_calls[2] must be an object, got "call"',
+        ),
+        (
+            lambda d: msg(1)(d).update(iteration="0"),
+            'dialogs[0].messages[1].iteration must be an integer from 0 to 2147483647, got "0"',
+        ),
+        (
+            lambda d: msg(1)(d).update(iteration=0.0),
+            "dialogs[0].messages[1].iteration must be an integer from 0 to 2147483647, got 0.0",
+        ),
+        (
+            lambda d: msg(1)(d).update(source=None),
+            "dialogs[0].messages[1].source must be an object, got null",
+        ),
+        (
+            lambda d: d["dialogs"][0].update(title_is_default=1),
+            "dialogs[0].title_is_default must be true or false, got 1",
+        ),
+        (lambda d: d["dialogs"][0].update(messages={}), "dialogs[0].messages must be a list, got {}"),
+        (lambda d: d["dialogs"][0].pop("messages"), "dialogs[0].messages is required (a list)"),
+        (lambda d: d["dialogs"].append([]), "dialogs[1] must be an object, got []"),
+    ],
+)
 def test_a_wrong_type_is_refused_naming_its_json_path(exported, change, error):
     assert refusal(changed(exported, change)) == error
 
@@ -130,7 +173,10 @@ def test_nan_and_infinity_literals_are_refused_wherever_they_stand(exported, tmp
 def test_non_finite_numbers_built_in_memory_are_refused_with_their_path(exported, number):
     doc = changed(exported, lambda d: d["dialogs"][0].update(created_at=number))
     assert refusal(doc) == "dialogs[0].created_at: is not a finite number"
-    assert refusal(changed(exported, lambda d: d.update(exported_at=number))) == "exported_at: is not a finite number"
+    assert (
+        refusal(changed(exported, lambda d: d.update(exported_at=number)))
+        == "exported_at: is not a finite number"
+    )
 
 
 def test_the_models_alone_refuse_non_finite_and_non_integer_numbers():
@@ -141,14 +187,18 @@ def test_the_models_alone_refuse_non_finite_and_non_integer_numbers():
     assert DialogIn.model_validate({**base, "created_at": 1}).created_at == 1
 
 
-def test_tool_arguments_as_deep_as_the_app_stores_round_trip_and_one_level_more_is_refused(exported, tmp_path):
+def test_tool_arguments_as_deep_as_the_app_stores_round_trip_and_one_level_more_is_refused(
+    exported, tmp_path
+):
     """The bound is the model-provided JSON's own (``providers.json_depth``), counted from the
     value: the export's own levels above it do not count."""
     deepest = changed(exported, lambda d: msg(1)(d)["tool_calls"][0].update(arguments=nested(MAX_JSON_DEPTH)))
     [imported] = import_text(tmp_path, json.dumps(deepest))
     assert Message.objects.get(dialog_id=imported, seq=2).tool_calls[0]["arguments"] == nested(MAX_JSON_DEPTH)
     Dialog.objects.all().delete()
-    deeper = changed(exported, lambda d: msg(1)(d)["tool_calls"][0].update(arguments=nested(MAX_JSON_DEPTH + 1)))
+    deeper = changed(
+        exported, lambda d: msg(1)(d)["tool_calls"][0].update(arguments=nested(MAX_JSON_DEPTH + 1))
+    )
     with pytest.raises(CommandError) as info:
         import_text(tmp_path, json.dumps(deeper))
     assert str(info.value) == (
