@@ -2,7 +2,7 @@
 
 :class:`TurnInputBuilder` is the single assembly path of a turn's request — the system prompt
 once (with the compaction summary), the history rows after the summary (tool pairs repaired) and
-the runtime context (``turn_context``) once in the last user message — and fits it to the
+the runtime context (``runtime_context``) once in the last user message — and fits it to the
 context budget: old tool results shortened, older history summarised through the model, the
 oldest turns left out of this request, in that order. The summary it wrote is committed only
 while the dialog's ``state_version`` still matches. Later requests of the turn are fitted by
@@ -30,8 +30,8 @@ from conversations.context.compaction import should_compact
 from conversations.context.compaction_service import CompactionError, commit_auto_summary
 from conversations.context.history import build_turn_input
 from conversations.context.pruning import drop_oldest_turns, fit_request, microcompact
+from conversations.context.runtime_context import MemoryRecall, read_turn_context
 from conversations.context.tokens import REQUEST_OVERHEAD, estimate_messages, estimate_tools
-from conversations.context.turn_context import MemoryRecall, read_turn_context
 from conversations.storage import TurnStart
 from conversations.storage.runner import run_storage
 from providers.base import LLMProvider

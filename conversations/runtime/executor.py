@@ -35,7 +35,7 @@ from conversations.agent.loop import (
 )
 from conversations.agent.tool_registry import ToolContext
 from conversations.context.overflow import run_with_overflow_recovery
-from conversations.context.turn_context import prefetch_turn_input
+from conversations.context.runtime_context import prefetch_turn_input
 from conversations.context.turn_input import TurnInputBuilder
 from conversations.runtime import notify
 from conversations.runtime.session_turns import adopt_start, remember_commit, start_turn

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 Prefetch = Callable[[storage.TurnStart], dict]
-"""Reads what the turn's input needs, on the storage thread (``turn_context.prefetch_turn_input``)."""
+"""Reads what the turn's input needs, on the storage thread (``context.runtime_context.prefetch_turn_input``)."""
 
 
 def known_state(sessions: SessionManager, dialog_id: str) -> dict:

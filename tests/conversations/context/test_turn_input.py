@@ -26,7 +26,7 @@ from django.db.models import F
 from conversations import storage
 from conversations.agent.loop import AgentResult, TurnMessage
 from conversations.auth import get_or_create_user
-from conversations.context import auto_compaction, turn_context
+from conversations.context import auto_compaction, runtime_context
 from conversations.context.compaction import SUMMARY_INSTRUCTIONS
 from conversations.context.compaction_service import RowsSummary
 from conversations.context.overflow import overflowed_before_output, run_with_overflow_recovery
@@ -173,7 +173,7 @@ async def test_without_plan_or_memory_the_runtime_context_is_time_channel_and_ti
 async def test_plan_and_memory_are_fetched_concurrently(monkeypatch):
     dialog = await seed(1)
     recall_started = threading.Event()
-    loaded = turn_context.load_dialog_context
+    loaded = runtime_context.load_dialog_context
 
     def slow_plan_read(dialog_id: str) -> dict:
         # Runs on a storage thread: it only returns early if the recall started meanwhile.
@@ -184,7 +184,7 @@ async def test_plan_and_memory_are_fetched_concurrently(monkeypatch):
         recall_started.set()
         return "remembered"
 
-    monkeypatch.setattr(turn_context, "load_dialog_context", slow_plan_read)
+    monkeypatch.setattr(runtime_context, "load_dialog_context", slow_plan_read)
     prepared = await builder(ScriptedProvider([]), memory_recall=memory).prepare(await start_of(dialog.id))
     assert "Recalled memory:\nremembered]" in prepared.messages[-1].text
 

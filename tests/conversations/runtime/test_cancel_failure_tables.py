@@ -26,7 +26,7 @@ from django.db import OperationalError
 
 from conversations import storage
 from conversations.agent.tool_registry import Tool, ToolFatalError, ToolRegistry
-from conversations.context import turn_context
+from conversations.context import runtime_context
 from conversations.models import Dialog, InboxMessage, Message
 from conversations.runtime.turn_rows import CANCELLED_TOOL_RESULT
 from conversations.runtime.turn_sinks import open_cli_chat_sink
@@ -568,7 +568,7 @@ async def test_a_storage_error_while_preparing_the_input_is_a_context_preparatio
     def broken(dialog_id: str) -> dict:
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(turn_context, "load_dialog_context", broken)
+    monkeypatch.setattr(runtime_context, "load_dialog_context", broken)
     provider = ScriptedProvider([script_text("never")])
     client, _, _ = await begin(connect, start_worker, provider)
     turn = await terminal(client)

@@ -20,7 +20,7 @@ from django.db import DatabaseError
 
 from conversations import storage
 from conversations.auth import get_or_create_user
-from conversations.context import turn_context
+from conversations.context import runtime_context
 from conversations.context.turn_input import TurnInputBuilder
 from conversations.models import InboxMessage
 from conversations.runtime import session_turns
@@ -113,7 +113,7 @@ async def test_a_queued_next_turn_is_started_and_read_in_one_trip(connect, start
 
 async def test_a_failed_prefetch_is_read_again_by_the_builder(connect, start_worker, trips, monkeypatch):
     reads = []
-    real = turn_context.load_dialog_context
+    real = runtime_context.load_dialog_context
 
     def flaky(dialog_id: str) -> dict:
         reads.append(dialog_id)
@@ -121,7 +121,7 @@ async def test_a_failed_prefetch_is_read_again_by_the_builder(connect, start_wor
             raise DatabaseError("disk I/O error")
         return real(dialog_id)
 
-    monkeypatch.setattr(turn_context, "load_dialog_context", flaky)
+    monkeypatch.setattr(runtime_context, "load_dialog_context", flaky)
     _, alice = await send_one(connect, start_worker, "fine")
     committed = await alice.until("turn_committed")
 
@@ -136,7 +136,7 @@ async def test_a_failed_read_after_a_failed_prefetch_fails_the_turn_as_before(
     def broken(dialog_id: str) -> dict:
         raise DatabaseError("disk I/O error")
 
-    monkeypatch.setattr(turn_context, "load_dialog_context", broken)
+    monkeypatch.setattr(runtime_context, "load_dialog_context", broken)
     provider, alice = await send_one(connect, start_worker, "never")
     final = await alice.until("turn_updated", lambda f: f["turn"]["status"] != "running")
     assert final["turn"]["status"] == "failed"
@@ -202,7 +202,7 @@ async def test_the_builder_takes_the_prefetched_plan_and_memory(monkeypatch):
     def no_read(*args, **kwargs):
         raise AssertionError("read again although prefetched")
 
-    monkeypatch.setattr(turn_context, "load_dialog_context", no_read)
+    monkeypatch.setattr(runtime_context, "load_dialog_context", no_read)
 
     async def memory(start):
         raise AssertionError("recalled again although prefetched")

@@ -16,7 +16,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from conversations.agent.tool_registry import Tool
-from conversations.context.turn_context import runtime_context
+from conversations.context.runtime_context import runtime_context
 from conversations.models import MemoryItem, Message, Plan
 from conversations.storage.shapes import TurnStart
 from conversations.tools import ToolContext, ToolRegistry, default_registry
