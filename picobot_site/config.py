@@ -13,38 +13,30 @@ test keeps the two equal. Pure: imports pydantic-settings, no Django.
 from __future__ import annotations
 
 import os
-import zoneinfo
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AliasGenerator, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from picobot_site import config_rules as rules
+from picobot_site.config_rules import CommaList, ConfigError, env_name, setting
 from providers.config import ProviderConfig
 
-ENV_PREFIX = "PICOBOT_"
+__all__ = ["ConfigError", "PicoBotSettings", "env_name", "load_settings"]
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-CommaList = Annotated[list[str], NoDecode]
-"""A comma-separated variable (``a,b``); blank items are dropped."""
-
-
-class ConfigError(ValueError):
-    """A ``PICOBOT_*`` variable has a bad value; the message is one line naming each variable."""
-
-
-def setting(default: Any, meaning: str, *, unit: str = "", shown: str | None = None, **bounds: Any) -> Any:
-    """A field with its README row: ``meaning`` and the default as shown (``shown``, else the value
-    with ``unit``); ``bounds`` are pydantic's (``ge``, ``gt``, ``le``)."""
-    return Field(default, description=meaning, json_schema_extra={"unit": unit, "shown": shown}, **bounds)
 
 
 class PicoBotSettings(BaseSettings):
     """The deployment's configuration (DESIGN §8). Field ``x_y`` is variable ``PICOBOT_X_Y``."""
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
+        # PICOBOT_INBOX_CAPACITY, exactly; tests and replace() use the field names.
+        alias_generator=AliasGenerator(validation_alias=env_name),
+        validate_by_name=True,
+        validate_by_alias=True,
+        case_sensitive=True,
         env_ignore_empty=True,
         extra="ignore",
         frozen=True,
@@ -74,8 +66,10 @@ class PicoBotSettings(BaseSettings):
         "would otherwise blank ordinary words in messages",
         shown="",
     )
-    llm_model: str = setting("", "model name (required for `openai` and `anthropic`)")
-    llm_max_tokens: int = setting(4096, "output budget per request", ge=1)
+    llm_model: str = setting("", "model name (required for `openai` and `anthropic`)", max_length=200)
+    llm_max_tokens: int = setting(
+        4096, "output budget per request (`0`: none sent; Anthropic, which needs one, gets 4096)", ge=0
+    )
     llm_think_tags: bool = setting(
         True, "OpenAI-compatible: turn inline `<think>`/`<thought>`/`<reasoning>` spans into reasoning"
     )
@@ -229,18 +223,22 @@ class PicoBotSettings(BaseSettings):
     )
 
     # --- storage ------------------------------------------------------------------------------
-    data_dir: Path = setting(BASE_DIR / "var", "SQLite file, generated secret key", shown="`./var`")
-    database_url: str = setting(
-        "",
-        "any dj-database-url URL, e.g. `postgres://user@host:5432/picobot`",
-        shown="`sqlite:///var/picobot.sqlite3`",
+    data_dir: Path = setting(
+        BASE_DIR / "var",
+        "SQLite file, generated secret key (a relative path is relative to the current directory)",
+        shown="`var/` in the install directory",
+    )
+    database_url: SecretStr = setting(
+        SecretStr(""),
+        "any dj-database-url URL, e.g. `postgres://user:password@host:5432/picobot`",
+        shown="`sqlite:///` + `$PICOBOT_DATA_DIR/picobot.sqlite3`",
     )
     database_pool: bool = setting(
         False,
         "PostgreSQL: use Django's psycopg connection pool (each storage thread and the lease keeper keep "
         "one connection: leave room above `PICOBOT_STORAGE_THREADS` + 1)",
     )
-    database_pool_size: int = setting(10, "PostgreSQL: the pool's size per process", ge=1)
+    database_pool_size: int = setting(10, "PostgreSQL: the pool's size per process (at least 2)", ge=2)
     sqlite_busy_timeout: float = setting(20.0, "how long a SQLite writer waits for the lock", unit="s", gt=0)
     storage_threads: int = setting(
         4, "threads for the agent's DB calls on PostgreSQL (SQLite: always 1)", ge=1
@@ -257,10 +255,12 @@ class PicoBotSettings(BaseSettings):
     )
 
     # --- channel layer, workers, WebSockets ---------------------------------------------------
-    redis_url: str = setting(
-        "", "`redis://host:6379/0` for the channel layer (scale-out)", shown="*(unset → in-memory layer)*"
+    redis_url: SecretStr = setting(
+        SecretStr(""),
+        "`redis://host:6379/0` for the channel layer (scale-out)",
+        shown="*(unset → in-memory layer)*",
     )
-    redis_max_connections: int = setting(500, "channel layer connection pool (Redis)", ge=1)
+    redis_max_connections: int = setting(500, "channel layer connection pool (Redis; at least 10)", ge=10)
     channel_capacity: int = setting(1000, "channel layer per-channel capacity", ge=1)
     group_expiry_seconds: int = setting(
         86400, "a channel layer group member that did not re-join for this long is dropped", unit="s", ge=1
@@ -273,6 +273,7 @@ class PicoBotSettings(BaseSettings):
         "a worker's identity in the lease rows (`serve` keeps it across restarts, so it resumes its own "
         "dialogs at once)",
         shown="`host:serve` / `host:pid`",
+        max_length=200,
     )
     lease_seconds: float = setting(
         15.0,
@@ -330,8 +331,8 @@ class PicoBotSettings(BaseSettings):
         "proxy; by default only same-origin pages may open a cookie-authenticated WebSocket",
     )
     time_zone: str = setting("UTC", "the server's time zone for Django (an IANA name)")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = setting(
-        "INFO", "the root logger's level"
+    log_level: str | int = setting(
+        "INFO", "the root logger's level (a logging level name, any case, or a number)"
     )
 
     @model_validator(mode="before")
@@ -351,32 +352,22 @@ class PicoBotSettings(BaseSettings):
     def _lower(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
 
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _upper(cls, value: Any) -> Any:
-        return value.strip().upper() if isinstance(value, str) else value
-
-    @field_validator(
+    _log_level = field_validator("log_level", mode="before")(rules.log_level)
+    _comma_list = field_validator(
         "llm_hooks",
         "tool_modules",
         "allowed_hosts",
         "csrf_trusted_origins",
         "storage_retry_delays_ms",
         mode="before",
-    )
-    @classmethod
-    def _comma_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [item.strip() for item in value.split(",") if item.strip()]
-        return value
+    )(rules.comma_list)
+    _known_zone = field_validator("time_zone")(rules.known_zone)
+    _origins = field_validator("csrf_trusted_origins")(rules.origins)
 
-    @field_validator("time_zone")
+    @field_validator("redis_url")
     @classmethod
-    def _known_zone(cls, value: str) -> str:
-        try:
-            zoneinfo.ZoneInfo(value)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r} (an IANA name such as Europe/Berlin)") from None
+    def _redis_url(cls, value: SecretStr) -> SecretStr:
+        rules.redis_url(value.get_secret_value())
         return value
 
     @model_validator(mode="after")
@@ -416,11 +407,6 @@ class PicoBotSettings(BaseSettings):
         )
 
 
-def env_name(field: str) -> str:
-    """``inbox_capacity`` → ``PICOBOT_INBOX_CAPACITY``."""
-    return ENV_PREFIX + field.upper()
-
-
 def load_settings() -> PicoBotSettings:
     """The settings from the ``PICOBOT_*`` environment variables.
 
@@ -430,20 +416,9 @@ def load_settings() -> PicoBotSettings:
     try:
         return PicoBotSettings()
     except ValidationError as exc:
-        raise ConfigError(describe_errors(exc, os.environ)) from None
-
-
-def describe_errors(exc: ValidationError, environ: Mapping[str, str]) -> str:
-    """``PICOBOT_X=raw: what is wrong; PICOBOT_Y=…`` — one line for all of ``exc``'s errors."""
-    parts: list[str] = []
-    for error in exc.errors(include_url=False):
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if message[1:2].islower():  # pydantic's "Input should …", not a variable name
-            message = message[:1].lower() + message[1:]
-        if not error["loc"]:
-            parts.append(message)
-            continue
-        name = env_name(str(error["loc"][0]))
-        raw = environ.get(name, "")
-        parts.append(f"{name}={raw.strip()}: {message}" if raw.strip() else f"{name}: {message}")
-    return "; ".join(dict.fromkeys(parts))
+        secret = frozenset(
+            env_name(name)
+            for name, field in PicoBotSettings.model_fields.items()
+            if field.annotation is SecretStr
+        )
+        raise ConfigError(rules.describe_errors(exc, os.environ, secret)) from None

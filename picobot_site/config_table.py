@@ -6,6 +6,8 @@ the README's markers. ``tests/picobot_site/test_config.py`` fails when the READM
 
 from __future__ import annotations
 
+import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +51,22 @@ def with_settings_table(readme: str) -> str:
     return readme[: start + len(TABLE_START)] + "\n" + settings_table() + readme[end:]
 
 
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:2] == ["--write"] and len(sys.argv) == 3:
-        target = Path(sys.argv[2])
-        target.write_text(with_settings_table(target.read_text(encoding="utf-8")), encoding="utf-8")
-    else:
+def main(argv: list[str] | None = None) -> None:
+    """``python -m picobot_site.config_table [--write README.md]``; errors are one line (exit 2)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m picobot_site.config_table", description="Print or write the README's settings table."
+    )
+    parser.add_argument("--write", metavar="README", type=Path, help="replace the table in this file")
+    args = parser.parse_args(argv)
+    if args.write is None:
         sys.stdout.write(settings_table())
+        return
+    try:
+        text = args.write.read_text(encoding="utf-8")
+        args.write.write_text(with_settings_table(text), encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        parser.exit(2, f"{parser.prog}: {args.write}: {getattr(exc, 'strerror', None) or exc}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import NoReturn
 
 import dj_database_url
 
@@ -20,13 +21,22 @@ from picobot_site.config import ConfigError, load_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
+
+def _stop(message: str) -> NoReturn:
+    """End start-up with one line (serve, runagent, every command, plain daphne): no traceback."""
+    raise SystemExit(f"PicoBot configuration error: {message}")
+
+
 try:
     PICOBOT = load_settings()
-except ConfigError as exc:  # one line naming the variable, no traceback (serve, runagent, daphne)
-    raise SystemExit(f"PicoBot configuration error: {exc}") from None
+except ConfigError as exc:
+    _stop(str(exc))
 
 DATA_DIR = PICOBOT.data_dir
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+try:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+except OSError as exc:
+    _stop(f"PICOBOT_DATA_DIR={DATA_DIR}: cannot create it ({exc.strerror or exc})")
 
 
 def _secret_key() -> str:
@@ -80,6 +90,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "picobot_site.urls"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "picobot_site.reporting.PicoBotReporterFilter"
 ASGI_APPLICATION = "picobot_site.asgi.application"
 
 TEMPLATES = [
@@ -98,12 +109,18 @@ TEMPLATES = [
 ]
 
 # --- database (DESIGN §2) -------------------------------------------------------------------------
-DATABASES = {
-    "default": dj_database_url.parse(
-        PICOBOT.database_url or f"sqlite:///{DATA_DIR / 'picobot.sqlite3'}",
-        conn_max_age=0,
+try:
+    DATABASES = {
+        "default": dj_database_url.parse(
+            PICOBOT.database_url.get_secret_value() or f"sqlite:///{DATA_DIR / 'picobot.sqlite3'}",
+            conn_max_age=0,
+        )
+    }
+except ValueError as exc:  # the URL is not echoed: it may hold a password
+    reason = "unknown scheme" if isinstance(exc, dj_database_url.UnknownSchemeError) else "malformed"
+    _stop(
+        f"PICOBOT_DATABASE_URL: not a database URL ({reason}; e.g. postgres://user:password@host:5432/picobot)"
     )
-}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock at BEGIN so
@@ -126,7 +143,7 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- channel layer (DESIGN §2) --------------------------------------------------------------------
-REDIS_URL = PICOBOT.redis_url
+REDIS_URL = PICOBOT.redis_url.get_secret_value()
 CHANNEL_LAYER_CAPACITY = PICOBOT.channel_capacity
 # Layers drop group members after group_expiry (so dead processes fall out); live members re-join
 # every PICOBOT.group_refresh_seconds to stay in.

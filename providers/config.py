@@ -12,7 +12,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class ProviderConfig:
     """One provider's configuration; each field is the ``PICOBOT_LLM_*`` / ``PICOBOT_REPLAY_*``
-    variable of the same name (README, Configuration), with the same default."""
+    variable of the same name (README, Configuration), with the same default except
+    ``replay_event_delay`` (0 here: no pause, for tests and direct use)."""
 
     provider: str = "replay"
     """``openai``, ``anthropic`` or ``replay`` (also ``""``)."""

@@ -53,7 +53,7 @@ def env(monkeypatch):
         ("PICOBOT_STORAGE_RETRY_DELAYS_MS", "100,x", "valid integer"),
         ("PICOBOT_STORAGE_RETRY_DELAYS_MS", "100,-5", "greater than or equal to 0"),
         ("PICOBOT_TIME_ZONE", "Mars/Olympus", "unknown time zone"),
-        ("PICOBOT_LOG_LEVEL", "loud", "'DEBUG'"),
+        ("PICOBOT_LOG_LEVEL", "loud", "should be DEBUG, INFO"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_variable(env, name, raw, said) -> None:
@@ -184,3 +184,96 @@ def test_serve_stops_with_one_line_naming_the_variable(name, raw) -> None:
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"PicoBot configuration error: {name}={raw}: "), lines[0]
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_error_reports_show_no_database_or_redis_password(settings) -> None:
+    from django.views.debug import get_default_exception_reporter_filter
+
+    url = "redis://:redisPassw0rdXYZ@127.0.0.1:6379/7"
+    settings.PICOBOT = settings.PICOBOT.replace(
+        database_url="postgres://u:dbPassw0rdXYZ@127.0.0.1:5432/x", redis_url=url
+    )
+    settings.REDIS_URL = url
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "x", "CONFIG": {"hosts": [{"address": url}]}}}
+    shown = repr(get_default_exception_reporter_filter().get_safe_settings())
+    assert "Passw0rdXYZ" not in shown
+    assert "PICOBOT" in shown and "inbox_capacity" in shown, "the settings object itself is still shown"
+
+
+def test_a_secret_variable_s_value_is_never_echoed(env) -> None:
+    env(PICOBOT_REDIS_URL="redis//:hunter2pw@cache")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value).startswith("PICOBOT_REDIS_URL: should be a redis://")
+    assert "hunter2pw" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "said"),
+    [
+        ("PICOBOT_CSRF_TRUSTED_ORIGINS", "chat.example.com", "needs its scheme"),
+        ("PICOBOT_LEASE_SECONDS", "1e16", "less than or equal to"),
+        ("PICOBOT_GROUP_EXPIRY_SECONDS", "1" + "0" * 30, "less than or equal to"),
+        ("PICOBOT_DATABASE_POOL_SIZE", "1", "greater than or equal to 2"),
+        ("PICOBOT_REDIS_MAX_CONNECTIONS", "2", "greater than or equal to 10"),
+        ("PICOBOT_WORKER_ID", "w" * 201, "at most 200 characters"),
+    ],
+)
+def test_values_the_database_or_the_layer_would_refuse_later_are_refused_at_start(
+    env, name, raw, said
+) -> None:
+    env(**{name: raw})
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(f"{name}=") and said in str(caught.value)
+
+
+def test_an_unprintable_or_long_value_is_shown_escaped_and_cut(env) -> None:
+    env(PICOBOT_INBOX_CAPACITY="1\n2", PICOBOT_MAX_ITERATIONS="9" * 5000)
+    message = str(pytest.raises(ConfigError, load_settings).value)
+    assert "\n" not in message and "PICOBOT_INBOX_CAPACITY='1\\n2'" in message
+    assert len(message) < 400
+
+
+def test_names_are_case_sensitive_and_log_levels_are_pythons(env, monkeypatch) -> None:
+    monkeypatch.setenv("picobot_inbox_capacity", "-1")
+    env(PICOBOT_LOG_LEVEL="warn")
+    config = load_settings()
+    assert config.inbox_capacity == 32, "a lower-case name is not ours"
+    assert config.log_level == "WARN"
+    env(PICOBOT_LOG_LEVEL="15")
+    assert load_settings().log_level == 15
+    env(PICOBOT_LOG_LEVEL="loud")
+    with pytest.raises(ConfigError, match="PICOBOT_LOG_LEVEL=loud"):
+        load_settings()
+
+
+def test_max_tokens_zero_sends_none(env) -> None:
+    env(PICOBOT_LLM_MAX_TOKENS="0")
+    assert load_settings().provider_config().max_tokens == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "said"),
+    [
+        ("PICOBOT_DATABASE_URL", "bogus://x", "not a database URL (unknown scheme"),
+        ("PICOBOT_DATABASE_URL", "postgres://u:secretpw@h:port/db", "not a database URL (malformed"),
+        ("PICOBOT_DATA_DIR", "/proc/picobot-cannot-be-here", "cannot create it"),
+    ],
+)
+def test_settings_stop_with_one_line_when_django_cannot_use_a_value(name, raw, said) -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
+    environ[name] = raw
+    environ.setdefault("PICOBOT_DATA_DIR", os.environ.get("PICOBOT_DATA_DIR", str(ROOT / "var")))
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
+    assert done.stderr.startswith(f"PicoBot configuration error: {name}") and said in done.stderr
+    assert "secretpw" not in done.stderr

@@ -65,7 +65,8 @@ def check_provider(timeout: float, request: bool) -> list[Check]:
     config = _provider_config(timeout)
     kind = config.provider or "replay"
     try:
-        provider = build_provider(config)
+        build_provider(settings.PICOBOT.provider_config())  # as serve builds it (no I/O)
+        provider = build_provider(config)  # the probe's: no retries, short timeouts, no thinking
     except ValueError as exc:
         said = str(exc)
         if "PICOBOT_" not in said:  # e.g. urlsplit's "Invalid IPv6 URL": it is the base URL's

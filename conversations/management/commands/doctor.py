@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -40,6 +41,8 @@ from picobot_site.config import env_name
 if TYPE_CHECKING:
     pass
 
+_NOT_SETTINGS = ("PICOBOT_TEST_", "PICOBOT_REQUIRE_")
+"""``PICOBOT_*`` variables of the test suite (README, Quick start), not settings."""
 _PLACEHOLDER_KEYS = {
     "changeme",
     "change-me",
@@ -59,7 +62,11 @@ def check_database() -> list[Check]:
     connection = connections[DEFAULT_DB_ALIAS]
     engine = connection.vendor
     where = settings.DATABASES[DEFAULT_DB_ALIAS].get("NAME", "")
-    shown = str(where) if engine == "sqlite" else safe_url(settings.PICOBOT.database_url) or str(where)
+    shown = (
+        str(where)
+        if engine == "sqlite"
+        else safe_url(settings.PICOBOT.database_url.get_secret_value()) or str(where)
+    )
     try:
         connection.ensure_connection()
         with connection.cursor() as cursor:
@@ -158,16 +165,41 @@ def check_channel_layer(timeout: float) -> list[Check]:
 
 
 def check_configuration() -> list[Check]:
-    """The ``PICOBOT_*`` variables that differ from their defaults (names only: values may be secret).
-    Their values were checked when the settings loaded (``picobot_site.config``)."""
-    config = settings.PICOBOT
-    changed = [
-        env_name(name)
-        for name, field in type(config).model_fields.items()
-        if getattr(config, name) != field.get_default(call_default_factory=True)
-    ]
-    detail = f"{len(changed)} PICOBOT_* variable(s) set: {', '.join(changed)}" if changed else "all defaults"
-    return [Check(OK, "configuration", detail)]
+    """The ``PICOBOT_*`` variables set in the environment (names only: values may be secret; they
+    were checked when the settings loaded, ``picobot_site.config``), and any ``PICOBOT_*`` name
+    that is no setting (a typo is otherwise silently ignored)."""
+    known = {env_name(name) for name in type(settings.PICOBOT).model_fields}
+    ours = sorted(
+        name for name in os.environ if name.startswith("PICOBOT_") and not name.startswith(_NOT_SETTINGS)
+    )
+    used = [name for name in ours if name in known and os.environ[name].strip()]
+    detail = f"{len(used)} PICOBOT_* variable(s) set: {', '.join(used)}" if used else "all defaults"
+    out = [Check(OK, "configuration", detail)]
+    unknown = [name for name in ours if name not in known]
+    if unknown:
+        out.append(
+            Check(
+                WARN,
+                "configuration",
+                f"not settings, ignored: {', '.join(unknown)}",
+                "correct the name (README, Configuration) or unset it",
+            )
+        )
+    return out
+
+
+def check_tools() -> list[Check]:
+    """The tool registry builds: built-ins plus ``PICOBOT_TOOL_MODULES`` (as serve builds it)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from conversations.tools import default_registry
+
+    try:
+        registry = default_registry()
+    except ImproperlyConfigured as exc:
+        return [Check(FAIL, "tools", str(exc), "correct or unset PICOBOT_TOOL_MODULES")]
+    names = ", ".join(sorted(definition.name for definition in registry.definitions()))
+    return [Check(OK, "tools", names)]
 
 
 def check_settings() -> list[Check]:
@@ -220,7 +252,7 @@ def check_settings() -> list[Check]:
                 "print(secrets.token_urlsafe(50))'), the same in every process",
             )
         )
-    elif not from_env and (settings.PICOBOT.redis_url or settings.PICOBOT.database_url):
+    elif not from_env and (settings.REDIS_URL or settings.PICOBOT.database_url.get_secret_value()):
         out.append(
             Check(
                 WARN,
@@ -279,6 +311,7 @@ class Command(PicoBotCommand):
             ("database", check_database),
             ("channel layer", lambda: check_channel_layer(timeout)),
             ("LLM provider", lambda: check_provider(timeout, not no_llm_request)),
+            ("tools", check_tools),
             ("settings", check_settings),
         ]
         results: list[Check] = []

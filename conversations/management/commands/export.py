@@ -8,6 +8,8 @@ calls as code blocks).
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +77,12 @@ class Command(PicoBotCommand):
                 raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from exc
             self.stderr.write(f"Exported {count} dialog(s), {messages} message(s) to {path}.")
         else:
-            count, messages = writer(dialogs, _Raw(self.stdout), progress)
+            try:
+                count, messages = writer(dialogs, _Raw(self.stdout), progress)
+                self.stdout.flush()
+            except BrokenPipeError:  # `export | head`: the reader left; stop quietly, as cat does
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise SystemExit(1) from None
             self.stderr.write(f"Exported {count} dialog(s), {messages} message(s).")
 
 

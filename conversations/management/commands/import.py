@@ -58,10 +58,11 @@ class Command(PicoBotCommand):
         except TransferError as exc:
             raise CommandError(f"nothing imported: {file} {exc}") from exc
 
+        imported: list[str] = []  # told once the transaction committed: a later refusal imports nothing
+
         def progress(item: ImportedDialog) -> None:
-            if options.get("verbosity", 1) >= 1:
-                moved = f" (was {item.source_id})" if item.source_id != item.id else ""
-                self.stderr.write(f"  imported {item.id}{moved}: {item.messages} message(s)")
+            moved = f" (was {item.source_id})" if item.source_id != item.id else ""
+            imported.append(f"  imported {item.id}{moved}: {item.messages} message(s)")
 
         try:
             done = import_document(doc, user=owner, as_new=as_new, progress=progress)
@@ -72,6 +73,9 @@ class Command(PicoBotCommand):
         except (DataError, IntegrityError) as exc:  # validation should refuse first: a last line of defence
             first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise CommandError(f"nothing imported: the database refused a value: {first_line[:300]}") from exc
+        if options.get("verbosity", 1) >= 1:
+            for line in imported:
+                self.stderr.write(line)
         for item in done:
             self.stdout.write(item.id)
         self.stderr.write(f"Imported {len(done)} dialog(s), {sum(i.messages for i in done)} message(s).")

@@ -218,9 +218,35 @@ def test_unapplied_migrations_fail_with_the_migrate_command(monkeypatch):
     assert "python manage.py migrate" in line(text, "database")
 
 
-def test_the_configuration_line_names_the_changed_variables_without_their_values(settings):
-    settings.PICOBOT = settings.PICOBOT.replace(inbox_capacity=5, llm_api_key="sk-doctor-secret-0123456789")
+def test_the_configuration_line_names_the_set_variables_without_their_values(monkeypatch):
+    monkeypatch.setenv("PICOBOT_INBOX_CAPACITY", "5")
+    monkeypatch.setenv("PICOBOT_LLM_API_KEY", "sk-doctor-secret-0123456789")
+    monkeypatch.setenv("PICOBOT_TEST_SOMETHING", "x")
     text, _ = doctor()
     said = line(text, "configuration")
     assert said.startswith("OK") and "PICOBOT_INBOX_CAPACITY" in said and "PICOBOT_LLM_API_KEY" in said
-    assert "sk-doctor-secret" not in text and "PICOBOT_LLM_IDLE_TIMEOUT" not in said
+    assert "sk-doctor-secret" not in text and "PICOBOT_TEST_SOMETHING" not in text
+    assert "WARN configuration" not in text
+
+
+def test_a_misspelt_variable_is_a_warning_naming_it(monkeypatch):
+    monkeypatch.setenv("PICOBOT_INBOX_CAPASITY", "1")
+    text, error = doctor()
+    assert error is None, text
+    assert "WARN configuration: not settings, ignored: PICOBOT_INBOX_CAPASITY" in text
+
+
+def test_a_tool_module_that_cannot_load_fails_the_tools_check(settings):
+    settings.PICOBOT = settings.PICOBOT.replace(tool_modules=["no_such_module_anywhere"])
+    text, error = doctor()
+    assert error is not None
+    said = line(text, "tools")
+    assert said.startswith("FAIL") and "no_such_module_anywhere" in said and "PICOBOT_TOOL_MODULES" in text
+
+
+def test_the_provider_is_built_as_serve_builds_it_before_the_probe(settings):
+    settings.PICOBOT = settings.PICOBOT.replace(
+        llm_provider="anthropic", llm_model="claude", llm_api_key="k" * 20, llm_thinking_budget=500
+    )
+    text, error = doctor()
+    assert error is not None and "PICOBOT_LLM_THINKING_BUDGET" in line(text, "LLM provider")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -115,6 +116,46 @@ def test_an_existing_dialog_without_as_new_is_an_error_and_nothing_is_imported(a
         import_file(path)
     # The dialog that did not exist was not imported either: one transaction.
     assert set(Dialog.objects.values_list("pk", flat=True)) == {kept.pk}
+
+
+def test_a_refused_import_reports_no_dialog_as_imported(alice, tmp_path):
+    make_dialog(alice, title="first")
+    make_dialog(alice, title="second")
+    path = tmp_path / "both.json"
+    call_command("export", "--user", "alice", "-o", str(path), stderr=StringIO())
+    first, second = (item["id"] for item in json.loads(path.read_text())["dialogs"])
+    Dialog.objects.filter(pk=first).delete()  # the first imports, then the second collides
+    err = StringIO()
+    with pytest.raises(CommandError, match="already exists"):
+        call_command("import", str(path), stdout=StringIO(), stderr=err)
+    assert "imported" not in err.getvalue(), "nothing was imported: the transaction rolled back"
+    assert set(Dialog.objects.values_list("pk", flat=True)) == {second}
+
+
+def test_export_to_a_reader_that_left_stops_quietly(tmp_path):
+    root = Path(__file__).resolve().parents[3]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
+    env["PICOBOT_DATA_DIR"] = str(tmp_path)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "-v", "0"], cwd=root, env=env, check=True, timeout=120)
+    seed = "from tests.conversations.dialogs import make_dialog; make_dialog(None, channel='feishu', chat_id='oc_1')"
+    subprocess.run([*manage, "shell", "-c", seed], cwd=root, env=env, check=True, timeout=120)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `export | head` after head exited: every write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [*manage, "export", "--chat", "feishu:oc_1"],
+            cwd=root,
+            env=env,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
 
 
 def test_owners_follow_usernames_and_cli_chat_dialogs_move_to_the_new_owners_chat(alice, tmp_path):

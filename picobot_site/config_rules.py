@@ -1,0 +1,114 @@
+"""The building blocks of :mod:`picobot_site.config`: how a field is declared, the checks that
+need more than a type and a bound, and the one-line error (pure; no Django).
+
+A variable is ``PICOBOT_`` + the field name in capitals, matched case-sensitively. Every error
+names the variable and shows its value escaped and cut to :data:`SHOWN_VALUE_CHARS`.
+"""
+
+from __future__ import annotations
+
+import logging
+import zoneinfo
+from collections.abc import Mapping
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import Field, ValidationError
+from pydantic_settings import NoDecode
+
+ENV_PREFIX = "PICOBOT_"
+MAX_SECONDS = 10 * 365 * 86400
+"""Upper bound of every duration in seconds (ten years): larger ones overflow the database's
+millisecond columns and Redis expiries."""
+SHOWN_VALUE_CHARS = 60
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+CommaList = Annotated[list[str], NoDecode]
+"""A comma-separated variable (``a,b``); blank items are dropped."""
+
+
+class ConfigError(ValueError):
+    """A ``PICOBOT_*`` variable has a bad value; the message is one line naming each variable."""
+
+
+def env_name(field: str) -> str:
+    """``inbox_capacity`` → ``PICOBOT_INBOX_CAPACITY``."""
+    return ENV_PREFIX + field.upper()
+
+
+def setting(default: Any, meaning: str, *, unit: str = "", shown: str | None = None, **bounds: Any) -> Any:
+    """A field with its README row: ``meaning`` and the default as shown (``shown``, else the value
+    with ``unit``); ``bounds`` are pydantic's (``ge``, ``gt``, ``le``, ``max_length``). A duration
+    in seconds (``unit="s"``) is at most :data:`MAX_SECONDS`."""
+    if unit == "s":
+        bounds.setdefault("le", MAX_SECONDS)
+    return Field(default, description=meaning, json_schema_extra={"unit": unit, "shown": shown}, **bounds)
+
+
+def comma_list(value: Any) -> Any:
+    """``"a, ,b"`` → ``["a", "b"]``; other values unchanged."""
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+def known_zone(value: str) -> str:
+    """An IANA time zone name, else ValueError."""
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r} (an IANA name such as Europe/Berlin)") from None
+    return value
+
+
+def log_level(value: Any) -> Any:
+    """A level name Python's logging knows (any case: ``debug``, ``WARN``, ``NOTSET``) or a number."""
+    if not isinstance(value, str):
+        return value
+    name = value.strip().upper()
+    if name.isdigit() or name in logging.getLevelNamesMapping():
+        return int(name) if name.isdigit() else name
+    raise ValueError("should be DEBUG, INFO, WARNING, ERROR or CRITICAL (or a number)")
+
+
+def redis_url(value: str) -> str:
+    """Blank, or a URL redis-py opens (``redis://``, ``rediss://``, ``unix://``)."""
+    if value and urlsplit(value).scheme not in REDIS_SCHEMES:
+        raise ValueError("should be a redis://host:port/db URL (or rediss://, unix://)")
+    return value
+
+
+def origins(values: list[str]) -> list[str]:
+    """Origins with their scheme (``https://chat.example.com``), as Django requires."""
+    for origin in values:
+        if "://" not in origin:
+            raise ValueError(f"{origin!r} needs its scheme, e.g. https://{origin}")
+    return values
+
+
+def describe_errors(
+    exc: ValidationError, environ: Mapping[str, str], secret: frozenset[str] = frozenset()
+) -> str:
+    """``PICOBOT_X=raw: what is wrong; PICOBOT_Y=…`` — one line for all of ``exc``'s errors; the
+    value of a variable named in ``secret`` (keys, URLs with passwords) is never shown."""
+    parts: list[str] = []
+    for error in exc.errors(include_url=False):
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if message[1:2].islower():  # pydantic's "Input should …", not a variable name
+            message = message[:1].lower() + message[1:]
+        if not error["loc"]:
+            parts.append(message)
+            continue
+        where = str(error["loc"][0])
+        name = where if where.startswith(ENV_PREFIX) else env_name(where)
+        raw = "" if name in secret else environ.get(name, "").strip()
+        parts.append(f"{name}={shown_value(raw)}: {message}" if raw else f"{name}: {message}")
+    return "; ".join(dict.fromkeys(parts))
+
+
+def shown_value(raw: str) -> str:
+    """``raw`` as an error line may show it: printable and short, else escaped and cut."""
+    if raw.isprintable() and len(raw) <= SHOWN_VALUE_CHARS:
+        return raw
+    cut = raw[:SHOWN_VALUE_CHARS]
+    return repr(cut) + ("…" if len(raw) > SHOWN_VALUE_CHARS else "")
