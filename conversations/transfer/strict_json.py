@@ -78,9 +78,10 @@ def load_json(stream: IO[str]) -> Any:
     would read the first three as floats no database column takes and keep only the last of the
     duplicates) or ``nests JSON too deeply``.
     """
+    text = stream.read()
     try:
-        return json.load(
-            stream, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+        return json.loads(
+            text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
         )
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TransferError(f"is not JSON: {exc}") from None
@@ -88,9 +89,59 @@ def load_json(stream: IO[str]) -> Any:
         said = str(exc)
         if "int_max_str_digits" in said or "Exceeds the limit" in said:
             said = "an integer has more digits than any column holds"
-        raise TransferError(f"is not standard JSON: {said}") from None
+        where = _first_offence(text)
+        raise TransferError(f"is not standard JSON: {said}" + (f" (at {where})" if where else "")) from None
     except RecursionError:
         raise TransferError("nests JSON too deeply") from None
+
+
+class _Pairs(list):
+    """An object's (key, value) pairs as parsed, duplicates kept."""
+
+
+class _Offence:
+    """A number standard JSON or a column cannot hold, kept in place to be found."""
+
+
+def _first_offence(text: str) -> str | None:
+    """The JSON path of the first value :func:`load_json` refuses (a duplicated key, NaN/Infinity,
+    a number beyond a float, an over-long integer), in document order; None when not found.
+    Only run once parsing failed, so a good document is parsed once."""
+
+    def number(kind: type) -> Any:
+        def parse(raw: str) -> Any:
+            try:
+                value = kind(raw)
+            except ValueError:
+                return _Offence()
+            return value if not isinstance(value, float) or math.isfinite(value) else _Offence()
+
+        return parse
+
+    try:
+        tree = json.loads(
+            text,
+            object_pairs_hook=_Pairs,
+            parse_constant=lambda _: _Offence(),
+            parse_float=number(float),
+            parse_int=number(int),
+        )
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(tree, ())]
+    while stack:  # depth first, children in order: the first offence in the text is found first
+        item, loc = stack.pop()
+        if isinstance(item, _Offence):
+            return json_path(loc)
+        if isinstance(item, _Pairs):
+            keys = [key for key, _ in item]
+            twice = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
+            if twice is not None:
+                return json_path((*loc, twice))
+            stack.extend(((value, (*loc, key)) for key, value in reversed(item)))
+        elif isinstance(item, list):
+            stack.extend(((value, (*loc, i)) for i, value in reversed(list(enumerate(item)))))
+    return None
 
 
 def loads_strict(text: str) -> Any:

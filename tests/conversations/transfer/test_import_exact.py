@@ -340,3 +340,19 @@ def test_a_value_the_database_refuses_after_validation_is_one_line(exported, tmp
         "UNIQUE constraint failed" in message or "duplicate key value violates unique constraint" in message
     )
     assert nothing_imported()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        ('"role": "user"', '"role": "assistant", "role": "user"', "(at dialogs[0].messages[0].role)"),
+        ('"provider": "openai"', '"provider": NaN', "(at dialogs[0].messages[1].provider_state.provider)"),
+        ('"provider": "openai"', '"provider": 1e400', "(at dialogs[0].messages[1].provider_state.provider)"),
+    ],
+)
+def test_a_value_json_reading_refuses_is_named_by_its_path(exported, tmp_path, old, new, where):
+    text = json.dumps(exported).replace(old, new, 1)
+    with pytest.raises(CommandError) as info:
+        import_text(tmp_path, text)
+    assert str(info.value).endswith(where), str(info.value)
+    assert nothing_imported()
