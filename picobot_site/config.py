@@ -32,10 +32,8 @@ class PicoBotSettings(BaseSettings):
     """The deployment's configuration (DESIGN §8). Field ``x_y`` is variable ``PICOBOT_X_Y``."""
 
     model_config = SettingsConfigDict(
-        # PICOBOT_INBOX_CAPACITY, exactly; tests and replace() use the field names.
+        # Read as PICOBOT_INBOX_CAPACITY exactly (never `inbox_capacity`); replace() maps names.
         alias_generator=AliasGenerator(validation_alias=env_name),
-        validate_by_name=True,
-        validate_by_alias=True,
         case_sensitive=True,
         env_ignore_empty=True,
         extra="ignore",
@@ -57,6 +55,7 @@ class PicoBotSettings(BaseSettings):
         "base URL **including** the version path, as in the official SDK; requests go to "
         "`{base}/chat/completions`",
         shown="`https://api.openai.com/v1`",
+        repr=False,  # may carry credentials (userinfo, ?api-key=): not on error pages
     )
     llm_api_key: SecretStr = setting(
         SecretStr(""),
@@ -133,9 +132,10 @@ class PicoBotSettings(BaseSettings):
     max_turn_output_chars: int = setting(
         1_000_000,
         "characters of answer text and reasoning one turn may stream, summed over all its model "
-        "requests; past it the stream is closed, the part that fit is kept as an interrupted answer and the "
-        'user reads "The answer and its reasoning were longer than N characters and were cut off" (a server '
-        "that ignores `max_tokens` cannot make a frame too large for the WebSocket)",
+        "requests; past it the stream is closed, the answer text that fit is kept as an interrupted answer "
+        '(reasoning alone is not kept) and the user reads "The answer and its reasoning were longer than N '
+        'characters and were cut off" (a server that ignores `max_tokens` cannot make a frame too large for '
+        "the WebSocket)",
         ge=1,
     )
 
@@ -330,21 +330,21 @@ class PicoBotSettings(BaseSettings):
         "extra origins (`https://chat.example.com`) for logins and cookie WebSockets, e.g. behind an HTTPS "
         "proxy; by default only same-origin pages may open a cookie-authenticated WebSocket",
     )
-    time_zone: str = setting("UTC", "the server's time zone for Django (an IANA name)")
+    time_zone: str = setting(
+        "UTC", "Django's time zone (an IANA name), used by the admin; PicoBot's own texts show UTC"
+    )
     log_level: str | int = setting(
         "INFO", "the root logger's level (a logging level name, any case, or a number)"
     )
 
     @model_validator(mode="before")
     @classmethod
-    def _blank_is_unset(cls, data: Any) -> Any:
-        """A variable set to spaces means its default, like an empty one."""
+    def _trimmed(cls, data: Any) -> Any:
+        """Values lose surrounding whitespace (`` 1 `` is ``1``, for booleans too); a variable of
+        spaces means its default, like an empty one."""
         if isinstance(data, dict):
-            return {
-                key: value
-                for key, value in data.items()
-                if not (isinstance(value, str) and not value.strip())
-            }
+            data = {key: value.strip() if isinstance(value, str) else value for key, value in data.items()}
+            return {key: value for key, value in data.items() if value != ""}
         return data
 
     @field_validator("llm_provider", mode="before")
@@ -363,6 +363,14 @@ class PicoBotSettings(BaseSettings):
     )(rules.comma_list)
     _known_zone = field_validator("time_zone")(rules.known_zone)
     _origins = field_validator("csrf_trusted_origins")(rules.origins)
+    _hosts = field_validator("allowed_hosts")(rules.hosts)
+    _base_url = field_validator("llm_base_url")(rules.http_url)
+
+    @field_validator("llm_api_key")
+    @classmethod
+    def _header_safe_key(cls, value: SecretStr) -> SecretStr:
+        rules.header_value(value.get_secret_value())
+        return value
 
     @field_validator("redis_url")
     @classmethod
@@ -374,6 +382,11 @@ class PicoBotSettings(BaseSettings):
     def _consistent(self) -> Self:
         if self.lease_renew_seconds >= self.lease_seconds:
             raise ValueError("PICOBOT_LEASE_RENEW_SECONDS must be below PICOBOT_LEASE_SECONDS")
+        if self.group_refresh_seconds >= self.group_expiry_seconds:
+            raise ValueError(
+                "PICOBOT_GROUP_REFRESH_SECONDS must be below PICOBOT_GROUP_EXPIRY_SECONDS "
+                "(members that re-join less often than they expire miss live updates)"
+            )
         return self
 
     def replace(self, **changes: Any) -> PicoBotSettings:
@@ -381,7 +394,8 @@ class PicoBotSettings(BaseSettings):
         unknown = set(changes) - set(type(self).model_fields)
         if unknown:
             raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
-        return type(self)(**{**self.model_dump(), **changes})
+        values = {**{name: getattr(self, name) for name in type(self).model_fields}, **changes}
+        return type(self)(**{env_name(name): value for name, value in values.items()})
 
     def provider_config(self) -> ProviderConfig:
         """What :func:`providers.factory.build_provider` needs, from the ``llm_*``/``replay_*`` fields."""

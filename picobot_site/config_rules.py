@@ -7,6 +7,7 @@ names the variable and shows its value escaped and cut to :data:`SHOWN_VALUE_CHA
 
 from __future__ import annotations
 
+import functools
 import logging
 import zoneinfo
 from collections.abc import Mapping
@@ -53,12 +54,15 @@ def comma_list(value: Any) -> Any:
 
 
 def known_zone(value: str) -> str:
-    """An IANA time zone name, else ValueError."""
-    try:
-        zoneinfo.ZoneInfo(value)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {value!r} (an IANA name such as Europe/Berlin)") from None
+    """An IANA time zone name (``Europe/Berlin``; not a region such as ``Europe``), else ValueError."""
+    if value not in _zones():
+        raise ValueError("unknown time zone (an IANA name such as Europe/Berlin)")
     return value
+
+
+@functools.cache
+def _zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
 
 
 def log_level(value: Any) -> Any:
@@ -82,8 +86,38 @@ def origins(values: list[str]) -> list[str]:
     """Origins with their scheme (``https://chat.example.com``), as Django requires."""
     for origin in values:
         if "://" not in origin:
-            raise ValueError(f"{origin!r} needs its scheme, e.g. https://{origin}")
+            raise ValueError(f"{shown_value(origin)} needs its scheme (https://…)")
     return values
+
+
+def hosts(values: list[str]) -> list[str]:
+    """Host names as Django matches them: no scheme, path or port (``chat.example.com``,
+    ``.example.com``, ``10.0.0.2``, ``[::1]``, ``*``)."""
+    for host in values:
+        bare = host.rsplit("]", 1)[-1] if host.startswith("[") else host
+        if "/" in host or ":" in bare:
+            raise ValueError(f"{shown_value(host)} is not a host name (no scheme, path or port)")
+    return values
+
+
+def http_url(value: str) -> str:
+    """Blank, or an ``http(s)://host…`` URL."""
+    if value:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises for a port out of range
+        except ValueError as exc:
+            raise ValueError(f"should be an http:// or https:// URL with a host ({exc})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("should be an http:// or https:// URL with a host")
+    return value
+
+
+def header_value(value: str) -> str:
+    """A secret sent in an HTTP header: printable ASCII without spaces."""
+    if value and not (value.isascii() and value.isprintable() and " " not in value):
+        raise ValueError("should be printable ASCII without spaces (it is sent in an HTTP header)")
+    return value
 
 
 def describe_errors(

@@ -33,10 +33,17 @@ except ConfigError as exc:
     _stop(str(exc))
 
 DATA_DIR = PICOBOT.data_dir
-try:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-except OSError as exc:
-    _stop(f"PICOBOT_DATA_DIR={DATA_DIR}: cannot create it ({exc.strerror or exc})")
+
+
+def _data_dir_ready() -> None:
+    """The data directory exists and this user may write in it (the SQLite file, the secret key)."""
+    try:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        (DATA_DIR / "staticfiles").mkdir(exist_ok=True)  # STATIC_ROOT: WhiteNoise wants it to exist
+    except OSError as exc:
+        _stop(f"PICOBOT_DATA_DIR={DATA_DIR}: cannot create it ({exc.strerror or exc})")
+    if not os.access(DATA_DIR, os.W_OK | os.X_OK):
+        _stop(f"PICOBOT_DATA_DIR={DATA_DIR}: not writable by this user")
 
 
 def _secret_key() -> str:
@@ -45,12 +52,40 @@ def _secret_key() -> str:
     if configured:
         return configured
     path = DATA_DIR / "secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    try:
+        if not path.exists():
+            path.write_text(secrets.token_urlsafe(50))
+            path.chmod(0o600)
+        return path.read_text().strip()
+    except OSError as exc:
+        _stop(f"PICOBOT_DATA_DIR={DATA_DIR}: cannot keep the generated secret key ({exc.strerror or exc})")
 
 
+def _database() -> dict:
+    """The default database: ``PICOBOT_DATABASE_URL`` (PostgreSQL or SQLite), else the SQLite file
+    in the data directory (a path, not a URL: ``#`` or ``%`` in it stay characters)."""
+    url = PICOBOT.database_url.get_secret_value()
+    if not url:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(DATA_DIR / "picobot.sqlite3"),
+            "CONN_MAX_AGE": 0,
+        }
+    example = "e.g. postgres://user:password@host:5432/picobot or sqlite:////path/to/file.sqlite3"
+    try:
+        database = dj_database_url.parse(url, conn_max_age=0)
+    except ValueError as exc:  # the URL is not echoed: it may hold a password
+        reason = "unknown scheme" if isinstance(exc, dj_database_url.UnknownSchemeError) else "malformed"
+        _stop(f"PICOBOT_DATABASE_URL: not a database URL ({reason}; {example})")
+    if database["ENGINE"] not in (_SQLITE, _POSTGRES):
+        _stop(f"PICOBOT_DATABASE_URL: PicoBot runs on PostgreSQL or SQLite ({example})")
+    if not database.get("NAME"):
+        _stop(f"PICOBOT_DATABASE_URL: names no database ({example})")
+    return database
+
+
+_SQLITE, _POSTGRES = "django.db.backends.sqlite3", "django.db.backends.postgresql"
+_data_dir_ready()
 SECRET_KEY = _secret_key()
 DEBUG = PICOBOT.debug
 ALLOWED_HOSTS = PICOBOT.allowed_hosts
@@ -109,19 +144,8 @@ TEMPLATES = [
 ]
 
 # --- database (DESIGN §2) -------------------------------------------------------------------------
-try:
-    DATABASES = {
-        "default": dj_database_url.parse(
-            PICOBOT.database_url.get_secret_value() or f"sqlite:///{DATA_DIR / 'picobot.sqlite3'}",
-            conn_max_age=0,
-        )
-    }
-except ValueError as exc:  # the URL is not echoed: it may hold a password
-    reason = "unknown scheme" if isinstance(exc, dj_database_url.UnknownSchemeError) else "malformed"
-    _stop(
-        f"PICOBOT_DATABASE_URL: not a database URL ({reason}; e.g. postgres://user:password@host:5432/picobot)"
-    )
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+DATABASES = {"default": _database()}
+if DATABASES["default"]["ENGINE"] == _SQLITE:
     DATABASES["default"]["OPTIONS"] = {
         # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock at BEGIN so
         # two writers queue on the busy timeout instead of failing with "database is locked".
@@ -203,8 +227,7 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "staticfiles"
-STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise serves from the finders; an empty root keeps it quiet
+STATIC_ROOT = DATA_DIR / "staticfiles"  # WhiteNoise serves from the finders; an empty root keeps it quiet
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 

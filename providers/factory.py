@@ -30,7 +30,11 @@ def build_provider(config: ProviderConfig) -> LLMProvider:
     """
     provider = _build(config)
     for path in config.hooks:
-        _hook_installer(str(path))(provider.hooks)
+        installer = _hook_installer(str(path))
+        try:
+            installer(provider.hooks)
+        except Exception as exc:  # the operator's code: say which and why, no traceback
+            raise ValueError(f"PICOBOT_LLM_HOOKS: {path!r} failed: {type(exc).__name__}: {exc}") from exc
     return provider
 
 
@@ -38,8 +42,8 @@ def _hook_installer(path: str) -> Callable[[ProviderHooks], object]:
     module_name, _, attr = path.strip().replace(":", ".").rpartition(".")
     try:
         installer = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"PICOBOT_LLM_HOOKS: cannot import {path!r} ({exc})") from exc
+    except Exception as exc:  # not found, or the module fails as it loads (SyntaxError, its own errors)
+        raise ValueError(f"PICOBOT_LLM_HOOKS: cannot import {path!r} ({type(exc).__name__}: {exc})") from exc
     if not callable(installer):
         raise ValueError(f"PICOBOT_LLM_HOOKS: {path!r} is not callable")
     return installer

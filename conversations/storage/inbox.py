@@ -57,7 +57,7 @@ def accept_message(
     Raises:
         NotFoundError: ``session_id`` is unknown, deleted or foreign, or a repeated
             ``client_msg_id`` names a message whose dialog was deleted.
-        InboxFullError: the dialog already has ``INBOX_CAPACITY`` queued messages.
+        InboxFullError: the dialog already has ``PICOBOT_INBOX_CAPACITY`` queued messages.
     """
     client_msg_id, content, source = scrub_text(client_msg_id), scrub_text(content), scrub_text(source)
     if client_msg_id:

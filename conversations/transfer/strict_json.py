@@ -128,19 +128,24 @@ def _first_offence(text: str) -> str | None:
         )
     except (ValueError, RecursionError):
         return None
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(tree, ())]
-    while stack:  # depth first, children in order: the first offence in the text is found first
-        item, loc = stack.pop()
+    # Depth first in document order; an object's duplicate keys are checked after its values, as
+    # json reports them (its object hook runs once the values are parsed).
+    stack: list[tuple[Any, tuple[str | int, ...], bool]] = [(tree, (), False)]
+    while stack:
+        item, loc, values_done = stack.pop()
         if isinstance(item, _Offence):
             return json_path(loc)
         if isinstance(item, _Pairs):
-            keys = [key for key, _ in item]
-            twice = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
-            if twice is not None:
-                return json_path((*loc, twice))
-            stack.extend(((value, (*loc, key)) for key, value in reversed(item)))
+            if values_done:
+                keys = [key for key, _ in item]
+                twice = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
+                if twice is not None:
+                    return json_path((*loc, twice))
+                continue
+            stack.append((item, loc, True))
+            stack.extend((value, (*loc, key), False) for key, value in reversed(item))
         elif isinstance(item, list):
-            stack.extend(((value, (*loc, i)) for i, value in reversed(list(enumerate(item)))))
+            stack.extend((value, (*loc, i), False) for i, value in reversed(list(enumerate(item))))
     return None
 
 

@@ -277,3 +277,96 @@ def test_settings_stop_with_one_line_when_django_cannot_use_a_value(name, raw, s
     assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
     assert done.stderr.startswith(f"PicoBot configuration error: {name}") and said in done.stderr
     assert "secretpw" not in done.stderr
+
+
+def test_variables_named_like_fields_are_not_settings(env, monkeypatch) -> None:
+    for name in ("debug", "inbox_capacity", "secret_key", "Picobot_Debug"):
+        monkeypatch.setenv(name, "1")
+    config = load_settings()
+    assert (config.debug, config.inbox_capacity, config.secret_key.get_secret_value()) == (False, 32, "")
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "said"),
+    [
+        ("PICOBOT_TIME_ZONE", "Europe", "unknown time zone"),
+        ("PICOBOT_TIME_ZONE", "x" * 3000, "unknown time zone"),
+        ("PICOBOT_ALLOWED_HOSTS", "localhost:8771", "is not a host name"),
+        ("PICOBOT_ALLOWED_HOSTS", "http://localhost", "is not a host name"),
+        ("PICOBOT_LLM_BASE_URL", "notaurl", "http:// or https:// URL"),
+        ("PICOBOT_LLM_BASE_URL", "ftp://x/v1", "http:// or https:// URL"),
+        ("PICOBOT_GROUP_EXPIRY_SECONDS", "3", "PICOBOT_GROUP_REFRESH_SECONDS must be below"),
+    ],
+)
+def test_values_that_would_break_requests_or_live_updates_are_refused(env, name, raw, said) -> None:
+    env(**{name: raw})
+    message = str(pytest.raises(ConfigError, load_settings).value)
+    assert said in message and "\n" not in message and len(message) < 400
+
+
+def test_hosts_django_matches_are_accepted(env) -> None:
+    env(PICOBOT_ALLOWED_HOSTS="chat.example.com,.example.org,10.0.0.2,[::1],*")
+    assert load_settings().allowed_hosts == ["chat.example.com", ".example.org", "10.0.0.2", "[::1]", "*"]
+
+
+def test_a_key_that_cannot_be_sent_in_a_header_is_refused_without_showing_it(env) -> None:
+    env(PICOBOT_LLM_API_KEY="sk-supersecretvalue123\u00e9")
+    message = str(pytest.raises(ConfigError, load_settings).value)
+    assert message.startswith("PICOBOT_LLM_API_KEY: should be printable ASCII")
+    assert "supersecret" not in message
+
+
+def test_surrounding_spaces_are_dropped_for_every_type(env) -> None:
+    env(PICOBOT_DEBUG=" 1 ", PICOBOT_INBOX_CAPACITY=" 7", PICOBOT_LLM_MODEL=" m ")
+    config = load_settings()
+    assert (config.debug, config.inbox_capacity, config.llm_model) == (True, 7, "m")
+
+
+def test_a_data_directory_with_url_characters_holds_the_database_file(tmp_path) -> None:
+    data_dir = tmp_path / "hash#1 %20x"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
+    environ["PICOBOT_DATA_DIR"] = str(data_dir)
+    script = "from django.conf import settings; print(settings.DATABASES['default']['NAME'])"
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip().splitlines()[-1] == str(data_dir / "picobot.sqlite3"), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("postgres://u:secretpw@127.0.0.1:5432", "names no database"),
+        ("mysql://u:secretpw@127.0.0.1/db", "PicoBot runs on PostgreSQL or SQLite"),
+    ],
+)
+def test_a_database_url_picobot_cannot_use_is_one_line(tmp_path, url, said) -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
+    environ.update(PICOBOT_DATA_DIR=str(tmp_path), PICOBOT_DATABASE_URL=url)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert said in done.stderr and "secretpw" not in done.stderr
+
+
+def test_error_reports_hide_the_authorization_header_and_the_llm_url(settings) -> None:
+    from django.test import RequestFactory
+    from django.views.debug import get_default_exception_reporter_filter
+
+    reporter = get_default_exception_reporter_filter()
+    request = RequestFactory().get("/x", HTTP_AUTHORIZATION="Bearer pb_SECRET_TOKEN")
+    assert "pb_SECRET_TOKEN" not in repr(reporter.get_safe_request_meta(request))
+    settings.PICOBOT = settings.PICOBOT.replace(llm_base_url="http://bob:urlPW@host/v1?api-key=urlKEY")
+    shown = repr(reporter.get_safe_settings())
+    assert "urlPW" not in shown and "urlKEY" not in shown

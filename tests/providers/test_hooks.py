@@ -284,3 +284,26 @@ async def test_the_factory_installs_hooks_named_in_llm_hooks() -> None:
         build_provider(replace(config, hooks=["tests.providers.test_hooks.no_such_installer"]))
     with pytest.raises(ValueError, match="PICOBOT_LLM_HOOKS"):
         build_provider(replace(config, hooks=["not_a_module_anywhere.install"]))
+
+
+def install_that_fails(hooks: ProviderHooks) -> None:
+    raise RuntimeError("boom in install")
+
+
+def install_without_arguments() -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("tests.providers.test_hooks.install_that_fails", "failed: RuntimeError: boom in install"),
+        ("tests.providers.test_hooks.install_without_arguments", "failed: TypeError"),
+        ("tests.providers._hook_module_that_raises.install", "cannot import"),
+    ],
+)
+def test_a_hook_installer_that_fails_names_the_setting(path, said) -> None:
+    config = ProviderConfig(provider="openai", model="m", base_url="http://127.0.0.1:9/v1", hooks=(path,))
+    with pytest.raises(ValueError, match="PICOBOT_LLM_HOOKS") as caught:
+        build_provider(config)
+    assert said in str(caught.value)

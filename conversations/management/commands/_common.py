@@ -121,3 +121,29 @@ class PicoBotCommand(BaseCommand):
             if not is_missing_table(exc):
                 raise  # a bug, not the operator's setup: keep its traceback
             raise CommandError(NOT_SET_UP) from exc
+
+
+LAYER_CHECK_SECONDS = 10.0
+"""How long ``serve`` and ``runagent`` wait for a message to come back through the channel layer
+at start."""
+
+
+async def layer_round_trip(layer: object) -> None:
+    """Send a message to a fresh channel of the layer and receive it back (raises when it cannot)."""
+    channel = await layer.new_channel("picobot.serve.start")
+    await layer.send(channel, {"type": "serve.ping"})
+    await layer.receive(channel)
+
+
+def start_failure(exc: BaseException) -> str:
+    """Why the worker could not start, for the operator: the exception itself and what to check."""
+    # repr() alone can be empty or odd (redis-py's is "network:ConnectionError"): name and text.
+    reason = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}" if str(exc) else repr(exc)
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause) and str(cause) not in reason:
+        reason = f"{reason} ({type(cause).__name__}: {cause})"
+    if isinstance(exc, TimeoutError):
+        reason = f"{reason}: the channel layer did not answer within {LAYER_CHECK_SECONDS:g} s"
+    if getattr(settings, "REDIS_URL", ""):
+        return f"{reason}; check PICOBOT_REDIS_URL (is Redis running and reachable from here?)"
+    return f"{reason}; see the log above"

@@ -36,7 +36,7 @@ from django.db.migrations.executor import MigrationExecutor
 from conversations.management.commands._common import PicoBotCommand
 from conversations.management.commands._doctor_check import FAIL, OK, WARN, Check, safe_url
 from conversations.management.commands._doctor_provider import check_provider
-from picobot_site.config import env_name
+from picobot_site.config_rules import env_name, shown_value
 
 if TYPE_CHECKING:
     pass
@@ -175,7 +175,7 @@ def check_configuration() -> list[Check]:
     used = [name for name in ours if name in known and os.environ[name].strip()]
     detail = f"{len(used)} PICOBOT_* variable(s) set: {', '.join(used)}" if used else "all defaults"
     out = [Check(OK, "configuration", detail)]
-    unknown = [name for name in ours if name not in known]
+    unknown = [shown_value(name) for name in ours if name not in known]
     if unknown:
         out.append(
             Check(

@@ -13,7 +13,14 @@ import signal
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
 
-from conversations.management.commands._common import PicoBotCommand, apply_switch_interval, require_database
+from conversations.management.commands._common import (
+    LAYER_CHECK_SECONDS,
+    PicoBotCommand,
+    apply_switch_interval,
+    layer_round_trip,
+    require_database,
+    start_failure,
+)
 
 
 class Command(PicoBotCommand):
@@ -39,9 +46,15 @@ class Command(PicoBotCommand):
         asyncio.run(self._run(worker_id))
 
     async def _run(self, worker_id: str) -> None:
+        from channels.layers import get_channel_layer
+
         from conversations.runtime.supervisor import close_control_supervisor
         from conversations.runtime.worker import AgentWorker, default_worker_id
 
+        try:  # the layer first: without it the worker's consumer would only restart and fail, loudly
+            await asyncio.wait_for(layer_round_trip(get_channel_layer()), LAYER_CHECK_SECONDS)
+        except Exception as exc:
+            raise CommandError(f"agent worker failed to start: {start_failure(exc)}") from None
         worker = AgentWorker(worker_id or default_worker_id("runagent"))
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()

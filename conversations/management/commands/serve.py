@@ -35,10 +35,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, CommandParser
 
 from conversations.management.commands._common import (
+    LAYER_CHECK_SECONDS,
     PicoBotCommand,
     apply_switch_interval,
     bounded_int,
+    layer_round_trip,
     require_database,
+    start_failure,
 )
 from conversations.runtime.bootstrap import ensure_first_user, undo_first_user
 
@@ -151,11 +154,11 @@ class Command(PicoBotCommand):
             try:
                 # The channel layer first: without it no stop, replay or snapshot reaches anyone,
                 # so no turn may start (the worker's inbox scan would run them regardless).
-                await asyncio.wait_for(_layer_round_trip(get_channel_layer()), LAYER_CHECK_SECONDS)
+                await asyncio.wait_for(layer_round_trip(get_channel_layer()), LAYER_CHECK_SECONDS)
                 if worker is not None:
                     await worker.start()
             except Exception as exc:  # the server is useless without its worker
-                failures.append(_start_failure(exc))
+                failures.append(start_failure(exc))
                 if worker is not None:
                     with contextlib.suppress(Exception):
                         await worker.stop(timeout=5)  # whatever it began (turns, loops) ends now
@@ -275,28 +278,3 @@ def _listen_failure(interface: str, port: int, exc: BaseException) -> str:
     reason = reason[:1].lower() + reason[1:]
     hint = _LISTEN_HINTS.get(getattr(cause, "errno", None))
     return f"cannot listen on {where}: {reason}" + (f" ({hint})" if hint else "")
-
-
-LAYER_CHECK_SECONDS = 10.0
-"""How long ``serve`` waits for a message to come back through the channel layer at start."""
-
-
-async def _layer_round_trip(layer: object) -> None:
-    """Send a message to a fresh channel of the layer and receive it back (raises when it cannot)."""
-    channel = await layer.new_channel("picobot.serve.start")
-    await layer.send(channel, {"type": "serve.ping"})
-    await layer.receive(channel)
-
-
-def _start_failure(exc: BaseException) -> str:
-    """Why the worker could not start, for the operator: the exception itself and what to check."""
-    # repr() alone can be empty or odd (redis-py's is "network:ConnectionError"): name and text.
-    reason = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}" if str(exc) else repr(exc)
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and str(cause) and str(cause) not in reason:
-        reason = f"{reason} ({type(cause).__name__}: {cause})"
-    if isinstance(exc, TimeoutError):
-        reason = f"{reason}: the channel layer did not answer within {LAYER_CHECK_SECONDS:g} s"
-    if getattr(settings, "REDIS_URL", ""):
-        return f"{reason}; check PICOBOT_REDIS_URL (is Redis running and reachable from here?)"
-    return f"{reason}; see the log above"

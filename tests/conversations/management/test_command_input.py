@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from io import StringIO
@@ -174,3 +175,20 @@ def test_every_user_option_finds_the_user_the_login_form_would(tmp_path):
     listing = StringIO()
     call_command("purge", "--user", "ａｌｉｃｅ", stdout=listing, stderr=StringIO())
     assert "owned by alice" in listing.getvalue() and "Would purge 2 dialog(s)" in listing.getvalue()
+
+
+def test_migrate_with_an_unreachable_database_is_one_line_naming_the_setting(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
+    env.update(PICOBOT_DATA_DIR=str(tmp_path), PICOBOT_DATABASE_URL="postgres://u:secretpw@127.0.0.1:1/db")
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate"],
+        cwd=Path(__file__).resolve().parents[3],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("CommandError: the database failed:"), done.stderr
+    assert "PICOBOT_DATABASE_URL" in lines[0] and "secretpw" not in done.stderr

@@ -114,3 +114,27 @@ async def test_serve_exits_1_with_the_reason_when_redis_is_unreachable(tmp_path,
         assert db.execute("SELECT count(*) FROM auth_user").fetchone()[0] == 0, (
             "the first-start user whose token was never shown is undone: the next start makes one"
         )
+
+
+async def test_runagent_exits_1_with_one_line_when_redis_is_unreachable(tmp_path):
+    env = server_env(tmp_path, {"PICOBOT_REDIS_URL": "redis://127.0.0.1:1/0"})
+    migrate = await asyncio.create_subprocess_exec(
+        sys.executable, "manage.py", "migrate", "-v", "0", cwd=REPO, env=env
+    )
+    assert await migrate.wait() == 0
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "manage.py",
+        "runagent",
+        cwd=REPO,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 1
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1, err.decode()
+    assert lines[0].startswith("CommandError: agent worker failed to start: redis.exceptions.ConnectionError")
+    assert "check PICOBOT_REDIS_URL" in lines[0] and b"running" not in out

@@ -356,3 +356,12 @@ def test_a_value_json_reading_refuses_is_named_by_its_path(exported, tmp_path, o
         import_text(tmp_path, text)
     assert str(info.value).endswith(where), str(info.value)
     assert nothing_imported()
+
+
+def test_the_path_is_of_the_value_json_refused_first(exported, tmp_path):
+    """A NaN among an object's values is refused before that object's duplicated key."""
+    text = json.dumps(exported).replace('"role": "user"', '"role": "user", "seq": NaN, "role": "user"', 1)
+    with pytest.raises(CommandError) as info:
+        import_text(tmp_path, text)
+    assert "NaN is not a JSON number" in str(info.value)
+    assert str(info.value).endswith("(at dialogs[0].messages[0].seq)"), str(info.value)
