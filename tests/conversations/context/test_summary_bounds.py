@@ -10,68 +10,21 @@ on without it, leaving old turns out, and the user reads the failed compaction's
 from __future__ import annotations
 
 import pytest
-from channels.db import database_sync_to_async
 
-from conversations import storage
-from conversations.auth import get_or_create_user
 from conversations.context.compaction import MAX_SUMMARY_CHARS, clean_summary, summary_token_cap
 from conversations.context.compaction_service import CompactionError, compact_dialog
 from conversations.context.turn_input import TurnInputBuilder
-from conversations.models import Dialog, Message
-from conversations.storage import TurnStart, message_to_history_row
 from providers.testing import ScriptedProvider, script_text
+from tests.conversations.context.dialog_rows import reload, seed, start_of
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
-
-
-@database_sync_to_async
-def seed_dialog(cycles: int, chars: int) -> Dialog:
-    owner = get_or_create_user("alice")[0]
-    dialog = storage.active_dialog(owner, "cli_chat", "chat-alice")
-    rows = []
-    for n in range(cycles):
-        rows.append(Message(dialog=dialog, seq=2 * n + 1, role="user", content=f"topic {n}: " + "q" * chars))
-        rows.append(
-            Message(dialog=dialog, seq=2 * n + 2, role="assistant", content=f"about {n}: " + "a" * chars)
-        )
-    rows.append(Message(dialog=dialog, seq=2 * cycles + 1, role="user", content="What now?"))
-    Message.objects.bulk_create(rows)
-    Dialog.objects.filter(pk=dialog.pk).update(history_revision=len(rows))
-    return Dialog.objects.get(pk=dialog.pk)
-
-
-@database_sync_to_async
-def start_of(dialog_id: str) -> TurnStart:
-    dialog = Dialog.objects.get(pk=dialog_id)
-    rows = [
-        message_to_history_row(m) for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq)
-    ]
-    return TurnStart(
-        dialog_id=dialog.id,
-        channel=dialog.channel,
-        chat_id=dialog.chat_id,
-        title=dialog.title,
-        inbox_id="inbox",
-        turn_id="turn",
-        reply_message_id="reply",
-        user_message={},
-        history=rows,
-        summary=dialog.summary,
-        summary_seq=dialog.summary_seq,
-        history_revision=dialog.history_revision,
-    )
-
-
-@database_sync_to_async
-def reload(dialog_id: str) -> Dialog:
-    return Dialog.objects.get(pk=dialog_id)
 
 
 HUGE_SUMMARY = "S " * 20_000  # the QA's t_compact3.py: a model that returns 40,000 characters
 
 
 async def test_an_oversized_summary_is_refused_and_the_turn_goes_on_without_it():
-    dialog = await seed_dialog(30, 400)  # ≈ 7,000 estimated tokens; the window is 8,000 (share 6,400)
+    dialog = await seed(30, chars=400)  # ≈ 7,000 estimated tokens; the window is 8,000 (share 6,400)
     provider = ScriptedProvider([script_text(HUGE_SUMMARY)])
     build = TurnInputBuilder(provider, system_prompt="sys", window_tokens=8000, keep_messages=4)
     prepared = await build.prepare(await start_of(dialog.id))
@@ -91,7 +44,7 @@ async def test_an_oversized_summary_is_refused_and_the_turn_goes_on_without_it()
 async def test_an_automatic_summary_cut_off_at_max_tokens_is_refused_and_the_turn_goes_on_without_it():
     """QA 6: finish_reason "length" means the summary stops mid-sentence; it must not replace the
     history it summarises (the failure is visible as the automatic compaction notice)."""
-    dialog = await seed_dialog(30, 400)
+    dialog = await seed(30, chars=400)
     provider = ScriptedProvider(
         [script_text("The user asked about topic 1 and then the", finish_reason="length")]
     )
@@ -109,7 +62,7 @@ async def test_an_automatic_summary_cut_off_at_max_tokens_is_refused_and_the_tur
 
 async def test_a_manual_compact_refuses_an_oversized_summary(settings):
     settings.PICOBOT = settings.PICOBOT.replace(llm_context_window=8000)
-    dialog = await seed_dialog(30, 400)
+    dialog = await seed(30, chars=400)
     with pytest.raises(CompactionError, match="too long to use"):
         await compact_dialog(dialog.id, ScriptedProvider([script_text(HUGE_SUMMARY)]), keep=4)
     after = await reload(dialog.id)
