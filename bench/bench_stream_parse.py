@@ -27,7 +27,7 @@ Transports (each consumer has its own httpx2 client over the same one):
 
 Every consumer's result is checked against the generated stream before timing, so nothing can
 get fast by being wrong. Rounds interleave the consumers; the table gives wire chunks per second
-(best and median of ``--repeat`` rounds) and the ratios. Targets (issue 3, "Must show 5"):
+(best and median of ``--repeat`` rounds) and the ratios. Targets:
 ours >= 5x the SDK and ours >= 0.5x the floor.
 """
 

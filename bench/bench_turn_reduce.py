@@ -5,7 +5,7 @@ Run by hand from the repo root::
     .venv/bin/python bench/bench_turn_reduce.py                # 10 000 and 100 000 deltas, 5 rounds
     .venv/bin/python bench/bench_turn_reduce.py --repeat 3 --watchers 100
 
-Part 1 ("Must show 4" of issue 4). One event script per size: ``N`` answer-text deltas of
+Part 1. One event script per size: ``N`` answer-text deltas of
 realistic token size (2–7 characters, some non-ASCII), interleaved every 1 000 text deltas with
 a 40-delta reasoning burst, a text-segment boundary and two parallel tool calls (started,
 finished with a preview), then a new iteration — so a 100 000-delta turn has 400 blocks. The

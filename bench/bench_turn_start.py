@@ -1,4 +1,4 @@
-"""Turn-start cost with and without the runtime session (seed 004 §5, issue 5), on a long dialog.
+"""Turn-start cost with and without the runtime session (seed 004 §5), on a long dialog.
 
 A turn start moves the next inbox row into history and hands the executor the dialog's history.
 Without a runtime session that is a full read of every row since the summary (O(history)); with

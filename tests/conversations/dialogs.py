@@ -1,5 +1,5 @@
 """Dialogs with a realistic history, written straight to the database, for the operator tools'
-tests (issue 7): the admin, the management commands, export and import."""
+tests: the admin, the management commands, export and import."""
 
 from __future__ import annotations
 

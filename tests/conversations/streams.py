@@ -1,4 +1,4 @@
-"""Recorded-style OpenAI-compatible SSE bodies for the "What time is it?" turn (issue 2).
+"""Recorded-style OpenAI-compatible SSE bodies for the "What time is it?" turn.
 
 Iteration 1 streams reasoning (``reasoning_content``) and a ``current_time`` tool call whose
 arguments arrive in fragments (id and name only on the first). Iteration 2 answers with an inline

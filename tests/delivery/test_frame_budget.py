@@ -1,5 +1,5 @@
 """``delivery.frame_budget.fit_frame``: one frame over the WebSocket budget keeps its shape and
-is cut at its longest strings (issue 6 review round 4: a 30 MB answer closed every socket)."""
+is cut at its longest strings (a 30 MB answer must not close every socket)."""
 
 from __future__ import annotations
 
@@ -61,9 +61,9 @@ def test_any_frame_of_strings_is_cut_to_fit_and_stays_json(texts, limit):
 
 @pytest.mark.parametrize("fill", ["\n", '"', "\\", "\x01", "é\n"])
 def test_strings_that_grow_when_escaped_are_measured_as_written(fill):
-    """A model repeating newlines (2 bytes each in JSON) or control characters (6 bytes) made a
-    frame whose decoded strings were smaller than its excess: it could not be cut and was
-    dropped (issue 6 review round 5)."""
+    """A model repeating newlines (2 bytes each in JSON) or control characters (6 bytes) makes a
+    frame whose decoded strings are smaller than its excess: strings are measured as they are
+    written, so such a frame is still cut, not dropped."""
     frame = {
         "type": "session_history",
         "messages": [{"id": f"m{i}", "content": fill * 300_000} for i in range(9)],

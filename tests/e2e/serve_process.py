@@ -103,8 +103,8 @@ class ServeProcess:
         return code
 
     async def kill(self, timeout: float = 30) -> int:
-        """SIGKILL and wait — a crash: no shutdown handler runs, running turns die mid-flight
-        (issue 5). Returns the exit code (``-SIGKILL``)."""
+        """SIGKILL and wait — a crash: no shutdown handler runs, running turns die mid-flight.
+        Returns the exit code (``-SIGKILL``)."""
         if self.proc is None or self.proc.returncode is not None:
             return self.proc.returncode if self.proc else 0
         self.proc.kill()

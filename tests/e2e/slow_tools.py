@@ -1,4 +1,4 @@
-"""A test-only tool plugin: ``PICOBOT_TOOL_MODULES=tests.e2e.slow_tools`` (issue 5).
+"""A test-only tool plugin: ``PICOBOT_TOOL_MODULES=tests.e2e.slow_tools``.
 
 ``slow_tool`` sleeps far longer than any test runs, so the end-to-end restart test can SIGKILL the
 server while a turn is inside a tool call (DESIGN §3: the row is left ``started``).

@@ -1,4 +1,4 @@
-"""Restart safety with the real ``serve`` process (issue 5, Must show 4; DESIGN §3 InboxMessage).
+"""Restart safety with the real ``serve`` process (DESIGN §3 InboxMessage).
 
 The server is SIGKILLed while a turn is inside a tool call (``tests.e2e.slow_tools`` plugged in
 through ``PICOBOT_TOOL_MODULES``) with two more messages acknowledged and queued behind it. After a

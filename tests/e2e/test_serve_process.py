@@ -1,4 +1,4 @@
-"""The real ``manage.py serve`` process with a real WebSocket client (issue 2, Must show 1–4, 6).
+"""The real ``manage.py serve`` process with a real WebSocket client.
 
 The LLM is an OpenAI-compatible local HTTP server streaming recorded bytes (pieces paced so the
 client sees the turn live); the gateway is the real process, restarted in the middle like an
@@ -93,7 +93,7 @@ async def test_serve_streams_a_tool_turn_commits_it_and_keeps_it_across_a_restar
             rows = committed["messages"]
             assert [r["role"] for r in rows] == ["user", "assistant", "tool", "assistant"]
             assert rows[1]["tool_calls"][0]["id"] == rows[2]["tool_call_id"] == CALL_ID
-            # Must show 2, seen by the LLM server: one system message first, the tool result's id.
+            # Seen by the LLM server: one system message first, the tool result's id.
             second = llm.requests[1]["messages"]
             assert second[0]["role"] == "system" and [m["role"] for m in second].count("system") == 1
             assert [m.get("tool_call_id") for m in second if m["role"] == "tool"] == [CALL_ID]

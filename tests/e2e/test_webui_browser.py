@@ -1,4 +1,4 @@
-"""The WebUI in a real browser against the real ``serve`` process ("Must show 5").
+"""The WebUI in a real browser against the real ``serve`` process.
 
 With no LLM configured the offline replay provider answers, and the page says so. Playwright
 drives Debian's Chromium (``/usr/bin/chromium``; ``playwright install`` is never used). Without a

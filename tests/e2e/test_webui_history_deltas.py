@@ -1,4 +1,4 @@
-"""History deltas in the WebUI's protocol state (seed 000 §11, issue 5 Must show 5), in Chromium.
+"""History deltas in the WebUI's protocol state (seed 000 §11), in Chromium.
 
 ``static/picobot/protocol.js``'s ``ChatStore`` is the WebUI's client logic with no DOM: a
 ``turn_committed`` that continues the revision is merged, a duplicate changes nothing, and a

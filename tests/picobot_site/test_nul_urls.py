@@ -1,5 +1,5 @@
-"""``%00`` in a URL is one clear 400 on every database (issue 7 review: the admin answered 500 on
-PostgreSQL, which cannot hold NUL in text; SQLite said "not found")."""
+"""``%00`` in a URL is one clear 400 on every database (never a 500 from
+PostgreSQL, which cannot hold NUL in text, nor a "not found" from SQLite)."""
 
 from __future__ import annotations
 

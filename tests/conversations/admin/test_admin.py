@@ -1,4 +1,4 @@
-"""The Django admin for operators (issue 7; DESIGN §3, §8 no secrets in list pages, §9 staff only)."""
+"""The Django admin for operators (DESIGN §3, §8 no secrets in list pages, §9 staff only)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The admin's editable JSON columns take only what the database can store (issue 7 review round 3:
-a lone surrogate or NUL escape, NaN or 1e999 in a memory item's tags or a plan gave a 500 on
-PostgreSQL, and on SQLite a stored lone surrogate broke the change page for good), and a form
-post holding a NUL is one 400 (a raw-id lookup of it failed on PostgreSQL)."""
+"""The admin's editable JSON columns take only what the database can store (a lone surrogate or
+NUL escape, NaN or 1e999 in a memory item's tags or a plan is a form error, never a 500 on
+PostgreSQL, and a stored lone surrogate must not break the change page on SQLite), and a form
+post holding a NUL is one 400 (a raw-id lookup of it must not reach PostgreSQL)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Hand-made filter parameters on admin list pages get the admin's refusal, never a 500 (issue 7
-final review: a bad regex, a malformed range or a JSON lookup SQLite lacks raised; JSON lookups
-let staff probe provider state)."""
+"""Hand-made filter parameters on admin list pages get the admin's refusal, never a 500 (a bad
+regex, a malformed range or a JSON lookup SQLite lacks must not raise; JSON lookups are refused so
+staff cannot probe provider state)."""
 
 from __future__ import annotations
 

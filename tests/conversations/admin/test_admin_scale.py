@@ -1,4 +1,4 @@
-"""Admin list pages stay fast on 100 000 messages (issue 7, Must show 3): a bounded number of
+"""Admin list pages stay fast on 100 000 messages: a bounded number of
 queries per page — no query per row — and no big columns (provider state, media) read."""
 
 from __future__ import annotations

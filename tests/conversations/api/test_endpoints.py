@@ -1,5 +1,5 @@
 """The REST control API, endpoint by endpoint, through ``ninja.testing.TestAsyncClient(api)``
-(PROTOCOL §2; issue 7 Must show 1).
+(PROTOCOL §2).
 
 Every endpoint's success and error paths: 401 without, with a bad and with a revoked token;
 another user's dialog ids answer 404 and change nothing; 413 for bodies over 1 MiB; 422 in the

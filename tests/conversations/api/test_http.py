@@ -219,7 +219,7 @@ async def test_paths_no_route_matches_answer_a_json_404(path):
 @pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
 @pytest.mark.parametrize("path", ["/api/docs", "/api/openapi.json"])
 async def test_a_write_to_the_read_only_schema_pages_is_a_json_405_even_with_a_token(method, path):
-    """Django's CSRF check refused these before any view (an HTML 403 page, issue 7 review)."""
+    """The view answers these, not Django's CSRF check before any view (an HTML 403 page)."""
     _, token = await user_with_token("alice")
     for headers in ({}, bearer(token)):
         response = await AsyncClient(enforce_csrf_checks=True).generic(method, path, headers=headers)

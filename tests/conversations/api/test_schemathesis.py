@@ -1,4 +1,4 @@
-"""Schemathesis against the live OpenAPI schema (issue 7 Must show 2).
+"""Schemathesis against the live OpenAPI schema.
 
 The schema is fetched from the running application (``/api/openapi.json`` through Django's ASGI
 handler, as Daphne serves it); every operation then gets a bounded number of generated requests

@@ -1,5 +1,5 @@
 """A stop targets the turn running when it was asked; a compaction runs once per dialog at a time
-(issue 7 review: a repeated stop cancelled the next queued turn; 15 ``/compact`` were 15 paid
+(a repeated stop must not cancel the next queued turn; 15 ``/compact`` must not be 15 paid
 summary calls).
 """
 
@@ -293,7 +293,7 @@ async def test_a_typed_slash_stop_stops_the_turn_running_now_even_right_after_an
     connect, start_worker, alice
 ):
     """The repeat rule is for stop frames (a double click); a ``/stop`` the user typed after seeing
-    the next turn start means that turn (issue 6 review round 4)."""
+    the next turn start means that turn."""
     ws, sid, first_turn = await two_turns_first_running(connect, start_worker, alice)
     await ws.send({"type": "stop", "session_id": sid})
     second_turn = (

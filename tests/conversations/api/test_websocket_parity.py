@@ -1,4 +1,4 @@
-"""REST and WebSocket are one system (PROTOCOL §1–§2, issue 7): a message sent over REST is the
+"""REST and WebSocket are one system (PROTOCOL §1–§2): a message sent over REST is the
 same operation as a WebSocket ``message`` — the same inbox row, the same turn run by the same
 agent worker, the same snapshots reaching every WebSocket client of the chat — and dialog changes
 made over REST are announced to those clients like the slash commands announce theirs.

@@ -1,4 +1,4 @@
-"""The main job end to end over Channels' WebsocketCommunicator (issue 2, Must show 1–4).
+"""The main job end to end over Channels' WebsocketCommunicator.
 
 A real OpenAICompatProvider talks HTTP to a local server that streams recorded SSE bytes; the
 WebSocket consumer, channel layer, agent worker, executor and storage are the real ones.
@@ -74,7 +74,7 @@ async def test_what_time_is_it_streams_reasoning_tool_and_answer_then_commits(co
         assert [r["seq"] for r in rows] == [1, 2, 3, 4]
         assert committed["history_revision"] == 4
 
-        # Must show 2: the second provider request has one system message, first, and the tool
+        # The second provider request has one system message, first, and the tool
         # result carries the model's tool_call_id.
         second = server.requests[1]["messages"]
         assert [m["role"] for m in second].count("system") == 1 and second[0]["role"] == "system"

@@ -1,4 +1,4 @@
-"""Slash commands over cli_chat (seed 004 §7, PROTOCOL "Slash commands"), issue 5 Must show 1–2.
+"""Slash commands over cli_chat (seed 004 §7, PROTOCOL "Slash commands").
 
 Every command's success and error path runs on two chats of two users: alice's commands never
 reach bob's connection, and bob's dialog ids answer ``not_found`` to alice.
@@ -290,7 +290,7 @@ async def test_a_second_connection_of_the_chat_follows_the_active_dialog(connect
 
 
 async def test_commands_are_answered_while_a_tool_of_the_same_dialog_runs(connect, start_worker):
-    """Must show 2: /sessions and /stop do not wait behind the running turn (event order, not time)."""
+    """/sessions and /stop do not wait behind the running turn (event order, not time)."""
     started, release = asyncio.Event(), asyncio.Event()
 
     async def slow(arguments: dict) -> str:

@@ -1,4 +1,4 @@
-"""The ``seen`` credit window per connection (PROTOCOL §1 "Flow control", issue 4 "Must show 3").
+"""The ``seen`` credit window per connection (PROTOCOL §1 "Flow control").
 
 Daphne has no WebSocket backpressure, so the window is what bounds a slow client's memory. The
 bound is asserted through the consumer's own state (its ``SnapshotCreditWindow``) and the frames

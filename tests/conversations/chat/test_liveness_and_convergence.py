@@ -1,4 +1,4 @@
-"""Slow is not dead, and every connection converges (issue 12, DESIGN §2, PROTOCOL §1).
+"""Slow is not dead, and every connection converges (DESIGN §2, PROTOCOL §1).
 
 - A process whose event loop is starved keeps its dialogs: its lease keeper renews from a thread
   of its own, and another worker takes over only a lease it saw lapsed and unrenewed.

@@ -1,4 +1,4 @@
-"""Edges found by the adversarial review of issue 5: stops no worker can answer or that land while a
+"""Edge cases of stops, commits and commands: stops no worker can answer or that land while a
 turn is being set up, a commit that storage refuses (told once, never as a restart), commands'
 argument parsing, titles with format characters, and messages of deleted dialogs."""
 

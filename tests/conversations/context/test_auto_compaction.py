@@ -1,4 +1,4 @@
-"""Automatic compaction (issue 6 Must show 2; seed 002 Task 6 §6c–§6d, FIX-F; DESIGN §6).
+"""Automatic compaction (seed 002 Task 6 §6c–§6d, FIX-F; DESIGN §6).
 
 Pure parts first (``should_compact``, ``microcompact``, ``drop_oldest_turns``,
 ``fit_summary_request``), then whole turns through the WebSocket consumer, the agent worker and

@@ -1,4 +1,4 @@
-"""A damaged tool history still gets answers (issue 5, Must show 4 second half; DESIGN §3, §6).
+"""A damaged tool history still gets answers (DESIGN §3, §6).
 
 A crash (or an old bug) can leave a dialog whose history breaks the tool-call pairing providers
 insist on: an assistant tool call with no result, a tool result with no call, or a result that a

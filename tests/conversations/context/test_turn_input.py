@@ -1,4 +1,4 @@
-"""TurnInputBuilder and context-overflow recovery (seed 000 §7.1, §7.2, §8, §15; issue 6 Must show 1).
+"""TurnInputBuilder and context-overflow recovery (seed 000 §7.1, §7.2, §8, §15).
 
 The builder is the one assembly path of a turn's request: the system prompt once, the runtime
 context (time, channel, title, active plan, recalled memory) once inside the last user message,

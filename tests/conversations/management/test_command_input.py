@@ -1,5 +1,5 @@
 """Operator commands refuse bad input with one line and exit 1, and usage errors exit 2
-(issue 7 review: createtoken took any username; every command crashed on an unmigrated database)."""
+(createtoken takes only usernames Django accepts; an unmigrated database is one line, no crash)."""
 
 from __future__ import annotations
 

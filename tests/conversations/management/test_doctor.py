@@ -1,4 +1,4 @@
-"""``manage.py doctor`` (issue 7 Must show 4: a wrong provider URL is reported clearly)."""
+"""``manage.py doctor`` (a wrong provider URL is reported clearly)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``manage.py purge`` (issue 7 Must show 4: the dry run changes nothing; DESIGN §3, §6 rules)."""
+"""``manage.py purge`` (the dry run changes nothing; DESIGN §3, §6 rules)."""
 
 from __future__ import annotations
 

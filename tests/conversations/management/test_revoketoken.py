@@ -1,4 +1,4 @@
-"""``manage.py revoketoken`` (issue 7; DESIGN §9 per-user API tokens)."""
+"""``manage.py revoketoken`` (DESIGN §9 per-user API tokens)."""
 
 from __future__ import annotations
 

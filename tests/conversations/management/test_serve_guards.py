@@ -1,6 +1,6 @@
 """``manage.py serve`` as a real process: request bodies over the limit are refused while they
 arrive (not after Daphne buffered them), and a worker that cannot start ends the process with
-the reason and exit 1 (issue 7 review)."""
+the reason and exit 1."""
 
 from __future__ import annotations
 

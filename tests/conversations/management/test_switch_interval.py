@@ -1,6 +1,6 @@
 """serve and runagent set the interpreter's thread switch interval (PICOBOT_SWITCH_INTERVAL_MS):
-with a storage thread busy, Python's 5 ms default made the event loop wait up to 5 ms for the GIL
-at every socket call (issue 12, bench_load)."""
+with a storage thread busy, Python's 5 ms default makes the event loop wait up to 5 ms for the GIL
+at every socket call (measured with bench_load)."""
 
 from __future__ import annotations
 

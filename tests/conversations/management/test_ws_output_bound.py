@@ -1,6 +1,6 @@
-"""``manage.py serve`` bounds each WebSocket's unread output (issue 12, "bounded per-connection
-output"): a client that asks for 300 histories and never reads is closed with 4408 once its
-unsent output passes ``PICOBOT_WS_MAX_UNSENT_BYTES``; another client of the same user goes on."""
+"""``manage.py serve`` bounds each WebSocket's unread output: a client that asks for 300 histories
+and never reads is closed with 4408 once its unsent output passes ``PICOBOT_WS_MAX_UNSENT_BYTES``;
+another client of the same user goes on."""
 
 from __future__ import annotations
 
@@ -184,7 +184,7 @@ def test_a_frame_of_an_open_socket_is_written_at_once_and_the_rest_buffered_in_o
 
 def test_a_socket_closing_with_a_megabyte_unsent_gives_the_memory_back_to_the_system(monkeypatch):
     """glibc keeps freed heap pages mapped: after such a close, ``malloc_trim(0)`` runs (at most
-    once a second), so the server's RSS goes back down (issue 12, bounded output)."""
+    once a second), so the server's RSS goes back down."""
     from daphne.ws_protocol import WebSocketProtocol
 
     from conversations.management.commands import _ws_guard

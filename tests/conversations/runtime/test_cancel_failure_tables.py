@@ -1,5 +1,5 @@
 """The cancel and failure tables of seed 003 §14.1/§14.2 and the stale-state rule of §8.3, one test
-per row, through the whole gateway (issue 6, Must show 3).
+per row, through the whole gateway.
 
 Each test asserts what the user saw — the turn's terminal snapshot (status, error text with its
 ``(ref …)``) — and what the database holds: the ``Message`` rows (role, content,

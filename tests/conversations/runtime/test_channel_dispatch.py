@@ -1,4 +1,4 @@
-"""``dispatch_channels``: a consumer's layer backlog is dispatched in one go (issue 12).
+"""``dispatch_channels``: a consumer's layer backlog is dispatched in one go.
 
 Channels' consumer loop waits one event-loop iteration (and starts a task) per message; on a busy
 loop that queued 500 dialog wake-ups for 6–16 s. Counted here in loop iterations, not seconds.

@@ -1,5 +1,5 @@
 """After commit the executor awaits the turn's delivery; a failed final gets exactly one plain
-fallback through the outbound dispatcher and one DeliveryFailure row (seed 000 §5, issue 4).
+fallback through the outbound dispatcher and one DeliveryFailure row (seed 000 §5).
 
 The cli_chat sink rarely fails (finish = published), so these tests inject sinks that do through
 the worker's ``sink_factory`` seam; running updates still reach the clients through the real sink.

@@ -1,4 +1,4 @@
-"""Provider error paths through the whole gateway over real HTTP (issue 3, Must show 4).
+"""Provider error paths through the whole gateway over real HTTP.
 
 Each test points a real OpenAICompatProvider (small timeouts, fast backoff) at LocalSSEServer,
 sends one message over the WebSocket and checks three things: what the user saw (the terminal

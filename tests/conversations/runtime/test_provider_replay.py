@@ -1,4 +1,4 @@
-"""Replay state through the whole gateway (issue 3, Must show 3; seed 003 §6.2, §7.3).
+"""Replay state through the whole gateway (seed 003 §6.2, §7.3).
 
 A real AnthropicProvider / OpenAICompatProvider talks HTTP to LocalSSEServer; the WebSocket
 consumer, channel layer, agent worker, executor and storage are the real ones. What the next
@@ -141,7 +141,7 @@ async def test_anthropic_signed_thinking_and_tool_use_round_trip_through_the_gat
     body = second.json()
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
-    # Must show 3: the thinking block with its signature, unchanged, before the tool use.
+    # The thinking block with its signature, unchanged, before the tool use.
     assert body["messages"][1]["content"] == EXPECTED_REPLAY
     assert body["messages"][2]["content"] == [
         {

@@ -1,4 +1,4 @@
-"""Durable "interrupted by a restart" notices at the consumer level (issue 5; DESIGN §3 InboxMessage).
+"""Durable "interrupted by a restart" notices at the consumer level (DESIGN §3 InboxMessage).
 
 A dead process's ``started`` row is faked like ``test_chat_flow`` does (a claim by another worker
 id whose lease then expired). When the test worker takes the dialog over it marks the row

@@ -508,7 +508,7 @@ async def test_a_second_turn_reads_only_its_new_row_and_sends_what_a_full_load_w
 async def test_after_the_ttl_the_runtime_session_is_gone_from_memory_and_the_dialog_reloads_intact(
     connect, start_worker, starts
 ):
-    """Must show: evicted after the TTL (memory only), the next turn reloads the full history."""
+    """Evicted after the TTL (memory only), the next turn reloads the full history."""
     clock = FakeClock()
     sessions = SessionManager(ttl_seconds=24 * 3600, clock=clock)
     provider = ScriptedProvider([*turn_one_script(), script_text("Still noon."), script_text("Yes.")])

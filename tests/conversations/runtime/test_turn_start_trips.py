@@ -1,4 +1,4 @@
-"""A turn reaches the model after as few storage trips as possible (issue 12).
+"""A turn reaches the model after as few storage trips as possible.
 
 Under load every trip to the storage thread waits for the busy event loop to resume its caller,
 so a woken dialog's first turn is claimed, started and its input read (dialog state, plan,

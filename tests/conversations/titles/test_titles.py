@@ -258,7 +258,7 @@ def test_a_generated_title_commits_only_over_the_default():
     assert Dialog.objects.get(pk=renamed.pk).title == "Mine"
 
 
-# --- the service: the rename race (Must show) -----------------------------------------------------
+# --- the service: the rename race -----------------------------------------------------------------
 
 
 @pytest.mark.django_db(transaction=True)

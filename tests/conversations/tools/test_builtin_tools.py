@@ -1,11 +1,11 @@
-"""Built-in tools and tool-call semantics of issue 6 ("Tools"; Must show 4 and 5; DESIGN §6, §9).
+"""Built-in tools and tool-call semantics (DESIGN §6, §9).
 
-- Must show 4, through the worker: two calls of one response run concurrently, a call past its
+- Through the worker: two calls of one response run concurrently, a call past its
   timeout and a call with invalid JSON arguments become error results, and the turn completes.
 - ``memory_save`` / ``memory_search``: per owner, ranked, bounded (SQLite here; the PostgreSQL path
   runs when ``tests/services/test_storage_postgres.py`` runs this file there).
 - ``plan_update`` / ``plan_get``: the dialog's plan, bounded.
-- ``http_fetch`` (Must show 5): refusals of local addresses and schemes, redirects re-checked,
+- ``http_fetch``: refusals of local addresses and schemes, redirects re-checked,
   limits. The test network is loopback only (tests/conftest.py), so the "public" test server is a
   loopback one at 127.0.0.2 exempted by the policy's ``allow_address`` hook, and host names go
   through an injected resolver; 127.0.0.1 stays refused.
@@ -60,7 +60,7 @@ def calls_response(*calls: tuple[str, str, str]) -> list:
     return [*chunks, UsageChunk(Usage(10, 5)), Done("tool_calls")]
 
 
-# --- Must show 4: concurrency, timeout and invalid JSON through the worker ------------------------
+# --- concurrency, timeout and invalid JSON through the worker -------------------------------------
 
 
 @pytest.mark.django_db(transaction=True)
@@ -443,7 +443,7 @@ async def test_a_plan_for_a_dialog_that_is_gone_is_an_error_result():
     assert (outcome.is_error, outcome.content) == (True, "Error: this dialog no longer exists")
 
 
-# --- http_fetch: refusals (Must show 5) ------------------------------------------------------------
+# --- http_fetch: refusals -------------------------------------------------------------------------
 
 
 REFUSED_URLS = [

@@ -1,4 +1,4 @@
-"""Tool plugin modules: ``PICOBOT_TOOL_MODULES`` → ``default_registry()`` (issue 5).
+"""Tool plugin modules: ``PICOBOT_TOOL_MODULES`` → ``default_registry()``.
 
 Each dotted path is imported and its ``register(registry)`` called; a bad path is a start-up error
 that names the setting (the end-to-end check is in ``tests/e2e/test_restart.py``).

@@ -421,7 +421,7 @@ def test_definitions_are_listed_in_registration_order_and_register_replaces_by_n
     assert "a" in registry and "zz" not in registry
 
 
-# --- issue 6: jsonschema validation, result bounds, tool context ----------------------------------
+# --- jsonschema validation, result bounds, tool context -------------------------------------------
 
 
 PLAN_LIKE = {
