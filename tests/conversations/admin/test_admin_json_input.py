@@ -62,7 +62,7 @@ def test_memory_tags_the_database_cannot_store_are_a_form_error(staff_client, al
 def test_blank_tags_are_no_tags_and_tags_are_kept_as_the_memory_tools_keep_them(
     staff_client, alice, tags, stored
 ):
-    """Blank tags gave a 500 (NOT NULL); the memory tools normalise the tags they save."""
+    """Blank tags are stored as the memory tools normalise them (never a NOT NULL 500)."""
     assert staff_client.post(f"{MEMORY}add/", memory_form(alice, tags)).status_code == 302
     assert MemoryItem.objects.get().tags == stored
 

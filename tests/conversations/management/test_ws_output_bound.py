@@ -110,7 +110,7 @@ async def test_a_socket_that_never_reads_is_closed_at_the_bound_and_the_others_g
 
 def test_a_closed_socket_gives_its_unsent_bytes_back_at_once(monkeypatch):
     """The transport and the protocol refer to each other: without this the unsent bytes of a
-    dropped socket stayed until a full garbage collection (12 MB per socket in a review)."""
+    dropped socket would stay until a full garbage collection (up to the bound per socket)."""
     from daphne.ws_protocol import WebSocketProtocol
 
     from conversations.management.commands._ws_guard import OutputBoundedWebSocketProtocol, unsent_bytes

@@ -804,7 +804,7 @@ def test_html_to_text_keeps_preformatted_text_and_table_cells():
     assert html_to_text(html) == "a  b\n  c\n\nx | y"
 
 
-# --- http_fetch: hostile bodies (QA round 6) ------------------------------------------------------
+# --- http_fetch: hostile bodies ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
