@@ -243,7 +243,7 @@ class PicoBotSettings(BaseSettings):
     storage_threads: int = setting(
         4, "threads for the agent's DB calls on PostgreSQL (SQLite: always 1)", ge=1
     )
-    storage_retry_delays_ms: Annotated[list[Annotated[int, Field(ge=0)]], NoDecode] = setting(
+    storage_retry_delays_ms: Annotated[list[Annotated[int, Field(ge=0, le=60_000)]], NoDecode] = setting(
         [100, 200, 300], "retries of a failed DB write (delays in ms, comma-separated)"
     )
     switch_interval_ms: float = setting(
@@ -384,8 +384,8 @@ class PicoBotSettings(BaseSettings):
             raise ValueError("PICOBOT_LEASE_RENEW_SECONDS must be below PICOBOT_LEASE_SECONDS")
         if self.group_refresh_seconds >= self.group_expiry_seconds:
             raise ValueError(
-                "PICOBOT_GROUP_REFRESH_SECONDS must be below PICOBOT_GROUP_EXPIRY_SECONDS "
-                "(members that re-join less often than they expire miss live updates)"
+                "PICOBOT_GROUP_REFRESH_SECONDS must be below PICOBOT_GROUP_EXPIRY_SECONDS (defaults 3600 "
+                "and 86400: members that re-join less often than they expire miss live updates)"
             )
         return self
 
@@ -433,6 +433,6 @@ def load_settings() -> PicoBotSettings:
         secret = frozenset(
             env_name(name)
             for name, field in PicoBotSettings.model_fields.items()
-            if field.annotation is SecretStr
+            if field.annotation is SecretStr or field.repr is False  # keys, URLs that may hold passwords
         )
         raise ConfigError(rules.describe_errors(exc, os.environ, secret)) from None

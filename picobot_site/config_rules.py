@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import zoneinfo
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -62,7 +63,7 @@ def known_zone(value: str) -> str:
 
 @functools.cache
 def _zones() -> frozenset[str]:
-    return frozenset(zoneinfo.available_timezones())
+    return frozenset(zoneinfo.available_timezones()) - {"localtime", "posixrules", "Factory"}
 
 
 def log_level(value: Any) -> Any:
@@ -83,21 +84,25 @@ def redis_url(value: str) -> str:
 
 
 def origins(values: list[str]) -> list[str]:
-    """Origins with their scheme (``https://chat.example.com``), as Django requires."""
+    """Origins with their scheme and host (``https://chat.example.com``), as Django requires."""
     for origin in values:
-        if "://" not in origin:
-            raise ValueError(f"{shown_value(origin)} needs its scheme (https://…)")
+        if "://" not in origin or not urlsplit(origin).netloc:
+            raise ValueError(f"{shown_value(origin)} needs its scheme and host (https://chat.example.com)")
     return values
 
 
 def hosts(values: list[str]) -> list[str]:
     """Host names as Django matches them: no scheme, path or port (``chat.example.com``,
     ``.example.com``, ``10.0.0.2``, ``[::1]``, ``*``)."""
+    if not values:
+        raise ValueError("names no host: every request would be refused")
     for host in values:
-        bare = host.rsplit("]", 1)[-1] if host.startswith("[") else host
-        if "/" in host or ":" in bare:
-            raise ValueError(f"{shown_value(host)} is not a host name (no scheme, path or port)")
+        if not _HOST.fullmatch(host):
+            raise ValueError(f"{shown_value(host)} is not a host name (no scheme, path, port or spaces)")
     return values
+
+
+_HOST = re.compile(r"\*|\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\]")
 
 
 def http_url(value: str) -> str:
@@ -108,7 +113,7 @@ def http_url(value: str) -> str:
             parts.port  # noqa: B018 - raises for a port out of range
         except ValueError as exc:
             raise ValueError(f"should be an http:// or https:// URL with a host ({exc})") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.port == 0 or " " in value:
             raise ValueError("should be an http:// or https:// URL with a host")
     return value
 
@@ -138,6 +143,11 @@ def describe_errors(
         raw = "" if name in secret else environ.get(name, "").strip()
         parts.append(f"{name}={shown_value(raw)}: {message}" if raw else f"{name}: {message}")
     return "; ".join(dict.fromkeys(parts))
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks escaped, so an error stays one line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def shown_value(raw: str) -> str:

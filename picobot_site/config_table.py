@@ -52,7 +52,8 @@ def with_settings_table(readme: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m picobot_site.config_table [--write README.md]``; errors are one line (exit 2)."""
+    """``python -m picobot_site.config_table [--write README.md]``; a usage error is argparse's
+    (usage and error lines), a file that cannot be written or has no markers one line; exit 2."""
     parser = argparse.ArgumentParser(
         prog="python -m picobot_site.config_table", description="Print or write the README's settings table."
     )

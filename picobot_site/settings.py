@@ -18,13 +18,14 @@ from typing import NoReturn
 import dj_database_url
 
 from picobot_site.config import ConfigError, load_settings
+from picobot_site.config_rules import one_line
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 def _stop(message: str) -> NoReturn:
     """End start-up with one line (serve, runagent, every command, plain daphne): no traceback."""
-    raise SystemExit(f"PicoBot configuration error: {message}")
+    raise SystemExit(f"PicoBot configuration error: {one_line(message)}")
 
 
 try:
@@ -79,7 +80,7 @@ def _database() -> dict:
         _stop(f"PICOBOT_DATABASE_URL: not a database URL ({reason}; {example})")
     if database["ENGINE"] not in (_SQLITE, _POSTGRES):
         _stop(f"PICOBOT_DATABASE_URL: PicoBot runs on PostgreSQL or SQLite ({example})")
-    if not database.get("NAME"):
+    if database.get("NAME") in (None, "", ":memory:"):  # in memory, each storage thread had its own
         _stop(f"PICOBOT_DATABASE_URL: names no database ({example})")
     return database
 

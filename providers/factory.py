@@ -33,16 +33,18 @@ def build_provider(config: ProviderConfig) -> LLMProvider:
         installer = _hook_installer(str(path))
         try:
             installer(provider.hooks)
-        except Exception as exc:  # the operator's code: say which and why, no traceback
+        except (Exception, SystemExit) as exc:  # the operator's code: say which and why, no traceback
             raise ValueError(f"PICOBOT_LLM_HOOKS: {path!r} failed: {type(exc).__name__}: {exc}") from exc
     return provider
 
 
 def _hook_installer(path: str) -> Callable[[ProviderHooks], object]:
     module_name, _, attr = path.strip().replace(":", ".").rpartition(".")
+    if not module_name:
+        raise ValueError(f"PICOBOT_LLM_HOOKS: {path!r} is no module.function path (e.g. mypkg.hooks.install)")
     try:
         installer = getattr(importlib.import_module(module_name), attr)
-    except Exception as exc:  # not found, or the module fails as it loads (SyntaxError, its own errors)
+    except (Exception, SystemExit) as exc:  # not found, or the module fails as it loads
         raise ValueError(f"PICOBOT_LLM_HOOKS: cannot import {path!r} ({type(exc).__name__}: {exc})") from exc
     if not callable(installer):
         raise ValueError(f"PICOBOT_LLM_HOOKS: {path!r} is not callable")

@@ -370,3 +370,40 @@ def test_error_reports_hide_the_authorization_header_and_the_llm_url(settings) -
     settings.PICOBOT = settings.PICOBOT.replace(llm_base_url="http://bob:urlPW@host/v1?api-key=urlKEY")
     shown = repr(reporter.get_safe_settings())
     assert "urlPW" not in shown and "urlKEY" not in shown
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "said"),
+    [
+        ("PICOBOT_ALLOWED_HOSTS", ",", "names no host"),
+        ("PICOBOT_ALLOWED_HOSTS", "a b", "is not a host name"),
+        ("PICOBOT_ALLOWED_HOSTS", "user@host", "is not a host name"),
+        ("PICOBOT_CSRF_TRUSTED_ORIGINS", "https://", "needs its scheme and host"),
+        ("PICOBOT_LLM_BASE_URL", "http://h:0/v1", "http:// or https:// URL"),
+        ("PICOBOT_TIME_ZONE", "localtime", "unknown time zone"),
+        ("PICOBOT_STORAGE_RETRY_DELAYS_MS", "99999999999", "less than or equal to 60000"),
+    ],
+)
+def test_loose_values_are_refused(env, name, raw, said) -> None:
+    env(**{name: raw})
+    assert said in str(pytest.raises(ConfigError, load_settings).value)
+
+
+def test_a_base_url_with_credentials_is_never_echoed(env) -> None:
+    env(PICOBOT_LLM_BASE_URL="http://u:topsecretpw@h:99999/v1")
+    message = str(pytest.raises(ConfigError, load_settings).value)
+    assert message.startswith("PICOBOT_LLM_BASE_URL: ") and "topsecretpw" not in message
+
+
+def test_an_in_memory_sqlite_url_is_refused(tmp_path) -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
+    environ.update(PICOBOT_DATA_DIR=str(tmp_path), PICOBOT_DATABASE_URL="sqlite://")
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "PICOBOT_DATABASE_URL: names no database" in done.stderr, done.stderr

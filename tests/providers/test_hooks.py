@@ -307,3 +307,21 @@ def test_a_hook_installer_that_fails_names_the_setting(path, said) -> None:
     with pytest.raises(ValueError, match="PICOBOT_LLM_HOOKS") as caught:
         build_provider(config)
     assert said in str(caught.value)
+
+
+def install_that_exits(hooks: ProviderHooks) -> None:
+    raise SystemExit(3)
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("tests.providers.test_hooks.install_that_exits", "failed: SystemExit"),
+        ("install", "no module.function path"),
+    ],
+)
+def test_a_hook_that_exits_or_a_bare_name_is_a_configuration_error(path, said) -> None:
+    config = ProviderConfig(provider="openai", model="m", base_url="http://127.0.0.1:9/v1", hooks=(path,))
+    with pytest.raises(ValueError, match="PICOBOT_LLM_HOOKS") as caught:
+        build_provider(config)
+    assert said in str(caught.value)

@@ -21,6 +21,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import OperationalError, ProgrammingError
 
+from picobot_site.config_rules import one_line
+
 NOT_SET_UP = "the database is not set up: run manage.py migrate"
 
 _MISSING_TABLE_MARKS = (
@@ -115,6 +117,10 @@ class PicoBotCommand(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> Any:
         try:
             return super().execute(*args, **options)
+        except CommandError as exc:  # one line, whatever text it quotes (a plugin's error, a path)
+            if "\n" not in str(exc) and "\r" not in str(exc):
+                raise
+            raise CommandError(one_line(str(exc)), returncode=exc.returncode) from exc
         except OperationalError as exc:
             raise database_error(exc) from exc
         except ProgrammingError as exc:

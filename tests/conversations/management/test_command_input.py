@@ -192,3 +192,26 @@ def test_migrate_with_an_unreachable_database_is_one_line_naming_the_setting(tmp
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("CommandError: the database failed:"), done.stderr
     assert "PICOBOT_DATABASE_URL" in lines[0] and "secretpw" not in done.stderr
+
+
+def test_a_command_error_quoting_several_lines_is_printed_as_one(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
+    plugin = tmp_path / "plugin_two_lines.py"
+    plugin.write_text('raise RuntimeError("first line\\nsecond line")\n')
+    env.update(PICOBOT_DATA_DIR=str(tmp_path), PYTHONPATH=str(tmp_path))
+    repo = Path(__file__).resolve().parents[3]
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=repo, env=env, check=True, timeout=120
+    )
+    env["PICOBOT_TOOL_MODULES"] = "plugin_two_lines"
+    done = subprocess.run(
+        [sys.executable, "manage.py", "runagent"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "first line\\nsecond line" in lines[0], done.stderr
