@@ -40,7 +40,6 @@ class PicoBotSettings(BaseSettings):
         frozen=True,
         allow_inf_nan=False,
         validate_default=True,
-        str_strip_whitespace=True,
     )
 
     # --- the LLM provider ---------------------------------------------------------------------

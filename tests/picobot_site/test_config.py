@@ -21,6 +21,19 @@ from picobot_site.config_table import settings_table, with_settings_table
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def manage(*args: str, **variables: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py ARGS`` in a fresh process whose only ``PICOBOT_*`` variables are ``variables``."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")} | variables
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 @pytest.fixture
 def env(monkeypatch):
     """A clean PICOBOT_* environment; returns a setter."""
@@ -167,18 +180,8 @@ def test_the_table_markers_are_required() -> None:
         ("PICOBOT_LLM_PROVIDER", "bogus"),
     ],
 )
-def test_serve_stops_with_one_line_naming_the_variable(name, raw) -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
-    environ[name] = raw
-    environ["PICOBOT_DATA_DIR"] = os.environ.get("PICOBOT_DATA_DIR", str(ROOT / "var"))
-    done = subprocess.run(
-        [sys.executable, "manage.py", "serve", "--port", "0"],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_serve_stops_with_one_line_naming_the_variable(tmp_path, name, raw) -> None:
+    done = manage("serve", "--port", "0", PICOBOT_DATA_DIR=str(tmp_path), **{name: raw})
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -249,8 +252,13 @@ def test_names_are_case_sensitive_and_log_levels_are_pythons(env, monkeypatch) -
 
 
 def test_max_tokens_zero_sends_none(env) -> None:
-    env(PICOBOT_LLM_MAX_TOKENS="0")
-    assert load_settings().provider_config().max_tokens == 0
+    from providers.factory import build_provider
+
+    env(PICOBOT_LLM_MAX_TOKENS="0", PICOBOT_LLM_PROVIDER="openai", PICOBOT_LLM_MODEL="m")
+    env(PICOBOT_LLM_BASE_URL="http://127.0.0.1:9/v1")
+    config = load_settings().provider_config()
+    assert config.max_tokens == 0
+    assert build_provider(config).max_tokens is None, "0 reaches the provider as no limit"
 
 
 @pytest.mark.parametrize(
@@ -261,18 +269,8 @@ def test_max_tokens_zero_sends_none(env) -> None:
         ("PICOBOT_DATA_DIR", "/proc/picobot-cannot-be-here", "cannot create it"),
     ],
 )
-def test_settings_stop_with_one_line_when_django_cannot_use_a_value(name, raw, said) -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
-    environ[name] = raw
-    environ.setdefault("PICOBOT_DATA_DIR", os.environ.get("PICOBOT_DATA_DIR", str(ROOT / "var")))
-    done = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_settings_stop_with_one_line_when_django_cannot_use_a_value(tmp_path, name, raw, said) -> None:
+    done = manage("check", **{"PICOBOT_DATA_DIR": str(tmp_path), name: raw})
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
     assert done.stderr.startswith(f"PicoBot configuration error: {name}") and said in done.stderr
@@ -324,17 +322,8 @@ def test_surrounding_spaces_are_dropped_for_every_type(env) -> None:
 
 def test_a_data_directory_with_url_characters_holds_the_database_file(tmp_path) -> None:
     data_dir = tmp_path / "hash#1 %20x"
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
-    environ["PICOBOT_DATA_DIR"] = str(data_dir)
     script = "from django.conf import settings; print(settings.DATABASES['default']['NAME'])"
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", script],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = manage("shell", "-c", script, PICOBOT_DATA_DIR=str(data_dir))
     assert done.stdout.strip().splitlines()[-1] == str(data_dir / "picobot.sqlite3"), done.stderr
 
 
@@ -346,16 +335,7 @@ def test_a_data_directory_with_url_characters_holds_the_database_file(tmp_path) 
     ],
 )
 def test_a_database_url_picobot_cannot_use_is_one_line(tmp_path, url, said) -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
-    environ.update(PICOBOT_DATA_DIR=str(tmp_path), PICOBOT_DATABASE_URL=url)
-    done = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = manage("check", PICOBOT_DATA_DIR=str(tmp_path), PICOBOT_DATABASE_URL=url)
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert said in done.stderr and "secretpw" not in done.stderr
 
@@ -396,14 +376,22 @@ def test_a_base_url_with_credentials_is_never_echoed(env) -> None:
 
 
 def test_an_in_memory_sqlite_url_is_refused(tmp_path) -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PICOBOT_")}
-    environ.update(PICOBOT_DATA_DIR=str(tmp_path), PICOBOT_DATABASE_URL="sqlite://")
-    done = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = manage("check", PICOBOT_DATA_DIR=str(tmp_path), PICOBOT_DATABASE_URL="sqlite://")
     assert done.returncode != 0 and "PICOBOT_DATABASE_URL: names no database" in done.stderr, done.stderr
+
+
+def test_the_table_tool_writes_the_readme_and_refuses_a_file_without_markers(tmp_path, capsys) -> None:
+    from picobot_site.config_table import TABLE_END, TABLE_START, main
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{TABLE_START}\nold\n{TABLE_END}\n", encoding="utf-8")
+    main(["--write", str(readme)])
+    assert readme.read_text(encoding="utf-8") == f"# x\n{TABLE_START}\n{settings_table()}{TABLE_END}\n"
+    for bad in (tmp_path / "missing.md", tmp_path / "plain.md"):
+        if bad.name == "plain.md":
+            bad.write_text("# no markers\n", encoding="utf-8")
+        with pytest.raises(SystemExit) as caught:
+            main(["--write", str(bad)])
+        assert caught.value.code == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and str(bad) in error

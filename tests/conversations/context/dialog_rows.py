@@ -27,13 +27,10 @@ def seed(cycles: int, *, chars: int = 50, username: str = "alice", **fields) -> 
     return Dialog.objects.get(pk=dialog.pk)
 
 
-@database_sync_to_async
-def start_of(dialog_id: str) -> TurnStart:
+def turn_start(dialog_id: str) -> TurnStart:
     """The TurnStart of the dialog's newest user row (as ``storage.start_next_turn`` builds it)."""
     dialog = Dialog.objects.get(pk=dialog_id)
-    rows = [
-        message_to_history_row(m) for m in Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq)
-    ]
+    rows = Message.objects.filter(dialog=dialog, seq__gt=dialog.summary_seq).order_by("seq")
     return TurnStart(
         dialog_id=dialog.id,
         channel=dialog.channel,
@@ -43,11 +40,14 @@ def start_of(dialog_id: str) -> TurnStart:
         turn_id="turn",
         reply_message_id="reply",
         user_message={},
-        history=rows,
+        history=[message_to_history_row(m) for m in rows],
         summary=dialog.summary,
         summary_seq=dialog.summary_seq,
         history_revision=dialog.history_revision,
     )
+
+
+start_of = database_sync_to_async(turn_start)
 
 
 @database_sync_to_async

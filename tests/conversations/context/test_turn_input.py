@@ -38,7 +38,7 @@ from conversations.context.turn_input import (
     TurnInputBuilder,
 )
 from conversations.models import Dialog, InboxMessage, Message, Plan
-from conversations.storage import TurnStart, message_to_history_row
+from conversations.storage import TurnStart
 from providers.blocks import ToolResultBlock
 from providers.chunks import TextDelta
 from providers.errors import ContextOverflowError, OverloadedError
@@ -47,7 +47,7 @@ from providers.messages import Message as ProviderMessage
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import LocalSSEServer, RecordedRequest, ScriptedProvider, SSEResponse, script_text
 from tests.conversations.conftest import make_token
-from tests.conversations.context.dialog_rows import reload, seed, start_of
+from tests.conversations.context.dialog_rows import reload, seed, start_of, turn_start
 from tests.conversations.streams import text_pieces
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -200,22 +200,7 @@ def seed_rows(rows: list[dict]) -> TurnStart:
     dialog = storage.active_dialog(owner, "cli_chat", "chat-alice")
     Message.objects.bulk_create([Message(dialog=dialog, seq=i + 1, **row) for i, row in enumerate(rows)])
     Dialog.objects.filter(pk=dialog.pk).update(history_revision=len(rows))
-    dialog = Dialog.objects.get(pk=dialog.pk)
-    history = [message_to_history_row(m) for m in Message.objects.filter(dialog=dialog).order_by("seq")]
-    return TurnStart(
-        dialog_id=dialog.id,
-        channel=dialog.channel,
-        chat_id=dialog.chat_id,
-        title=dialog.title,
-        inbox_id="inbox",
-        turn_id="turn",
-        reply_message_id="reply",
-        user_message={},
-        history=history,
-        summary="",
-        summary_seq=0,
-        history_revision=len(rows),
-    )
+    return turn_start(dialog.pk)
 
 
 U_ORDER = [  # the QA's u_order.py dialog: one earlier turn with a 3,000-character tool result
