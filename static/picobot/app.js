@@ -75,19 +75,12 @@
     return new Date(ms).toLocaleDateString();
   }
 
-  /** Text with line breaks (CSS pre-wrap) and ``` fences as code blocks; no HTML is parsed. */
-  function renderRichText(el, text) {
-    el.replaceChildren();
-    let buf = []; let inCode = false;
-    const flush = () => {
-      const body = buf.join('\n'); buf = [];
-      if (inCode) el.append(h('pre', { className: 'code' }, h('code', { text: body })));
-      else if (body.trim()) el.append(h('p', { text: body.replace(/^\n+|\n+$/g, '') }));
-    };
-    for (const line of String(text ?? '').split('\n')) {
-      if (/^\s*```/.test(line)) { flush(); inCode = !inCode; } else buf.push(line);
-    }
-    flush();
+  /** Assistant Markdown through markdown.js (sanitised there); plain text when it is missing.
+   *  `streaming`: the text may end inside an unfinished block. */
+  function renderRichText(el, text, streaming = false) {
+    const md = window.PicoBot && window.PicoBot.Markdown;
+    if (md) { md.render(el, String(text ?? ''), { streaming }); return; }
+    el.replaceChildren(h('p', { className: 'plain', text: String(text ?? '') }));
   }
 
   function setText(el, text) { if (el.textContent !== text) el.textContent = text; }
@@ -236,7 +229,7 @@
       setText(el.querySelector('.reasoning-text'), b.text || '');
       setText(el.querySelector('summary'), running && it.last ? 'Thinking…' : 'Thoughts');
     } else if (b.type === 'tool') updateTool(el, b);
-    else if (el._text !== b.text) { renderRichText(el, b.text || ''); el._text = b.text; }
+    else if (el._text !== b.text) { renderRichText(el, b.text || '', running); el._text = b.text; }
   }
 
   /** Keyed list update: reuse elements by key, create missing ones, drop the rest, keep order. */
