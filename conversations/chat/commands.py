@@ -26,6 +26,7 @@ from conversations.runtime import notify
 from conversations.runtime.agent_channel import request_stop
 from conversations.runtime.notify import session_changed
 from conversations.runtime.sessions import session_manager
+from conversations.storage.dialog_reads import sessions_page
 from conversations.storage.runner import run_storage
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,8 @@ async def _new(client: CommandClient, channel: str, argument: str, session_id: s
 
 async def _sessions(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
     _no_argument(argument)
-    items = await run_storage(storage.list_sessions, client.user, channel, client.chat_id)
-    await client.send_frame({"type": "sessions", "items": items})
+    page = await run_storage(sessions_page, client.user, channel, client.chat_id)
+    await client.send_frame({"type": "sessions", **page})
 
 
 async def _switch(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:

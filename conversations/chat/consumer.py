@@ -36,6 +36,7 @@ from conversations.chat.frames import (
     optional_str,
     parse_frame,
     placeholder_snapshot,
+    sessions_request,
 )
 from conversations.chat.reconcile import TurnReconciler
 from conversations.chat.stops import StopRequests
@@ -45,6 +46,7 @@ from conversations.runtime.consumer_base import LoopDispatch
 from conversations.runtime.notify import dumps, interrupted_notice, session_changed
 from conversations.runtime.provider import provider_info
 from conversations.runtime.sessions import session_manager
+from conversations.storage.dialog_reads import sessions_page
 from conversations.storage.runner import run_storage
 from delivery.convergence import ConvergenceLedger
 from delivery.flow import SnapshotCreditWindow
@@ -305,8 +307,9 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         await self.send_frame({"type": "session_history", **page})
 
     async def on_sessions(self, frame: dict) -> None:
-        items = await run_storage(storage.list_sessions, self.user, CHANNEL, self.chat_id)
-        await self.send_frame({"type": "sessions", "items": items})
+        paging = sessions_request(frame)
+        page = await run_storage(sessions_page, self.user, CHANNEL, self.chat_id, **paging)
+        await self.send_frame({"type": "sessions", **page})
 
     async def on_stop(self, frame: dict) -> None:
         session_id = optional_str(frame, "session_id", 255)

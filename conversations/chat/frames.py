@@ -18,6 +18,10 @@ MAX_MEDIA_FRAME_CHARS = 8 * 1024 * 1024
 MAX_CONTENT_CHARS = 32_000
 MAX_CLIENT_MSG_ID = 64
 MAX_HISTORY_LIMIT = 200
+MAX_SESSIONS_LIMIT = 100
+DEFAULT_SESSIONS_LIMIT = 10
+MAX_SESSIONS_OFFSET = 1_000_000
+MAX_SESSIONS_QUERY = 200  # a title's own limit
 MAX_SEQ = 2**53  # JavaScript's safe integers; also below PostgreSQL's bigint
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
@@ -90,6 +94,25 @@ def optional_int(frame: dict, key: str, low: int, high: int | None = None) -> in
         bound = f" and at most {high}" if high is not None else ""
         raise FrameError("invalid_frame", f"{key} must be an integer of at least {low}{bound}")
     return value
+
+
+def sessions_request(frame: dict) -> dict:
+    """The paging of a ``sessions`` frame as ``{limit, offset, query}`` (PROTOCOL §1).
+
+    ``limit`` 1–100 (default 10), ``offset`` ≥ 0 (default 0), ``query`` a title search of at
+    most 200 characters; a blank ``query`` means none (a cleared search box). Raises
+    ``FrameError`` ``invalid_frame`` for any other value.
+    """
+    query = frame.get("query")
+    if query is not None and (not isinstance(query, str) or len(query) > MAX_SESSIONS_QUERY):
+        raise FrameError(
+            "invalid_frame", f"query must be a string of at most {MAX_SESSIONS_QUERY} characters"
+        )
+    return {
+        "limit": optional_int(frame, "limit", 1, MAX_SESSIONS_LIMIT) or DEFAULT_SESSIONS_LIMIT,
+        "offset": optional_int(frame, "offset", 0, MAX_SESSIONS_OFFSET) or 0,
+        "query": (query or "").strip() or None,
+    }
 
 
 def placeholder_snapshot(item: dict) -> dict:

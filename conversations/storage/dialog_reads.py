@@ -13,9 +13,32 @@ from conversations.storage.shapes import dialog_summary, message_to_protocol
 
 def list_sessions(owner: Any, channel: str, chat_id: str, limit: int = 10) -> list[dict]:
     """The chat's most recent dialogs as ``sessions`` items, most recent first."""
+    return sessions_page(owner, channel, chat_id, limit=limit)["items"]
+
+
+def sessions_page(
+    owner: Any, channel: str, chat_id: str, *, limit: int = 10, offset: int = 0, query: str | None = None
+) -> dict:
+    """A page of the chat's dialogs for the ``sessions`` frame (PROTOCOL §1), most recent first.
+
+    ``query`` keeps the dialogs whose title contains it, case-insensitively (Django's
+    ``icontains``: SQLite folds ASCII letters only). Returns ``{items, has_more, offset}`` plus
+    ``query`` when one was given; ``has_more`` says a page at ``offset + limit`` is not empty.
+    Ordered by ``-last_active_at`` then id, so paging is stable among equal times.
+    """
     active = active_dialog(owner, channel, chat_id)
     rows = Dialog.objects.filter(channel=channel, chat_id=chat_id, owner=owner, deleted_at__isnull=True)
-    return [dialog_summary(d, active.id) for d in rows.order_by("-last_active_at")[:limit]]
+    if query:
+        rows = rows.filter(title__icontains=query)
+    page = list(rows.order_by("-last_active_at", "id")[offset : offset + limit + 1])
+    answer: dict = {
+        "items": [dialog_summary(d, active.id) for d in page[:limit]],
+        "has_more": len(page) > limit,
+        "offset": offset,
+    }
+    if query:
+        answer["query"] = query
+    return answer
 
 
 def history_page(owner: Any, session_id: str, before_seq: int | None = None, limit: int = 50) -> dict:
