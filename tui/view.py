@@ -1,0 +1,125 @@
+"""The active dialog as an ordered list of keyed items for the widgets (pure, no Textual).
+
+Order: history rows (a tool row joins its call on the assistant row), each turn's outcome under
+its last row, notices at the point they arrived, then the live turn's own pending message, the
+live turn, and messages still queued. Keys are stable across redraws, so the UI updates widgets
+in place instead of adding a line per snapshot (seed 003 §12).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tui.store import ChatStore, Dialog, Pending, SystemLine, error_text
+
+ARGS_PREVIEW_CHARS = 60
+
+
+@dataclass(frozen=True)
+class Item:
+    """``kind``: row, outcome, line, pending, turn, more. ``data`` is the row / text / Pending /
+    turn snapshot; ``results`` maps tool_call_id → tool row (for an assistant row)."""
+
+    key: str
+    kind: str
+    data: Any
+    results: dict[str, dict[str, Any]] | None = None
+
+
+def outcome_text(outcome: Any) -> str | None:
+    """A user row's ``outcome`` (``{status: failed|interrupted|cancelled, error}``) as the line
+    shown under its turn — "Failed: …", "Interrupted: …", "Stopped." — or None (absent/null)."""
+    if not isinstance(outcome, dict):
+        return None
+    status, error = outcome.get("status"), error_text(outcome.get("error"))
+    if status == "cancelled":
+        return "Stopped."
+    if status == "failed":
+        return f"Failed: {error}" if error else "Failed."
+    if status == "interrupted":
+        return f"Interrupted: {error}" if error else "Interrupted."
+    return None
+
+
+def provider_label(provider: dict[str, Any]) -> str:
+    """``name · model``, one of them when they are equal ("replay", not "replay · replay")."""
+    name, model = str(provider.get("name") or ""), str(provider.get("model") or "")
+    return " · ".join(dict.fromkeys(x for x in (name, model) if x))
+
+
+def args_preview(arguments: Any) -> str:
+    """A tool call's arguments as one short line (JSON, cut at ARGS_PREVIEW_CHARS)."""
+    text = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": ")) if arguments else ""
+    return text if len(text) <= ARGS_PREVIEW_CHARS else text[: ARGS_PREVIEW_CHARS - 1] + "…"
+
+
+def tool_line(name: str, arguments: Any, status: str) -> str:
+    """``⚙ name {args} — running|completed|failed``."""
+    return f"⚙ {name} {args_preview(arguments)} — {status}".replace("  ", " ")
+
+
+def transcript(store: ChatStore) -> list[Item]:
+    """The items of the active dialog (see the module docstring); [] before ``ready``."""
+    d = store.active
+    items = [Item(line.key, "line", line) for line in store.loose_lines]
+    if d is None:
+        return items
+    if d.has_more:
+        items.append(Item("more", "more", "Earlier messages are not shown."))
+    results = {m["tool_call_id"]: m for m in d.messages if m.get("role") == "tool" and m.get("tool_call_id")}
+    lines = sorted(d.lines, key=lambda x: x.after_seq)
+    used_notes: set[str] = set()
+    call_ids = _call_ids(d)
+    for i, row in enumerate(d.messages):
+        while lines and lines[0].after_seq < row["seq"]:
+            items.append(_line(lines.pop(0)))
+        if row.get("role") != "tool" or row.get("tool_call_id") not in call_ids:
+            items.append(Item(f"m:{row['id']}", "row", row, results))
+        nxt = d.messages[i + 1] if i + 1 < len(d.messages) else None
+        turn_id = row.get("turn_id")
+        if turn_id and (nxt is None or nxt.get("turn_id") != turn_id):
+            text = _group_outcome(d, turn_id)
+            if text:
+                used_notes.add(turn_id)
+                items.append(Item(f"o:{turn_id}", "outcome", text))
+    for turn_id, note in d.notes.items():
+        if turn_id not in used_notes and (d.turn is None or d.turn.get("id") != turn_id):
+            items.append(Item(f"o:{turn_id}", "outcome", outcome_text(note) or ""))
+    items.extend(_line(line) for line in lines)
+    mine = [p for p in store.pending if (p.session_id or store.active_session_id) == d.session_id]
+    turn_id = d.turn.get("id") if d.turn else None
+    items.extend(_pending(p) for p in mine if turn_id and p.turn_id == turn_id)
+    if d.turn:
+        items.append(Item(f"t:{turn_id}", "turn", d.turn))
+    items.extend(_pending(p) for p in mine if not turn_id or p.turn_id != turn_id)
+    return items
+
+
+def _call_ids(d: Dialog) -> set[str]:
+    return {c.get("id") for m in d.messages for c in m.get("tool_calls") or [] if isinstance(c, dict)}
+
+
+def _group_outcome(d: Dialog, turn_id: str) -> str | None:
+    """The turn's outcome: the user row's ``outcome`` (persisted), else what its terminal
+    snapshot said, else a partial answer's completion_status."""
+    group = [m for m in d.messages if m.get("turn_id") == turn_id]
+    user = next((m for m in group if m.get("role") == "user"), None)
+    text = outcome_text(user.get("outcome")) if user else None
+    if text is None and turn_id in d.notes:
+        text = outcome_text(d.notes[turn_id])
+    if text is None:
+        status = next(
+            (m.get("completion_status") for m in reversed(group) if m.get("role") == "assistant"), None
+        )
+        text = {"cancelled": "Stopped.", "interrupted": "Interrupted."}.get(status or "")
+    return text
+
+
+def _line(line: SystemLine) -> Item:
+    return Item(line.key, "line", line)
+
+
+def _pending(p: Pending) -> Item:
+    return Item(f"p:{p.client_msg_id}", "pending", p)
