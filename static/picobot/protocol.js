@@ -1,15 +1,16 @@
-/* PicoBot WebUI — protocol state and transport (PROTOCOL.md §1). No DOM in here.
+/* PicoBot WebUI — the client's picture of the chat (PROTOCOL.md §1, seed 003 §12). No DOM here.
  *
- * ChatStore.apply(frame) mutates the client's picture of the chat and returns effects
- * ({send, toasts, seen, render, ...}) that app.js carries out; keeping the rules here (revision
- * checks, gap detection, pending-message bookkeeping) lets them be exercised without a browser.
- * Connection owns the WebSocket: reconnect with backoff, ping/pong liveness, 4401 → login.
+ * ChatStore.apply(frame) mutates the state and returns effects ({send, toasts, seen, render, …})
+ * that app.js carries out, so the rules (revision checks, gap detection, pending messages, dialog
+ * paging, unread marks, command answers) run without a browser. Per dialog: `messages` (history,
+ * seq order) plus one live `turn`, replaced only by a higher revision. viewmodel.js turns it into
+ * what the transcript shows.
  */
 (function (root) {
   'use strict';
 
   const TERMINAL = new Set(['completed', 'cancelled', 'failed']);
-
+  
   /** A client_msg_id (≤ 64 chars). randomUUID needs a secure context, so plain-http LAN use
    *  falls back to getRandomValues, and a very old browser to Math.random. */
   function newClientMsgId() {
@@ -29,7 +30,8 @@
       id, loaded: false, stale: false, historyRequested: false, olderBefore: null,
       revision: 0, messages: [], ids: new Set(), hasMore: false,
       turn: null, // the one live turn of this dialog (latest snapshot)
-      notes: new Map(), // turn_id → {status, error}: failed/cancelled turns already committed
+      notes: new Map(), // turn_id → {status, error}: outcomes seen live (rows may lack `outcome`)
+      system: [], // command answers and notices shown as system lines (never history)
     };
   }
 
@@ -41,9 +43,17 @@
     constructor() {
       this.user = null; this.provider = null; this.chatId = null; this.activeSessionId = null;
       this.sessions = new Map(); // session_id → newSession()
-      this.dialogs = []; // sidebar items, most recent first
+      this.dialogs = []; // sidebar items loaded so far, most recent first
+      this.dialogList = { query: '', hasMore: false, inFlight: 0 };
+      this.sessionsAsked = []; // FIFO of our `sessions` requests: 'sidebar' | 'command'
+      this.unread = new Set(); // dialogs that got committed rows while not shown
       this.pending = []; // user messages not yet in history, in send order
       this.finishedTurns = new Set(); // turn ids whose rows are committed: later snapshots are stale
+      this.clientIds = new Map(); // message_id → client_msg_id: a committed row keeps its element
+      this.media = new Map(); // message_id → images sent with it (history does not return them)
+      this.commands = new Map(); // client_msg_id of a command → the dialog it was typed in
+      this.seenNotices = [];
+      this.readyCount = 0;
     }
 
     session(id) {
@@ -67,10 +77,11 @@
     // --- client → server helpers -------------------------------------------------------------
 
     /** Record a user message as pending and return its `message` frame (resent on reconnect
-     *  with the same client_msg_id, which the server de-duplicates). */
-    addPending(content) {
+     *  with the same client_msg_id, which the server de-duplicates). `media`: [{mime_type, data}]. */
+    addPending(content, media) {
       const p = { client_msg_id: newClientMsgId(), content, session_id: this.activeSessionId,
-        status: 'pending', error: null, message_id: null, queued: 0, turnId: null };
+        status: 'pending', error: null, message_id: null, queued: 0, turnId: null,
+        sentAt: Date.now(), media: media && media.length ? media : null };
       this.pending.push(p);
       return messageFrame(p);
     }
@@ -84,6 +95,25 @@
 
     discardPending(clientMsgId) { this.pending = this.pending.filter((x) => x.client_msg_id !== clientMsgId); }
 
+    /** Retry of a failed turn: the same user text again as a new message (a new client_msg_id). */
+    retryTurn(turnId) {
+      const s = this.activeSession;
+      const row = s && s.messages.find((m) => m.turn_id === turnId && m.role === 'user');
+      return row ? this.addPending(row.content) : null;
+    }
+
+    /** A slash command for `sessionId` (default: the dialog on screen). It gets no ack and never
+     *  enters history; its client_msg_id ties an `error` answer to the dialog it was typed in. */
+    command(content, sessionId) {
+      const f = { type: 'message', content, client_msg_id: newClientMsgId() };
+      const target = sessionId || this.activeSessionId;
+      if (target) f.session_id = target;
+      this.commands.set(f.client_msg_id, target);
+      if (this.commands.size > 100) this.commands.delete(this.commands.keys().next().value);
+      if (/^\/sessions\b/i.test(content.trim())) this.sessionsAsked.push('command');
+      return f;
+    }
+
     /** The `history` frame for the page above the oldest row shown, or null if none/in flight. */
     requestOlder() {
       const s = this.activeSession;
@@ -96,6 +126,7 @@
 
     on_ready(f, fx) {
       this.user = f.user; this.provider = f.provider || {}; this.chatId = f.chat_id;
+      this.readyCount += 1;
       const running = Array.isArray(f.running) ? f.running : [];
       const runningIds = new Set(running.map((t) => t.id));
       // After a reconnect everything we hold may be behind: refetch history lazily, and drop
@@ -104,11 +135,13 @@
         s.stale = true; s.historyRequested = false; s.olderBefore = null;
         if (s.turn && !TERMINAL.has(s.turn.status) && !runningIds.has(s.turn.id)) s.turn = null;
       }
+      this.sessionsAsked = []; this.dialogList.inFlight = 0; // answers of the old socket never come
       this._activate(f.active_session_id, fx);
       for (const t of running) this._applyTurn(t, fx);
-      fx.send.push({ type: 'sessions' });
+      fx.send.push(this.requestDialogs(false));
       for (const p of this.pending) if (p.status === 'pending') fx.send.push(messageFrame(p));
-      fx.render = true; fx.scrollToBottom = true;
+      fx.render = true;
+      if (this.readyCount === 1) fx.scrollToBottom = true;
     }
 
     on_ack(f, fx) {
@@ -116,6 +149,8 @@
       if (!p) return;
       Object.assign(p, { status: 'accepted', message_id: f.message_id, session_id: f.session_id,
         queued: f.queued || 0 });
+      this.clientIds.set(f.message_id, p.client_msg_id);
+      if (p.media) this.media.set(f.message_id, p.media);
       if (this.session(f.session_id).ids.has(f.message_id)) this._dropPending(p);
       fx.render = true;
     }
@@ -137,6 +172,7 @@
         s.stale = true;
         if (s.id === this.activeSessionId && !s.historyRequested) this._requestHistory(s, fx);
       }
+      if (fresh.length && s.id !== this.activeSessionId) this.unread.add(s.id);
       this._touchDialog(s.id, fresh);
       fx.render = true;
     }
@@ -164,60 +200,54 @@
       fx.render = true;
     }
 
-    on_sessions(f, fx) {
-      this.dialogs = Array.isArray(f.items) ? f.items.slice() : [];
-      const active = this.dialogs.find((d) => d.active);
-      if (active && active.session_id !== this.activeSessionId) this._activate(active.session_id, fx);
-      fx.render = true;
-    }
-
-    on_session_changed(f, fx) {
-      if (f.deleted) {
-        this.dialogs = this.dialogs.filter((d) => d.session_id !== f.session_id);
-        this.sessions.delete(f.session_id);
-        fx.render = true;
-        return;
-      }
-      let d = this.dialogs.find((x) => x.session_id === f.session_id);
-      if (!d) {
-        d = { session_id: f.session_id, message_count: 0, last_active_at: Date.now() };
-        this.dialogs.unshift(d);
-      }
-      Object.assign(d, { dialog_id: f.dialog_id, title: f.title, active: !!f.active });
-      if (f.active) {
-        for (const x of this.dialogs) x.active = x === d;
-        this._activate(f.session_id, fx);
-      }
-      fx.render = true;
-    }
-
     on_notification(f, fx) {
       // A notification with an `id` may be re-sent (an outbound retry): show it once.
       if (f.id) {
-        this.seenNotices = this.seenNotices || [];
         if (this.seenNotices.includes(f.id)) return;
         this.seenNotices.push(f.id);
         if (this.seenNotices.length > 200) this.seenNotices.shift();
       }
-      fx.toasts.push({ level: f.level || 'info', text: String(f.content || '') });
+      // A notice about one turn (interrupted by a restart, a plain fallback) repeats what that
+      // turn's own terminal state shows.
+      if (f.turn_id) return;
+      const level = f.level || 'info';
+      this._systemLine(f.session_id || this.activeSessionId,
+        { kind: 'notice', level, text: String(f.content || ''), info: f.info || null });
+      if (level !== 'info' && !f.session_id) fx.toasts.push({ level, text: String(f.content || '') });
+      fx.render = true;
     }
 
     on_error(f, fx) {
-      const text = `${f.code || 'error'}: ${f.message || ''}` + (f.ref ? ` (ref ${f.ref})` : '');
       const p = f.client_msg_id && this.pending.find((x) => x.client_msg_id === f.client_msg_id);
       if (p) {
-        p.status = 'failed'; p.error = text; fx.render = true;
-      } else {
-        fx.toasts.push({ level: 'error', text });
+        p.status = 'failed'; p.error = f.message || f.code || 'error'; p.errorCode = f.code; fx.render = true;
+        return;
       }
+      const where = (f.client_msg_id && this.commands.get(f.client_msg_id)) || this.activeSessionId;
+      this._systemLine(where, { kind: 'error', level: 'error', code: f.code || 'error',
+        text: String(f.message || ''), ref: f.ref || null });
+      fx.render = true;
     }
 
     // --- internals ---------------------------------------------------------------------------
+
+    _systemLine(sessionId, line) {
+      if (!sessionId) return;
+      const s = this.session(sessionId);
+      line.key = `s:${sessionId}:${s.system.length}`;
+      line.at = Date.now();
+      // Shown after the rows the dialog had when it arrived, or after the turn then running.
+      line.afterSeq = s.messages.length ? s.messages[s.messages.length - 1].seq : 0;
+      line.afterTurn = s.turn && !TERMINAL.has(s.turn.status) ? s.turn.id : null;
+      s.system.push(line);
+      if (s.system.length > 50) s.system.shift();
+    }
 
     _activate(sessionId, fx) {
       if (!sessionId) return;
       if (sessionId !== this.activeSessionId) fx.scrollToBottom = true;
       this.activeSessionId = sessionId;
+      this.unread.delete(sessionId);
       const s = this.session(sessionId);
       if ((!s.loaded || s.stale) && !s.historyRequested) this._requestHistory(s, fx);
       fx.render = true;
@@ -246,7 +276,8 @@
         // Bind the oldest unbound message of this dialog to the new turn so it renders above it.
         const p = this.pending.find((x) => sameSession(x, s.id, this.activeSessionId) && !x.turnId && x.status !== 'failed');
         if (p) p.turnId = t.id;
-      }
+        t.seenAt = Date.now();
+      } else t.seenAt = cur.seenAt;
       s.turn = t;
       if (t.status === 'running') fx.seen.push({ turn_id: t.id, revision: t.revision });
       fx.render = true;
@@ -283,57 +314,22 @@
         p = this.pending.find((x) => x.status !== 'failed' && x.content === row.content &&
           sameSession(x, sessionId, this.activeSessionId));
       }
-      if (p) this._dropPending(p);
-    }
-
-    /** Keep the sidebar current without a `sessions` round trip: newest activity first. */
-    _touchDialog(sessionId, rows) {
-      const d = this.dialogs.find((x) => x.session_id === sessionId);
-      if (!d || !rows.length) return;
-      d.last_active_at = Math.max(d.last_active_at || 0, ...rows.map((r) => r.created_at || 0));
-      // message_count counts user messages (DESIGN §3), as the server's `sessions` does.
-      d.message_count = (d.message_count || 0) + rows.filter((r) => r.role === 'user').length;
-      this.dialogs = [d, ...this.dialogs.filter((x) => x !== d)];
+      if (!p) return;
+      this.clientIds.set(row.id, p.client_msg_id);
+      if (p.media) this.media.set(row.id, p.media);
+      this._dropPending(p);
     }
 
     _dropPending(p) { this.pending = this.pending.filter((x) => x !== p); }
 
-    /** The active dialog as an ordered list of keyed items for the renderer:
-     *  history rows (with turn outcome notes), the live turn's own message, the live turn, then
-     *  messages still waiting in the dialog's queue. */
-    viewItems() {
-      const s = this.activeSession;
-      if (!s) return [];
-      const items = [];
-      const results = new Map();
-      for (const m of s.messages) if (m.role === 'tool' && m.tool_call_id) results.set(m.tool_call_id, m);
-      const usedNotes = new Set();
-      s.messages.forEach((m, i) => {
-        items.push({ key: 'm:' + m.id, kind: 'row', msg: m, results });
-        const next = s.messages[i + 1];
-        if (m.turn_id && s.notes.has(m.turn_id) && (!next || next.turn_id !== m.turn_id)) {
-          const note = s.notes.get(m.turn_id);
-          usedNotes.add(m.turn_id);
-          // A stopped partial answer already says so on its row; a failure adds its error.
-          const marked = note.status === 'cancelled' && s.messages.some((r) => r.turn_id === m.turn_id && r.completion_status === 'cancelled');
-          if (!marked) items.push({ key: 'n:' + m.turn_id, kind: 'note', note });
-        }
-      });
-      for (const [id, note] of s.notes) {
-        if (!usedNotes.has(id)) items.push({ key: 'n:' + id, kind: 'note', note });
-      }
-      const mine = this.pending.filter((p) => sameSession(p, s.id, this.activeSessionId));
-      const turnId = s.turn && s.turn.id;
-      for (const p of mine) if (turnId && p.turnId === turnId) items.push({ key: 'p:' + p.client_msg_id, kind: 'pending', p });
-      if (s.turn) items.push({ key: 't:' + s.turn.id, kind: 'turn', turn: s.turn });
-      for (const p of mine) if (!turnId || p.turnId !== turnId) items.push({ key: 'p:' + p.client_msg_id, kind: 'pending', p });
-      return items;
-    }
+    /** The active dialog as keyed view items (viewmodel.js). */
+    viewItems() { return root.PicoBot.View.items(this); }
   }
 
   function messageFrame(p) {
     const f = { type: 'message', content: p.content, client_msg_id: p.client_msg_id };
     if (p.session_id) f.session_id = p.session_id;
+    if (p.media) f.media = p.media;
     return f;
   }
 
@@ -343,89 +339,14 @@
 
   function noteOf(t) { return { turnId: t.id, status: t.status, error: errorText(t.error) }; }
 
-  /** The turn's `error` as text: the server may send a string or an object. */
+  /** The turn's `error` as text: the server sends a string (older ones an object). */
   function errorText(e) {
     if (!e) return '';
     if (typeof e === 'string') return e;
-    return [e.code, e.message].filter(Boolean).join(': ') + (e.ref ? ` (ref ${e.ref})` : '');
+    return e.message || e.code || '';
   }
 
-  /** The WebSocket with reconnect/backoff and a ping every 25 s (a missed pong drops the socket,
-   *  because a half-open TCP connection can otherwise look alive for minutes). */
-  class Connection {
-    constructor(url, { onFrame, onStatus, onUnauthorized }) {
-      this.url = url; this.onFrame = onFrame; this.onStatus = onStatus; this.onUnauthorized = onUnauthorized;
-      this.ws = null; this.attempt = 0; this.retryTimer = null; this.pingTimer = null;
-      this.awaitingPong = false; this.nonce = 0;
-    }
-
-    start() { this._connect(); }
-
-    /** Send a frame; false when not connected (the caller keeps what must survive a reconnect). */
-    send(obj) {
-      if (!this.ws || this.ws.readyState !== 1) return false;
-      this.ws.send(JSON.stringify(obj));
-      return true;
-    }
-
-    reconnectNow() {
-      if (this.ws) return;
-      clearTimeout(this.retryTimer);
-      this._connect();
-    }
-
-    _connect() {
-      this.retryTimer = null;
-      this.onStatus('connecting');
-      let ws;
-      try { ws = new WebSocket(this.url); } catch (e) { this._retry(); return; }
-      this.ws = ws;
-      ws.onopen = () => { this.onStatus('open'); this._startPing(); };
-      ws.onmessage = (ev) => {
-        let frame;
-        try { frame = JSON.parse(ev.data); } catch (e) { return; }
-        if (!frame || typeof frame.type !== 'string') return;
-        if (frame.type === 'pong') this.awaitingPong = false;
-        if (frame.type === 'ready') this.attempt = 0;
-        this.onFrame(frame);
-      };
-      ws.onclose = (ev) => this._closed(ev.code);
-    }
-
-    _closed(code) {
-      clearInterval(this.pingTimer);
-      this.ws = null;
-      if (code === 4401) { this.onStatus('unauthorized'); this.onUnauthorized(); return; }
-      this._retry();
-    }
-
-    _retry() {
-      // 0.5 s doubling to 15 s, ±25 % jitter so a restarted server is not hit by every tab at once.
-      const delay = Math.min(15000, 500 * 2 ** this.attempt) * (0.75 + Math.random() * 0.5);
-      this.attempt += 1;
-      this.onStatus('waiting', { delay, attempt: this.attempt });
-      this.retryTimer = setTimeout(() => this._connect(), delay);
-    }
-
-    _startPing() {
-      this.awaitingPong = false;
-      this.pingTimer = setInterval(() => {
-        if (this.awaitingPong) { this._drop(); return; }
-        this.awaitingPong = true;
-        this.send({ type: 'ping', nonce: String(++this.nonce) });
-      }, 25000);
-    }
-
-    _drop() {
-      const ws = this.ws;
-      if (!ws) return;
-      ws.onclose = ws.onmessage = null;
-      try { ws.close(); } catch (e) { /* already closing */ }
-      this._closed(1006);
-    }
-  }
-
-  const api = { ChatStore, Connection, newClientMsgId, errorText, TERMINAL };
+  const api = { ChatStore, newClientMsgId, errorText, sameSession, TERMINAL };
   root.PicoBot = Object.assign(root.PicoBot || {}, api);
   if (typeof module !== 'undefined' && module.exports) module.exports = api;
 })(typeof window !== 'undefined' ? window : globalThis);

@@ -83,9 +83,11 @@ async def test_offline_replay_answers_in_the_webui(server: ServeProcess, page: A
     tool = messages.locator('[data-testid="tool"][data-status="completed"]', has_text="current_time")
     await expect(tool.first).to_be_visible()
 
-    # Reasoning is shown, collapsed: a <details> that is not open.
+    # Reasoning is shown, collapsed: a <details> that is not open. The turn is one card: the
+    # thoughts before the tool call and those before the answer (one per model call).
     reasoning = answer_row.locator('details[data-testid="reasoning"]')
-    await expect(reasoning).to_have_count(1)
+    await expect(reasoning).to_have_count(2)
+    reasoning = reasoning.last
     assert await reasoning.evaluate("el => el.open") is False
     await expect(reasoning.locator(".reasoning-text")).to_be_hidden()
     await expect(reasoning.locator(".reasoning-text")).to_have_text(

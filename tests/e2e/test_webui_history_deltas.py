@@ -71,7 +71,8 @@ SCRIPT = """
 
 async def run_frames(page: Any, frames: list[dict]) -> list[dict]:
     await page.set_content("<!doctype html><title>protocol</title>")
-    await page.add_script_tag(path=str(REPO / "static" / "picobot" / "protocol.js"))
+    for name in ("protocol.js", "dialogs.js", "viewmodel.js"):
+        await page.add_script_tag(path=str(REPO / "static" / "picobot" / name))
     return await page.evaluate(SCRIPT, json.loads(json.dumps(frames)))
 
 

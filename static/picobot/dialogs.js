@@ -1,0 +1,103 @@
+/* PicoBot WebUI — the sidebar's dialog list in ChatStore (PROTOCOL.md §1 `sessions`,
+ * `session_changed`). No DOM here; loaded after protocol.js, it adds these methods to ChatStore.
+ *
+ * The list holds the dialogs loaded so far, most recent first: the first page, then further
+ * pages as the sidebar scrolls (`offset` = what is loaded), all filtered by the server-side title
+ * `query`. Our `sessions` requests are answered in order on one connection, so a FIFO tells the
+ * sidebar's answers from a typed `/sessions` (shown in the transcript, then the sidebar refreshed).
+ */
+(function (root) {
+  'use strict';
+
+  const DIALOG_PAGE = 30; // sidebar page size (the server allows up to 100)
+
+  /** Merge one `sessions` answer into the loaded sidebar list (most recent first): offset 0
+   *  replaces the list, a later page appends the dialogs not listed yet (activity may have moved
+   *  one between pages). */
+  function mergeDialogPage(list, frame) {
+    const items = Array.isArray(frame.items) ? frame.items : [];
+    if (!frame.offset) return items.slice();
+    const have = new Set(list.map((d) => d.session_id));
+    return list.concat(items.filter((d) => !have.has(d.session_id)));
+  }
+
+  function titleMatches(title, query) {
+    return !query || String(title || '').toLowerCase().includes(query.toLowerCase());
+  }
+
+  class DialogListRules {
+    /** The `sessions` request for the sidebar: the first page (`more` false: also after a search
+     *  or to refresh what is loaded) or the next one; null while a page is in flight or none is left. */
+    requestDialogs(more = false) {
+      const list = this.dialogList;
+      if (more && (!list.hasMore || list.inFlight)) return null;
+      const f = { type: 'sessions', offset: more ? this.dialogs.length : 0,
+        limit: more ? DIALOG_PAGE : Math.min(100, Math.max(DIALOG_PAGE, this.dialogs.length)) };
+      if (list.query) f.query = list.query;
+      list.inFlight += 1;
+      this.sessionsAsked.push('sidebar');
+      return f;
+    }
+
+    /** Search the sidebar by title (server side); returns the request for the first page. */
+    setQuery(query) {
+      this.dialogList.query = String(query || '').trim();
+      return this.requestDialogs(false);
+    }
+
+    on_sessions(f, fx) {
+      if (this.sessionsAsked.shift() === 'command') {
+        // A typed /sessions: a readable list in the transcript, and a fresh sidebar.
+        this._systemLine(this.activeSessionId, { kind: 'sessions', items: f.items || [], hasMore: !!f.has_more });
+        fx.send.push(this.requestDialogs(false));
+        fx.render = true;
+        return;
+      }
+      const list = this.dialogList;
+      list.inFlight = Math.max(0, list.inFlight - 1);
+      if ((f.query || '') !== list.query) return; // the answer to a search typed over since
+      this.dialogs = mergeDialogPage(this.dialogs, f);
+      list.hasMore = !!f.has_more;
+      const active = this.dialogs.find((d) => d.active);
+      if (!f.offset && active && active.session_id !== this.activeSessionId) this._activate(active.session_id, fx);
+      fx.render = true;
+    }
+
+    on_session_changed(f, fx) {
+      if (f.deleted) {
+        this.dialogs = this.dialogs.filter((d) => d.session_id !== f.session_id);
+        this.sessions.delete(f.session_id);
+        this.unread.delete(f.session_id);
+        fx.render = true;
+        return;
+      }
+      let d = this.dialogs.find((x) => x.session_id === f.session_id);
+      if (!d && titleMatches(f.title, this.dialogList.query)) {
+        d = { session_id: f.session_id, message_count: 0, last_active_at: Date.now() };
+        this.dialogs.unshift(d);
+      }
+      if (d) Object.assign(d, { dialog_id: f.dialog_id, title: f.title, active: !!f.active });
+      if (f.active) {
+        for (const x of this.dialogs) x.active = x === d;
+        this._activate(f.session_id, fx);
+      }
+      fx.render = true;
+    }
+
+    /** Keep the sidebar current without a `sessions` round trip: newest activity first. */
+    _touchDialog(sessionId, rows) {
+      const d = this.dialogs.find((x) => x.session_id === sessionId);
+      if (!d || !rows.length) return;
+      d.last_active_at = Math.max(d.last_active_at || 0, ...rows.map((r) => r.created_at || 0));
+      // message_count counts user messages (DESIGN §3), as the server's `sessions` does.
+      d.message_count = (d.message_count || 0) + rows.filter((r) => r.role === 'user').length;
+      this.dialogs = [d, ...this.dialogs.filter((x) => x !== d)];
+    }
+  }
+
+  const target = root.PicoBot.ChatStore.prototype;
+  for (const name of Object.getOwnPropertyNames(DialogListRules.prototype)) {
+    if (name !== 'constructor') Object.defineProperty(target, name, Object.getOwnPropertyDescriptor(DialogListRules.prototype, name));
+  }
+  root.PicoBot = Object.assign(root.PicoBot, { mergeDialogPage, titleMatches, DIALOG_PAGE });
+})(typeof window !== 'undefined' ? window : globalThis);

@@ -1,0 +1,331 @@
+"""The WebUI's client rules with no DOM (protocol.js, dialogs.js, viewmodel.js), in Chromium.
+
+Unread marks, sidebar paging and search, a typed ``/sessions`` told from the sidebar's own
+requests, outcome notes of failed/interrupted/stopped turns from history rows, and a turn that
+keeps its keys from the live snapshot to its committed rows (so nothing jumps at commit).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.e2e.serve_process import REPO
+
+pytestmark = pytest.mark.e2e
+
+A, B = "cli_chat:1:aaaa1111", "cli_chat:1:bbbb2222"
+READY = {
+    "type": "ready",
+    "user": "alice",
+    "chat_id": "1",
+    "active_session_id": A,
+    "protocol": 1,
+    "provider": {},
+    "running": [],
+}
+
+
+def dialog(session_id: str, title: str = "t", active: bool = False, at: int = 0) -> dict:
+    return {
+        "session_id": session_id,
+        "dialog_id": session_id[-8:],
+        "title": title,
+        "last_active_at": at,
+        "message_count": 0,
+        "active": active,
+    }
+
+
+def row(seq: int, role: str, turn: str, **extra: Any) -> dict:
+    base = {"id": f"m{seq}", "seq": seq, "role": role, "content": f"{role} {seq}", "turn_id": turn}
+    return {
+        "reasoning": None,
+        "tool_calls": [],
+        "iteration": 0,
+        "created_at": 1_764_400_000_000 + seq,
+        **base,
+        **extra,
+    }
+
+
+def history(session_id: str, *rows: dict) -> dict:
+    revision = max((r["seq"] for r in rows), default=0)
+    return {
+        "type": "session_history",
+        "session_id": session_id,
+        "history_revision": revision,
+        "messages": list(rows),
+        "has_more": False,
+    }
+
+
+async def load(page: Any) -> None:
+    await page.set_content("<!doctype html><title>rules</title>")
+    for name in ("protocol.js", "dialogs.js", "viewmodel.js"):
+        await page.add_script_tag(path=str(REPO / "static" / "picobot" / name))
+
+
+async def run(page: Any, script: str, arg: Any = None) -> Any:
+    await load(page)
+    return await page.evaluate(script, json.loads(json.dumps(arg)))
+
+
+async def test_a_dialog_that_gets_rows_while_not_shown_is_unread_until_opened(page: Any) -> None:
+    frames = [
+        READY,
+        {"type": "sessions", "items": [dialog(A, active=True), dialog(B)], "has_more": False, "offset": 0},
+        history(A),
+        {
+            "type": "turn_committed",
+            "session_id": A,
+            "history_revision": 1,
+            "messages": [row(1, "user", "t1")],
+        },
+        {
+            "type": "turn_committed",
+            "session_id": B,
+            "history_revision": 2,
+            "messages": [row(1, "user", "t2"), row(2, "assistant", "t2")],
+        },
+        {
+            "type": "turn_committed",
+            "session_id": B,
+            "history_revision": 2,
+            "messages": [row(2, "assistant", "t2")],
+        },
+        {"type": "session_changed", "session_id": B, "dialog_id": "bbbb2222", "title": "t", "active": True},
+    ]
+    log = await run(
+        page,
+        """(frames) => { const s = new PicoBot.ChatStore();
+             return frames.map((f) => { s.apply(f); return [...s.unread].join(','); }); }""",
+        frames,
+    )
+    assert log == ["", "", "", "", B, B, ""], "the shown dialog never; another one until it is opened"
+
+
+async def test_sidebar_pages_merge_and_a_stale_search_answer_is_dropped(page: Any) -> None:
+    result = await run(
+        page,
+        """([a, b, c]) => {
+          const s = new PicoBot.ChatStore();
+          const out = {};
+          out.first = s.requestDialogs(false);
+          s.apply({type: 'sessions', items: [a, b], has_more: true, offset: 0});
+          out.more = s.requestDialogs(true);
+          out.whileInFlight = s.requestDialogs(true);
+          // b moved to the top meanwhile: the next page repeats it, listed once.
+          s.apply({type: 'sessions', items: [b, c], has_more: false, offset: 2});
+          out.afterPages = s.dialogs.map((d) => d.title);
+          out.noMoreLeft = s.requestDialogs(true);
+          out.search = s.setQuery('  Ro ');
+          s.setQuery('Rom');
+          s.apply({type: 'sessions', items: [a], has_more: false, offset: 0, query: 'Ro'});
+          out.afterStale = s.dialogs.map((d) => d.title);
+          s.apply({type: 'sessions', items: [c], has_more: false, offset: 0, query: 'Rom'});
+          out.afterSearch = s.dialogs.map((d) => d.title);
+          s.apply({type: 'session_changed', session_id: 'x', dialog_id: 'x', title: 'Taxes', active: false});
+          s.apply({type: 'session_changed', session_id: 'y', dialog_id: 'y', title: 'Rome 2', active: false});
+          out.afterNew = s.dialogs.map((d) => d.title);
+          return out;
+        }""",
+        [dialog(A, "a"), dialog(B, "b"), dialog("cli_chat:1:cccc3333", "Rome")],
+    )
+    assert result["first"] == {"type": "sessions", "offset": 0, "limit": 30}
+    assert result["more"] == {"type": "sessions", "offset": 2, "limit": 30}
+    assert result["whileInFlight"] is None and result["noMoreLeft"] is None
+    assert result["afterPages"] == ["a", "b", "Rome"]
+    assert result["search"] == {"type": "sessions", "offset": 0, "limit": 30, "query": "Ro"}
+    assert result["afterStale"] == ["a", "b", "Rome"], (
+        "an answer to a search typed over since changes nothing"
+    )
+    assert result["afterSearch"] == ["Rome"]
+    assert result["afterNew"] == ["Rome 2", "Rome"], "a new dialog is listed only when it matches the search"
+
+
+async def test_a_typed_sessions_is_a_system_line_and_refreshes_the_sidebar(page: Any) -> None:
+    result = await run(
+        page,
+        """([ready, a, b]) => {
+          const s = new PicoBot.ChatStore();
+          const sent = s.apply(ready).send;
+          s.apply({type: 'session_history', session_id: ready.active_session_id, history_revision: 0, messages: [], has_more: false});
+          const cmd = s.command('/sessions');
+          const fx = s.apply({type: 'sessions', items: [a], has_more: true, offset: 0}); // the sidebar's, asked first
+          const fx2 = s.apply({type: 'sessions', items: [a, b], has_more: false, offset: 0}); // the command's
+          const items = s.viewItems();
+          return {sent: sent.map((f) => f.type), cmd, refresh: fx2.send, sidebarSend: fx.send,
+                  dialogs: s.dialogs.length, lines: items.filter((i) => i.kind === 'system').map((i) => [i.line.kind, i.line.items.length])};
+        }""",
+        [READY, dialog(A, "a", True), dialog(B, "b")],
+    )
+    assert result["sent"] == ["history", "sessions"]
+    assert (
+        result["cmd"]["content"] == "/sessions"
+        and result["cmd"]["session_id"] == A
+        and result["cmd"]["client_msg_id"]
+    )
+    assert result["sidebarSend"] == [] and result["dialogs"] == 1
+    assert result["refresh"] == [{"type": "sessions", "offset": 0, "limit": 30}]
+    assert result["lines"] == [["sessions", 2]]
+
+
+async def test_outcome_notes_come_from_history_rows_and_say_stopped_once(page: Any) -> None:
+    rows = [
+        row(
+            1, "user", "t1", outcome={"status": "failed", "error": "the model provider could not be reached"}
+        ),
+        row(2, "user", "t2", outcome={"status": "interrupted", "error": "interrupted by a server restart"}),
+        row(3, "user", "t3", outcome={"status": "cancelled", "error": "stopped"}),
+        row(4, "assistant", "t3", content="partial", completion_status="cancelled"),
+        row(5, "user", "t4"),  # no outcome field (an older server): the row's status speaks
+        row(6, "assistant", "t4", content="cut", completion_status="interrupted"),
+        row(7, "user", "t5", outcome=None),
+        row(8, "assistant", "t5", content="fine", completion_status="completed"),
+    ]
+    notes = await run(
+        page,
+        """([ready, hist]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready); s.apply(hist);
+          return s.viewItems().filter((i) => i.kind === 'turn').map((i) => [i.key, i.turn.note && i.turn.note.text, i.turn.canRetry, i.turn.status]);
+        }""",
+        [READY, history(A, *rows)],
+    )
+    assert notes == [
+        ["t:t1", "Failed: the model provider could not be reached", True, "failed"],
+        ["t:t2", "Interrupted by a server restart", True, "interrupted"],
+        ["t:t3", "Stopped", False, "cancelled"],
+        ["t:t4", "Interrupted", True, "interrupted"],
+        ["t:t5", None, False, "completed"],
+    ]
+    texts = await page.evaluate(
+        """() => [PicoBot.View.outcomeText('cancelled', 'stopped'), PicoBot.View.outcomeText('failed', ''),
+                  PicoBot.View.noteView({status: 'failed', error: 'interrupted by a server restart'}).text]"""
+    )
+    assert texts == ["Stopped", "Failed", "Interrupted by a server restart"]
+
+
+async def test_retry_of_a_failed_turn_sends_its_text_as_a_new_message(page: Any) -> None:
+    frames = await run(
+        page,
+        """([ready, hist]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready); s.apply(hist);
+          return [s.retryTurn('t1'), s.retryTurn('t1'), s.retryTurn('nope')];
+        }""",
+        [
+            READY,
+            history(A, row(1, "user", "t1", content="hello?", outcome={"status": "failed", "error": "x"})),
+        ],
+    )
+    first, second, none = frames
+    assert first["content"] == second["content"] == "hello?" and first["session_id"] == A
+    assert first["client_msg_id"] != second["client_msg_id"], "every retry is a new message"
+    assert none is None
+
+
+async def test_a_turn_keeps_its_keys_from_live_snapshot_to_committed_rows(page: Any) -> None:
+    live = {
+        "id": "t1",
+        "session_id": A,
+        "message_id": "m4",
+        "revision": 9,
+        "status": "completed",
+        "phase": "finalizing",
+        "usage": None,
+        "error": None,
+        "blocks": [
+            {"type": "reasoning", "id": "r0", "iteration": 0, "text": "think"},
+            {
+                "type": "tool",
+                "id": "call_1",
+                "iteration": 0,
+                "name": "current_time",
+                "arguments": {},
+                "status": "completed",
+                "preview": "12:00",
+            },
+            {"type": "reasoning", "id": "r1", "iteration": 1, "text": "again"},
+            {"type": "assistant", "id": "a1", "iteration": 1, "text": "It is noon."},
+        ],
+    }
+    rows = [
+        row(1, "user", "t1"),
+        row(
+            2,
+            "assistant",
+            "t1",
+            content="",
+            reasoning="think",
+            tool_calls=[{"id": "call_1", "name": "current_time", "arguments": {}}],
+        ),
+        row(
+            3, "tool", "t1", content="12:00", tool_call_id="call_1", tool_name="current_time", is_error=False
+        ),
+        row(
+            4,
+            "assistant",
+            "t1",
+            content="It is noon.",
+            reasoning="again",
+            iteration=1,
+            completion_status="completed",
+        ),
+    ]
+    result = await run(
+        page,
+        """([ready, hist, live, commit]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready); s.apply(hist);
+          s.apply({type: 'turn_updated', turn: live});
+          const shape = () => s.viewItems().map((i) => [i.key, i.kind === 'turn' ? i.turn.blocks.map((b) => b.key) : null]);
+          const before = shape();
+          s.apply(commit);
+          return {before, after: shape(), tool: s.viewItems()[1].turn.blocks[1]};
+        }""",
+        [
+            READY,
+            history(A, rows[0]),
+            live,
+            {"type": "turn_committed", "session_id": A, "history_revision": 4, "messages": rows},
+        ],
+    )
+    assert (
+        result["before"]
+        == result["after"]
+        == [
+            ["u:m1", None],
+            ["t:t1", ["reasoning:0", "tool:call_1", "reasoning:1", "assistant:1"]],
+        ]
+    )
+    assert result["tool"]["status"] == "completed" and result["tool"]["preview"] == "12:00", (
+        "one card: call and result"
+    )
+
+
+async def test_labels_completion_and_friendly_errors(page: Any) -> None:
+    await load(page)
+    got = await page.evaluate(
+        """() => {
+          const V = PicoBot.View;
+          const now = new Date(2026, 5, 15, 12).getTime();
+          const day = 86400000;
+          return {
+            provider: [V.providerLabel({name: 'replay', model: 'replay'}), V.providerLabel({name: 'openai', model: 'gpt'}), V.providerLabel({name: 'x'})],
+            groups: [now - 3600e3, now - day, now - 3 * day, now - 20 * day, new Date(2025, 0, 3).getTime()].map((t) => V.dateGroup(t, now)),
+            completion: [V.completions('/'), V.completions('/re'), V.completions('/rename x'), V.completions('hi')].map((l) => l.map((c) => c.name)),
+            errors: [V.friendlyError('not_found', 'no such dialog: x'), V.friendlyError('unknown_command', 'unknown command /x; type /help for the list'),
+                     V.friendlyError('internal_error', 'the server could not handle this request', 'ab12')],
+          };
+        }"""
+    )
+    assert got["provider"] == ["replay", "openai · gpt", "x"]
+    assert got["groups"] == ["Today", "Yesterday", "Previous 7 days", "Previous 30 days", "January 2025"]
+    assert len(got["completion"][0]) == 9 and got["completion"][1:] == [["/rename"], [], []]
+    assert got["errors"][0].startswith("That dialog") and "not_found" not in got["errors"][0]
+    assert got["errors"][1] == "Unknown command /x; type /help for the list"
+    assert got["errors"][2].endswith("(reference ab12)") and "internal_error" not in got["errors"][2]
