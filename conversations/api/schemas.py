@@ -115,6 +115,20 @@ class ToolCallOut(Schema):
     arguments: dict[str, Any]
 
 
+class TurnOutcomeOut(Schema):
+    """How a user message's turn ended when it did not complete (PROTOCOL §1 "History message")."""
+
+    status: Literal["failed", "interrupted", "cancelled"] = Field(
+        ...,
+        description="failed: the turn failed (e.g. the model provider could not be reached); "
+        "interrupted: it died with its server process (a restart or crash); cancelled: it was "
+        "stopped (`/stop`, or the server shutting down)",
+    )
+    error: str = Field(
+        ..., description="what the turn's terminal snapshot showed (user-facing, may be empty)"
+    )
+
+
 class HistoryMessage(Schema):
     """PROTOCOL §1 "History message"."""
 
@@ -131,6 +145,11 @@ class HistoryMessage(Schema):
     iteration: int
     completion_status: str = Field(..., description="completed, cancelled or interrupted")
     created_at: int
+    outcome: TurnOutcomeOut | None = Field(
+        None,
+        description="user messages only: how their turn ended when it did not complete; null "
+        "when it completed, is queued or running, and on assistant and tool messages",
+    )
 
 
 class HistoryPage(Schema):

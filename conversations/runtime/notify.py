@@ -14,7 +14,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from conversations.storage import CommitResult
+from conversations.storage import TURN_INTERRUPTED_ERROR, CommitResult
 from delivery.groups import chat_group
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy, serialize_snapshot
@@ -147,7 +147,7 @@ def interrupted_notice(turn: dict) -> InterruptedNotice:
     controller = TurnController(
         turn["turn_id"], turn["session_id"], turn["message_id"], first_revision=RECOVERY_REVISION
     )
-    controller.fail("interrupted by a server restart")
+    controller.fail(TURN_INTERRUPTED_ERROR)  # the words the user row's ``outcome`` keeps
     view = PresentationPolicy.websocket().present(controller.snapshot())  # what a sink may see
     notification = {
         "type": "notification",

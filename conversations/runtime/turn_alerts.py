@@ -64,8 +64,10 @@ async def report_refused_commit(
     failure: TurnFailure,
     presenter: TurnFailurePresenter,
 ) -> None:
-    """After a commit storage refused (seed 003 §14.2): end the turn's inbox row with the
-    failure's ref, and tell the chat its streamed preview was not saved (DB: one trip)."""
+    """After a commit storage refused (seed 003 §14.2): end the turn's inbox row ``failed`` with
+    the error its terminal snapshot shows (``presenter``'s words, with the failure's ref: the
+    user row's ``outcome`` in history), and tell the chat its streamed preview was not saved
+    (DB: one trip)."""
     try:
         await run_storage(
             storage.abandon_turn,
@@ -73,7 +75,7 @@ async def report_refused_commit(
             context.worker_id,
             epoch,
             start.inbox_id,
-            f"commit failed (ref {failure.ref})",
+            presenter.present(failure),
         )
     except Exception as exc:  # a storage error: redacted, like every failure's detail
         log.error(

@@ -50,6 +50,7 @@ from conversations.storage.notices import mark_notices_sent, pending_interrupted
 from conversations.storage.outcomes import turn_states
 from conversations.storage.shapes import (
     DEFAULT_TITLE,
+    TURN_INTERRUPTED_ERROR,
     AcceptedMessage,
     CommitResult,
     InboxFullError,
@@ -61,6 +62,7 @@ from conversations.storage.shapes import (
     message_to_history_row,
     message_to_protocol,
     scrub_text,
+    turn_outcome,
 )
 from conversations.storage.turns import (
     DialogClaim,
@@ -100,6 +102,7 @@ __all__ = [
     "Takeover",
     "NotFoundError",
     "StorageError",
+    "TURN_INTERRUPTED_ERROR",
     "TurnStart",
     "abandon_turn",
     "accept_message",
@@ -130,6 +133,7 @@ __all__ = [
     "renew_worker_leases",
     "lease_epochs",
     "running_inbox",
+    "turn_outcome",
     "turn_states",
     "scrub_text",
     "start_next_turn",

@@ -8,6 +8,7 @@ from typing import Any
 
 from conversations.models import ChatState, Dialog, InboxMessage, Message
 from conversations.storage.dialogs import active_dialog, dialog_for_user
+from conversations.storage.outcomes import user_outcomes
 from conversations.storage.shapes import dialog_summary, message_to_protocol
 
 
@@ -44,7 +45,9 @@ def sessions_page(
 def history_page(owner: Any, session_id: str, before_seq: int | None = None, limit: int = 50) -> dict:
     """``session_history`` payload: the newest ``limit`` rows below ``before_seq``, oldest first.
 
-    Raises NotFoundError for a foreign or unknown dialog.
+    Each user row carries its turn's ``outcome`` (``storage.turn_outcome``), read for the whole
+    page in one more query (``user_outcomes``). Raises NotFoundError for a foreign or unknown
+    dialog.
     """
     dialog = dialog_for_user(owner, session_id)
     rows = Message.objects.filter(dialog=dialog)
@@ -54,10 +57,11 @@ def history_page(owner: Any, session_id: str, before_seq: int | None = None, lim
     has_more = len(page) > limit
     page = page[:limit]
     page.reverse()
+    outcomes = user_outcomes([m.id for m in page if m.role == Message.Role.USER])
     return {
         "session_id": dialog.id,
         "history_revision": dialog.history_revision,
-        "messages": [message_to_protocol(m) for m in page],
+        "messages": [message_to_protocol(m, outcome=outcomes.get(str(m.id))) for m in page],
         "has_more": has_more,
     }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from conversations.models import Dialog, Message
+from conversations.models import Dialog, InboxMessage, Message
 from providers.unicode_text import scrub_value
 
 DEFAULT_TITLE = "New chat"
@@ -65,7 +65,31 @@ PROTOCOL_FIELDS = (
     "iteration",
     "completion_status",
     "created_at",
+    "outcome",
 )
+
+TURN_INTERRUPTED_ERROR = "interrupted by a server restart"
+"""The error of a turn that died with its process, as its terminal snapshot and history show it."""
+
+
+def turn_outcome(status: str, outcome: str, error: str) -> dict | None:
+    """A user row's ``outcome`` (PROTOCOL §1 "History message") from its inbox row.
+
+    ``status``, ``outcome`` and ``error`` are the ``InboxMessage`` columns of the turn the user
+    row started (same id). Returns ``{"status": "failed" | "interrupted" | "cancelled",
+    "error": <text>}`` — ``error`` as the turn's terminal snapshot showed it (the presenter's
+    words for a failure, the stop reason for a cancel; never a raw provider error) — or None
+    when the turn completed, has not ended, or ended before the ``outcome`` column existed.
+    An interrupted turn always reads :data:`TURN_INTERRUPTED_ERROR` (older rows stored other
+    words for it).
+    """
+    if status == InboxMessage.Status.INTERRUPTED:
+        return {"status": "interrupted", "error": TURN_INTERRUPTED_ERROR}
+    if status != InboxMessage.Status.DONE:
+        return None
+    if outcome in (InboxMessage.Outcome.FAILED, InboxMessage.Outcome.CANCELLED):
+        return {"status": str(outcome), "error": error or ""}
+    return None
 
 
 def _protocol_tool_call(call: object) -> object:
@@ -76,23 +100,26 @@ def _protocol_tool_call(call: object) -> object:
     return call
 
 
-def history_row_to_protocol(row: dict) -> dict:
+def history_row_to_protocol(row: dict, *, outcome: dict | None = None) -> dict:
     """A history-form row as PROTOCOL §1 "History message".
 
     Keeps exactly ``PROTOCOL_FIELDS`` (missing ones become None): ``provider_state``,
     ``media_refs`` and anything else server-only are dropped, and each tool call loses its
-    ``raw_arguments``. Never mutates ``row``.
+    ``raw_arguments``. ``outcome`` (``turn_outcome``: the caller read the user row's inbox row)
+    is kept on a user row only; every other row, and a user row read without it, has None.
+    Never mutates ``row``.
     """
     out = {name: row.get(name) for name in PROTOCOL_FIELDS}
     out["tool_calls"] = [_protocol_tool_call(c) for c in row.get("tool_calls") or []]
+    out["outcome"] = outcome if row.get("role") == Message.Role.USER else None
     return out
 
 
-def message_to_protocol(row: Message) -> dict:
+def message_to_protocol(row: Message, *, outcome: dict | None = None) -> dict:
     """A history row as PROTOCOL §1 "History message" (``provider_state``, ``media_refs`` and a
     tool call's ``raw_arguments`` never leave): ``history_row_to_protocol`` of its history form, the
     one projection the runtime sessions use too (``conversations.runtime.sessions``)."""
-    return history_row_to_protocol(message_to_history_row(row))
+    return history_row_to_protocol(message_to_history_row(row), outcome=outcome)
 
 
 def message_to_history_row(row: Message) -> dict:

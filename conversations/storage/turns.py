@@ -12,6 +12,7 @@ from conversations.models import InboxMessage, Message, now_ms
 from conversations.storage import sql
 from conversations.storage.lease import Takeover, check_lease, claim_lease
 from conversations.storage.shapes import (
+    TURN_INTERRUPTED_ERROR,
     CommitResult,
     HistorySnapshot,
     LeaseLostError,
@@ -20,6 +21,7 @@ from conversations.storage.shapes import (
     message_to_history_row,
     message_to_protocol,
     scrub_text,
+    turn_outcome,
 )
 
 
@@ -64,7 +66,7 @@ def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
         InboxMessage.objects.filter(pk__in=[r.pk for r in rows]).update(
             status=InboxMessage.Status.INTERRUPTED,
             finished_at=now_ms(),
-            error="interrupted by a restart",
+            error=TURN_INTERRUPTED_ERROR,
             outcome=InboxMessage.Outcome.FAILED,
         )
     return [
@@ -82,13 +84,17 @@ def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
 
 
 def interrupted_commit(inbox_id: str) -> CommitResult | None:
-    """What an interrupted turn left in history: its user row (committed when the turn started),
-    as the ``turn_committed`` of a turn that ended without an answer; None when the row is gone."""
+    """What an interrupted turn left in history: its user row (committed when the turn started,
+    with its ``interrupted`` outcome), as the ``turn_committed`` of a turn that ended without an
+    answer; None when the row is gone."""
     row = sql.history_row(inbox_id)
     if row is None:
         return None
+    outcome = turn_outcome(InboxMessage.Status.INTERRUPTED, "", "")
     return CommitResult(
-        messages=[history_row_to_protocol(row)], history_revision=row["seq"], history_rows=[row]
+        messages=[history_row_to_protocol(row, outcome=outcome)],
+        history_revision=row["seq"],
+        history_rows=[row],
     )
 
 
@@ -229,8 +235,9 @@ def commit_turn(
 
     ``rows`` are dicts with Message field names (``id`` optional; ``seq`` assigned here, gap-free).
     The inbox row ends ``done`` (or ``inbox_status``) with ``outcome`` (the status its terminal
-    snapshot shows: ``InboxMessage.Outcome``) and ``error``. Returns the committed rows, including the
-    user message that started the turn, in protocol form (for ``turn_committed``), and the rows
+    snapshot shows: ``InboxMessage.Outcome``) and ``error`` (the text that snapshot shows, never a
+    raw provider error). Returns the committed rows, including the user message that started the
+    turn with its ``outcome`` (``turn_outcome``), in protocol form (for ``turn_committed``), and the rows
     created here in history form (``history_rows``, for the runtime session; seed 004 §5.2).
     ``model`` (when given) becomes the dialog's ``model``: the one that answered last (``/info``).
     ``lease_ms`` (when given) renews the lease in the same transaction: a holder that just proved
@@ -265,12 +272,14 @@ def commit_turn(
                 dialog.pk,
             ],
         )
+        error = scrub_text(error)
         sql.execute(
             f"UPDATE {sql.INBOX} SET status = %s, finished_at = %s, error = %s, outcome = %s WHERE id = %s",
-            [inbox_status, now, scrub_text(error), outcome, sql.uuid_param(inbox_id)],
+            [inbox_status, now, error, outcome, sql.uuid_param(inbox_id)],
         )
         user_row = sql.history_row(inbox_id)
-    committed = ([history_row_to_protocol(user_row)] if user_row else []) + [
+    shown = turn_outcome(inbox_status, outcome, error)
+    committed = ([history_row_to_protocol(user_row, outcome=shown)] if user_row else []) + [
         message_to_protocol(m) for m in created
     ]
     return CommitResult(
@@ -279,7 +288,8 @@ def commit_turn(
 
 
 def abandon_turn(dialog_id: str, worker_id: str, epoch: int, inbox_id: str, error: str) -> bool:
-    """End a turn whose commit failed: its inbox row is ``done`` with the error, nothing else.
+    """End a turn whose commit failed: its inbox row is ``done``, ``failed``, with ``error`` (the
+    text its terminal snapshot shows: the user row's ``outcome``), nothing else.
 
     Without this the row would stay ``started`` and every new connection would see a phantom
     running turn until a restart. Returns False when the lease was lost (nothing written).

@@ -473,7 +473,7 @@ async def test_failure_row_a_commit_storage_refuses_is_never_completed_and_says_
     assert not client.of_type("turn_committed")
     state = await stored()
     assert state["rows"] == [("user", "hi", "completed", False, None)]
-    assert state["inbox"] == [("done", f"commit failed (ref {ref})")]
+    assert state["inbox"] == [("done", turn["error"])]  # what the snapshot showed: the row's outcome
     logged = "\n".join(r.getMessage() for r in caplog.records if ref in r.getMessage())
     assert "disk I/O error" in logged and "hunter2" not in logged
 
