@@ -67,7 +67,8 @@ class AgentResult:
     ``messages`` are complete assistant/tool messages in order. When the provider failed,
     ``error`` is set and ``partial`` holds the assistant text (with its reasoning) shown before
     the failure (to be kept as ``interrupted``; seed 003 §14.2), or None when no answer text was
-    shown. ``shown_before_error`` is set when the failed response had shown text or reasoning
+    shown; after a cancel the executor sets ``partial`` itself, reasoning alone included
+    (``AgentLoop.partial_message``). ``shown_before_error`` is set when the failed response had shown text or reasoning
     (reasoning alone is no ``partial``, but the user saw it: such a response cannot be retried
     unnoticed). ``stale`` is set when the loop stopped because its owner no longer holds the
     dialog (seed 003 §8.3): such a result must be neither committed nor published.
@@ -168,20 +169,26 @@ class AgentLoop:
             current = await current
         return bool(current)
 
-    def partial_message(self) -> TurnMessage | None:
-        """The shown answer text (with its reasoning) of the response being streamed now, or None.
+    def partial_message(self, *, reasoning_alone: bool = False) -> TurnMessage | None:
+        """What the user saw of the response being streamed now, or None.
 
-        After a cancel or a provider failure this is what the user saw of the unfinished
-        response; complete responses are already in ``result.messages``. None when no answer
-        text was shown — whitespace or reasoning alone is no answer, and nothing of it is kept
-        (seed 003 §14.1: no assistant text → no assistant row; §14.2: no assistant history).
+        After a cancel or a provider failure this is the unfinished response's shown answer text
+        with its reasoning; complete responses are already in ``result.messages``. Without answer
+        text (whitespace is none) it is None — after a failure, reasoning alone is no answer and
+        is not kept (seed 003 §14.2) — unless ``reasoning_alone``: a stopped turn keeps the
+        reasoning it showed as an assistant message without text (issue 14 over seed 003
+        §14.1's first version: ``/stop`` keeps what was shown). None when nothing was shown.
         """
         if self._streaming is None:
             return None
         partial = self._streaming.result()
-        if not partial.text.strip():
+        has_text = bool(partial.text.strip())
+        has_reasoning = bool(partial.reasoning and partial.reasoning.strip())
+        if not has_text and not (reasoning_alone and has_reasoning):
             return None
-        message = Message.assistant(text=partial.text, reasoning=partial.reasoning or None)
+        message = Message.assistant(
+            text=partial.text if has_text else "", reasoning=partial.reasoning or None
+        )
         return TurnMessage(self._streaming_iteration, message)
 
     async def run(self, messages: list[Message]) -> AgentResult:

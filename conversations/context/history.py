@@ -19,7 +19,14 @@ INTERRUPTED_RESULT = "Error: this tool call was interrupted before it returned a
 
 
 def row_to_message(row: dict) -> Message | None:
-    """One history row as a provider Message (None for a row that carries nothing)."""
+    """One history row as a provider Message, or None for a row that carries nothing to send.
+
+    An assistant row without answer text and without tool calls — reasoning alone, as a turn
+    stopped while it reasoned keeps it (``agent/README.md`` "Cancel") — is None: neither vendor
+    takes such a message back (OpenAI-compatible servers may refuse an empty ``content``,
+    Anthropic an assistant turn whose only block is thinking it drops). The user rows around it
+    then stay two user turns, which both accept (Anthropic's are merged).
+    """
     role = row["role"]
     if role == "user":
         return Message.user(row.get("content") or "", images=_images(row))
@@ -47,7 +54,7 @@ def row_to_message(row: dict) -> Message | None:
     message = Message.assistant(
         text=row.get("content") or "", reasoning=row.get("reasoning"), tool_calls=calls, provider_state=state
     )
-    if not message.content:
+    if not message.text.strip() and not message.tool_calls:
         return None
     return message
 

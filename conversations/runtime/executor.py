@@ -308,7 +308,8 @@ class DialogExecutor:
         result = end.result
         if result is None:  # cancelled, failed or timed out: keep what the loop finished, plus the partial
             result = loop.result
-            result.partial = loop.partial_message()
+            # A stop keeps what was shown, reasoning alone too (agent/README.md "Cancel").
+            result.partial = loop.partial_message(reasoning_alone=end.cancelled)
         return await self._finish(start, running.controller, result, end.cancelled, end.failure)
 
     async def _finish(

@@ -153,8 +153,10 @@ def turn_ending(
 ) -> TurnEnding:
     """The ending of a turn that is still its owner's (seed 003 §14).
 
-    Cancel (§14.1): the shown partial answer is kept as ``cancelled`` (no answer text shown: no
-    assistant row), tool calls without a result get an error result. Failure (§14.2): the partial
+    Cancel (§14.1, as issue 14 extends it): what was shown is kept — the partial answer, or the
+    reasoning alone (``AgentLoop.partial_message(reasoning_alone=True)``) — and the turn's last
+    assistant row is ``cancelled`` (the partial, or the response whose tool calls were stopped);
+    tool calls without a result get an error result. Failure (§14.2): the partial answer text
     is kept as ``interrupted``. A provider error the loop returned is a failure too; a context
     overflow it could not recover from is worded as such (seed 000 §7.2). Every failure is worded
     by ``presenter`` (seed 000 §13).
@@ -171,7 +173,9 @@ def turn_ending(
     if result.partial is not None:
         # Shown text of an unfinished response is kept, marked (seed 003 §14.1, §14.2).
         messages.append(result.partial)
-        status = Message.CompletionStatus.CANCELLED if cancelled else Message.CompletionStatus.INTERRUPTED
+        status = Message.CompletionStatus.INTERRUPTED
+    if cancelled:
+        status = Message.CompletionStatus.CANCELLED
     error = presenter.present(failure) if failure is not None else ""
     if cancelled:
         outcome, shown_error = InboxMessage.Outcome.CANCELLED, cancel_reason

@@ -136,7 +136,7 @@ async def test_stop_ends_the_turn_within_a_second_and_the_late_result_never_appe
     rows = await stored()
     assert rows == [
         ("user", "hi", False, "completed"),
-        ("assistant", "", False, "completed"),
+        ("assistant", "", False, "cancelled"),  # the stopped turn's last answer
         ("tool", CANCELLED_TOOL_RESULT, True, "completed"),
     ]
     assert "late result" not in str(client.frames)

@@ -121,6 +121,23 @@ def test_an_assistant_row_that_carries_nothing_is_skipped():
     assert row_to_message(assistant("   ")) is None
 
 
+def test_reasoning_alone_is_not_sent_back_and_a_stopped_tool_call_keeps_its_row():
+    """A stopped turn keeps its reasoning without text (``completion_status: cancelled``): no
+    vendor takes an assistant message of reasoning alone, so the request leaves it out; a row
+    with tool calls and no text still goes (its calls need their results)."""
+    thinking = assistant("", reasoning="Let me think", completion_status="cancelled")
+    state = {"blocks": [{"type": "thinking", "text": "Let me think", "signature": "sig"}]}
+    signed = assistant("", reasoning="Let me think", provider_state=state, completion_status="cancelled")
+    calling = assistant("", [("c1", "gate")], reasoning="I need the gate", completion_status="cancelled")
+
+    assert row_to_message(thinking) is None and row_to_message(signed) is None
+    messages = build_turn_input(
+        "S", [user("think"), thinking, user("open it"), calling, tool("c1", "stopped", "gate"), user("next")]
+    )
+    assert [m.role for m in messages] == ["system", "user", "user", "assistant", "tool", "user"]
+    assert messages[3].tool_calls == [ToolUseBlock("c1", "gate", {})]
+
+
 def test_a_corrupt_provider_state_is_ignored_without_raising(caplog):
     with caplog.at_level(logging.WARNING, logger="conversations.context.history"):
         message = row_to_message(assistant("fine", reasoning="r", provider_state="not a dict", id="m-1"))

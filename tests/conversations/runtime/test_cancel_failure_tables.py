@@ -244,8 +244,10 @@ async def test_cancel_row_partial_text_shown_is_kept_as_cancelled(connect, start
     assert state["inbox"] == [("done", turn["error"])]  # the reason the snapshot showed
 
 
-async def test_cancel_row_reasoning_alone_is_not_an_answer_and_is_not_kept(connect, start_worker):
-    """Only reasoning shown (no assistant text) → no assistant row (seed 003 §14.1)."""
+async def test_cancel_row_reasoning_alone_is_kept_as_a_cancelled_row_without_text(connect, start_worker):
+    """Only reasoning shown (no assistant text) → an assistant row with that reasoning and no
+    text, ``cancelled`` (issue 14: a stop keeps what was shown, over seed 003 §14.1's first
+    version)."""
     provider = SilentProvider([[ReasoningDelta("Let me think about"), ReasoningDelta(" this"), SILENCE]])
     client, session_id, _ = await begin(connect, start_worker, provider)
     await client.until("turn_updated", shows("reasoning"))
@@ -253,7 +255,11 @@ async def test_cancel_row_reasoning_alone_is_not_an_answer_and_is_not_kept(conne
     turn = await terminal(client)
     assert turn["status"] == "cancelled" and texts(turn) == []
     state = await stored()
-    assert [r[0] for r in state["rows"]] == ["user"]
+    assert state["rows"] == [
+        ("user", "hi", "completed", False, None),
+        ("assistant", "", "cancelled", False, None),
+    ]
+    assert state["ids"][1] == turn["message_id"]
     assert state["inbox"] == [("done", turn["error"])]  # the reason the snapshot showed
 
 
@@ -277,7 +283,7 @@ async def test_cancel_row_stop_during_a_slow_tool_keeps_the_chain_valid(connect,
     state = await stored()
     assert state["rows"] == [
         ("user", "hi", "completed", False, None),
-        ("assistant", "Let me check.", "completed", False, None),
+        ("assistant", "Let me check.", "cancelled", False, None),  # the stopped turn's last answer
         ("tool", CANCELLED_TOOL_RESULT, "completed", True, "call_slow"),
     ]
     assert state["inbox"] == [("done", turn["error"])]  # the reason the snapshot showed
@@ -377,7 +383,7 @@ async def test_a_stop_during_a_tool_batch_keeps_the_sibling_result_that_finished
     state = await stored()
     assert state["rows"] == [
         ("user", "hi", "completed", False, None),
-        ("assistant", "", "completed", False, None),
+        ("assistant", "", "cancelled", False, None),
         ("tool", CANCELLED_TOOL_RESULT, "completed", True, "g1"),
         ("tool", "stamped", "completed", False, "s1"),
     ]
