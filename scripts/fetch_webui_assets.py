@@ -201,7 +201,8 @@ def fetch_assets(dest: Path, registry: str, packages: tuple[Package, ...] = PACK
 
 def registry_from_env() -> str:
     """npm reads its config from the environment case-insensitively."""
-    return os.environ.get("npm_config_registry") or os.environ.get("NPM_CONFIG_REGISTRY") or DEFAULT_REGISTRY
+    env = {k.lower(): v for k, v in os.environ.items()}
+    return env.get("npm_config_registry") or DEFAULT_REGISTRY
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,8 +95,14 @@ def publish(registry: Registry, lib: bytes = LIB, integrity_of: bytes | None = N
     """Serve one scoped package; returns the pins (integrity of ``integrity_of`` if given)."""
     body = tarball({"dist/lib.min.js": lib, "styles/a.css": CSS, "other.js": b"not wanted"})
     registry.routes["/@scope/lib/-/lib-1.0.0.tgz"] = body
-    pinned = sri(tarball({"dist/lib.min.js": integrity_of, "styles/a.css": CSS})) if integrity_of else sri(body)
-    return (fwa.Package("@scope/lib", "1.0.0", pinned, {"dist/lib.min.js": "lib.min.js", "styles/a.css": "a.css"}),)
+    pinned = (
+        sri(tarball({"dist/lib.min.js": integrity_of, "styles/a.css": CSS})) if integrity_of else sri(body)
+    )
+    return (
+        fwa.Package(
+            "@scope/lib", "1.0.0", pinned, {"dist/lib.min.js": "lib.min.js", "styles/a.css": "a.css"}
+        ),
+    )
 
 
 def test_fetch_verifies_extracts_only_listed_files_and_writes_a_manifest(registry: Registry, tmp_path: Path):
@@ -179,7 +185,13 @@ def test_offline_exits_non_zero_with_one_line_and_writes_nothing(registry: Regis
 
 def test_the_real_pins_name_the_files_the_page_loads():
     names = sorted(n for p in fwa.PACKAGES for n in p.files.values())
-    assert names == ["highlight.min.js", "hljs-dark.css", "hljs-light.css", "markdown-it.min.js", "purify.min.js"]
+    assert names == [
+        "highlight.min.js",
+        "hljs-dark.css",
+        "hljs-light.css",
+        "markdown-it.min.js",
+        "purify.min.js",
+    ]
     base = (REPO / "templates" / "base.html").read_text()
     assert all(f"vendor/{n}" in base for n in names)
     assert all(p.integrity.startswith("sha512-") for p in fwa.PACKAGES)
