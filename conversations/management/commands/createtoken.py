@@ -15,6 +15,7 @@ from django.core.management.base import CommandError, CommandParser
 from conversations.auth import create_token, get_or_create_user
 from conversations.management.commands._common import PicoBotCommand
 from conversations.models import ApiToken
+from tui.config import DEFAULT_URL, ConfigError, chat_url, credentials_path, save_credentials
 
 
 def check_username(username: str) -> str:
@@ -38,7 +39,9 @@ class Command(PicoBotCommand):
     help = (
         "Create an API token for USERNAME (creating the user if needed) and print it as the last "
         "line. The token is shown once; use it as 'Authorization: Bearer <token>', '?token=<token>', "
-        "or as the password on the WebUI login page. USERNAME: up to 150 letters, digits and @.+-_ "
+        "or as the password on the WebUI login page. With --save it is also written, with the username and the "
+        "server URL, to $XDG_CONFIG_HOME/picobot/credentials.json (~/.config/picobot/, mode 0600), where "
+        "'manage.py chat' finds it. USERNAME: up to 150 letters, digits and @.+-_ "
         "(as Django's admin accepts), normalised as Django's login form does (NFKC: ｆｕｌｌ is full)."
     )
 
@@ -47,8 +50,23 @@ class Command(PicoBotCommand):
         parser.add_argument(
             "--name", default="", help="a label for the token (e.g. 'laptop TUI'), up to 100 characters"
         )
+        parser.add_argument(
+            "--save",
+            action="store_true",
+            help=f"also save the URL, username and token for 'manage.py chat' ({credentials_path()}, mode 0600)",
+        )
+        parser.add_argument(
+            "--url", default=DEFAULT_URL, help=f"the server URL saved with --save (default {DEFAULT_URL})"
+        )
 
-    def handle(self, *args: object, username: str, name: str, **options: object) -> None:
+    def handle(
+        self, *args: object, username: str, name: str, save: bool, url: str, **options: object
+    ) -> None:
+        if save:
+            try:
+                chat_url(url)
+            except ConfigError as exc:
+                raise CommandError(f"--url: {exc}") from None
         normalised = check_username(username)
         if normalised != username:
             self.stderr.write(f"Username normalised to {normalised!r} (as the login form does).")
@@ -62,3 +80,9 @@ class Command(PicoBotCommand):
         token = create_token(user, name=name)
         self.stderr.write("New API token (shown once):")
         self.stdout.write(token)
+        if save:
+            try:
+                path = save_credentials(url, username, token)
+            except OSError as exc:
+                raise CommandError(f"the token above was not saved: {exc} (pass it with --token)") from None
+            self.stderr.write(f"Saved with {url} for 'manage.py chat' in {path} (mode 0600).")

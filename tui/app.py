@@ -1,0 +1,248 @@
+"""The Textual app of ``manage.py chat``: one chat, its active dialog, keys and connection state.
+
+Frames go ``ChatConnection`` → ``ChatStore.apply`` → a coalesced redraw of ``tui.view`` items →
+the ``seen`` credits of the snapshots just drawn (PROTOCOL §1 "Flow control"). Keys: Enter sends,
+Esc or Ctrl+C stops the running turn (a second Ctrl+C within QUIT_WINDOW s, or one while nothing
+runs, quits), F2 opens the dialog list (picking one sends ``/switch <dialog_id>``), Tab or → takes
+the command completion offered while typing ``/…``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import ModalScreen
+from textual.suggester import SuggestFromList
+from textual.widgets import Footer, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from tui.connection import ChatConnection, ConnectionState
+from tui.store import ChatStore
+from tui.view import provider_label, transcript
+from tui.widgets import Transcript
+
+QUIT_WINDOW = 2.0  # seconds in which a second Ctrl+C quits
+COMMANDS = [  # PROTOCOL §1 "Slash commands"
+    ("/help", "the commands"),
+    ("/new [title]", "start a new dialog"),
+    ("/sessions", "your recent dialogs"),
+    ("/switch <dialog_id>", "make another dialog active"),
+    ("/rename <title>", "rename this dialog"),
+    ("/delete [dialog_id]", "delete this (or that) dialog"),
+    ("/compact", "summarise older history now"),
+    ("/info", "about this dialog"),
+    ("/stop", "stop the running turn"),
+]
+COMMAND_NAMES = [usage.split()[0] for usage, _ in COMMANDS]
+
+CSS = """
+#header { height: 1; background: $primary; color: $text; padding: 0 1; }
+#conn { height: 1; padding: 0 1; color: $text-muted; }
+#conn.bad { color: $error; }
+#transcript { height: 1fr; padding: 0 1; }
+.item { height: auto; margin: 0 0 1 0; }
+.user { color: $accent; }
+.tool { color: $text-muted; }
+.tool.failed, .alert, .outcome, .ended .phase { color: $error; }
+.line { color: $text-muted; }
+.phase { color: $warning; }
+.blocks { height: auto; }
+Markdown.answer { margin: 0; padding: 0; }
+Collapsible.reasoning { padding: 0; margin: 0; border: none; background: transparent; }
+Collapsible.reasoning CollapsibleTitle { padding: 0; color: $text-muted; }
+Collapsible.reasoning Contents { padding: 0 0 0 2; }
+.reasoning-text { color: $text-muted; }
+#completions { height: auto; max-height: 10; padding: 0 1; color: $text-muted; display: none; }
+#completions.open { display: block; }
+DialogList { align: center middle; }
+DialogList OptionList { width: 80%; max-height: 80%; }
+"""
+
+
+class ChatInput(Input):
+    """The message line; Tab takes the command completion (as → does)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("tab", "complete", "Complete", show=False)]
+
+    def action_complete(self) -> None:
+        if self._suggestion:
+            self.value = self._suggestion
+            self.cursor_position = len(self.value)
+
+
+class DialogList(ModalScreen[str | None]):
+    """The chat's dialogs (the ``sessions`` answer), most recent first; Enter picks, Esc closes."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Close")]
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.options = OptionList(id="dialogs")
+        self.set_items(items)
+
+    def compose(self) -> ComposeResult:
+        yield self.options
+
+    def set_items(self, items: list[dict[str, Any]]) -> None:
+        self.options.set_options(
+            Option(
+                Text(
+                    f"{'▶' if i.get('active') else ' '} {i.get('title') or '(untitled)'}  · {i.get('dialog_id')}"
+                ),
+                id=str(i.get("dialog_id")),
+            )
+            for i in items
+        )
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+
+class ChatApp(App[None]):
+    """``ChatApp(url, token)``: ``url`` is the full ``ws[s]://…/ws/chat/`` endpoint."""
+
+    TITLE = "PicoBot"
+    CSS = CSS
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+c", "interrupt", "Stop · twice: quit", priority=True),
+        Binding("escape", "stop", "Stop"),
+        Binding("f2", "dialogs", "Dialogs"),
+        Binding("ctrl+q", "quit", "Quit"),
+    ]
+
+    def __init__(self, url: str, token: str) -> None:
+        super().__init__()
+        self.store = ChatStore()
+        self.connection = ChatConnection(url, token, self.on_frame, self.on_connection_state)
+        self.state = ConnectionState("connecting")
+        self._retry_at = 0.0
+        self._last_interrupt = 0.0
+        self._redraw_due = False
+        self._seen: dict[str, dict[str, Any]] = {}
+        self._dialog_list: DialogList | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="header")
+        yield Static(id="conn")
+        yield Transcript(id="transcript")
+        yield Static(id="completions")
+        yield ChatInput(
+            placeholder="Message, or / for commands", id="input", suggester=SuggestFromList(COMMAND_NAMES)
+        )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#input").focus()
+        self.run_worker(self.connection.run(), name="connection", exclusive=True)
+        self.set_interval(1.0, self._draw_state)
+        self._draw_header()
+
+    async def on_unmount(self) -> None:
+        await self.connection.close()
+
+    # --- frames -------------------------------------------------------------------------------
+
+    async def on_frame(self, frame: dict[str, Any]) -> None:
+        fx = self.store.apply(frame)
+        for out in fx.send:
+            await self.connection.send(out)
+        for credit in fx.seen:
+            self._seen[credit["turn_id"]] = credit
+        if frame["type"] == "sessions" and self._dialog_list is not None:
+            self._dialog_list.set_items(self.store.items)
+        if fx.changed or fx.seen:
+            self._schedule_redraw()
+
+    def on_connection_state(self, state: ConnectionState) -> None:
+        self.state = state
+        self._retry_at = time.monotonic() + state.retry_in
+        self._draw_state()
+
+    def _schedule_redraw(self) -> None:
+        if not self._redraw_due:
+            self._redraw_due = True
+            self.call_later(self._redraw)
+
+    async def _redraw(self) -> None:
+        self._redraw_due = False
+        self.query_one(Transcript).sync(transcript(self.store))
+        self._draw_header()
+        # Credits only for what is drawn: the server then sends the next snapshot (PROTOCOL §1).
+        credits, self._seen = list(self._seen.values()), {}
+        if credits:
+            self.call_after_refresh(self._send_credits, credits)
+
+    async def _send_credits(self, credits: list[dict[str, Any]]) -> None:
+        for credit in credits:
+            await self.connection.send(credit)
+
+    def _draw_header(self) -> None:
+        parts = [self.store.user, provider_label(self.store.provider), self.store.active_title]
+        self.query_one("#header", Static).update(Text("PicoBot  " + "  ·  ".join(p for p in parts if p)))
+
+    def _draw_state(self) -> None:
+        s = self.state
+        if s.kind == "reconnecting":
+            left = max(0, round(self._retry_at - time.monotonic()))
+            text = f"reconnecting in {left} s (attempt {s.attempt}: {s.detail})"
+        elif s.kind == "refused":
+            text = "token refused: check --token / PICOBOT_TOKEN, or run createtoken USER --save"
+        else:
+            text = {"connecting": "connecting…", "connected": "connected", "closed": "disconnected"}[s.kind]
+        widget = self.query_one("#conn", Static)
+        widget.update(Text(f"● {text}"))
+        widget.set_class(s.kind != "connected", "bad")
+
+    # --- input --------------------------------------------------------------------------------
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        value = event.value
+        box = self.query_one("#completions", Static)
+        matches = [
+            (u, d) for u, d in COMMANDS if value.startswith("/") and " " not in value and u.startswith(value)
+        ]
+        box.update(Text("\n".join(f"{u:<22} {d}" for u, d in matches)))
+        box.set_class(bool(matches), "open")
+
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        event.input.value = ""
+        frame = self.store.send_text(text)
+        sent = await self.connection.send(frame)
+        if not sent and "client_msg_id" not in frame:
+            self.notify("Not connected: the command was not sent.", severity="warning")
+        self._schedule_redraw()
+
+    # --- actions ------------------------------------------------------------------------------
+
+    async def action_stop(self) -> bool:
+        """Stop the running turn of the active dialog; False when nothing runs."""
+        frame = self.store.stop_frame()
+        if frame is None:
+            return False
+        await self.connection.send(frame)
+        return True
+
+    async def action_interrupt(self) -> None:
+        now = time.monotonic()
+        if now - self._last_interrupt > QUIT_WINDOW and await self.action_stop():
+            self._last_interrupt = now
+            self.notify("Stopping… press Ctrl+C again to quit.")
+            return
+        self.exit()
+
+    async def action_dialogs(self) -> None:
+        self._dialog_list = DialogList(self.store.items)
+        await self.connection.send({"type": "sessions"})
+        self.push_screen(self._dialog_list, self._picked)
+
+    async def _picked(self, dialog_id: str | None) -> None:
+        self._dialog_list = None
+        if dialog_id:
+            await self.connection.send(self.store.send_text(f"/switch {dialog_id}"))

@@ -1,0 +1,163 @@
+"""The cli_chat WebSocket of the terminal client (PROTOCOL §1 "Authentication", "A client must read").
+
+``ChatConnection.run()`` connects with ``Authorization: Bearer <token>`` (``ws://`` or ``wss://``,
+the system's CA store for TLS), hands every JSON frame to ``on_frame`` and reconnects after any
+drop: 0.5 s doubling to 15 s with ±25 % jitter, so a restarted server is not hit by every client
+at once. websockets' keepalive pings drop a half-open connection. A refusal — close code 4401, or
+HTTP 401/403 at the handshake — ends ``run()`` in the ``refused`` state: retrying a bad token
+cannot help. After each reconnect the server's ``ready`` lets the store resync by revision.
+
+States reported to ``on_state``: connecting, connected, reconnecting (``retry_in`` seconds,
+``detail`` = why), refused, closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
+
+UNAUTHORIZED_CLOSE = 4401
+MAX_FRAME_BYTES = 9 * 1024 * 1024  # server frames are at most 8 MiB (PROTOCOL §1)
+BASE_DELAY = 0.5
+MAX_DELAY = 15.0
+
+
+@dataclass(frozen=True)
+class ConnectionState:
+    kind: str
+    retry_in: float = 0.0
+    attempt: int = 0
+    detail: str = ""
+
+
+def backoff_delay(attempt: int, rng: Callable[[], float] = random.random) -> float:
+    """Seconds before reconnect ``attempt`` (0-based): 0.5 s × 2^attempt, at most 15 s, ±25 %."""
+    return min(MAX_DELAY, BASE_DELAY * 2**attempt) * (0.75 + rng() * 0.5)
+
+
+class ChatConnection:
+    """One client's connection, reconnecting until ``close()`` or a refused token.
+
+    ``on_frame(frame)`` is awaited for each decoded frame (a dict with ``type``; other text is
+    skipped); ``on_state(state)`` is called on every change. ``send`` returns False while
+    disconnected: the caller keeps what must survive (the store's pending messages).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        on_frame: Callable[[dict[str, Any]], Awaitable[None]],
+        on_state: Callable[[ConnectionState], None],
+        *,
+        open_timeout: float = 10.0,
+        ping_interval: float = 20.0,
+        ping_timeout: float = 20.0,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.url, self.token = url, token
+        self.on_frame, self.on_state = on_frame, on_state
+        self.open_timeout, self.ping_interval, self.ping_timeout = open_timeout, ping_interval, ping_timeout
+        self.rng = rng
+        self.ws: ClientConnection | None = None
+        self.attempt = 0
+        self._closing = False
+        self._wakeup = asyncio.Event()
+
+    async def run(self) -> None:
+        """Connect, read, reconnect; returns when refused or closed. Never raises for network
+        errors (they become ``reconnecting``)."""
+        while not self._closing:
+            self.on_state(ConnectionState("connecting", attempt=self.attempt))
+            try:
+                reason = await self._session()
+            except InvalidStatus as exc:
+                if exc.response.status_code in (401, 403):
+                    self.on_state(ConnectionState("refused", detail=f"HTTP {exc.response.status_code}"))
+                    return
+                reason = f"HTTP {exc.response.status_code}"
+            except InvalidURI as exc:
+                self.on_state(ConnectionState("closed", detail=str(exc)))
+                return
+            except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
+                reason = str(exc) or type(exc).__name__
+            if reason == "refused":
+                self.on_state(ConnectionState("refused", detail="the server refused the token (4401)"))
+                return
+            if self._closing:
+                break
+            delay = backoff_delay(self.attempt, self.rng)
+            self.attempt += 1
+            self.on_state(
+                ConnectionState("reconnecting", retry_in=delay, attempt=self.attempt, detail=reason)
+            )
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), delay)
+        self.on_state(ConnectionState("closed"))
+
+    async def _session(self) -> str:
+        """One connection until it drops; returns why ("refused" for close code 4401)."""
+        async with connect(
+            self.url,
+            additional_headers={"Authorization": f"Bearer {self.token}"},
+            open_timeout=self.open_timeout,
+            ping_interval=self.ping_interval,
+            ping_timeout=self.ping_timeout,
+            max_size=MAX_FRAME_BYTES,
+        ) as ws:
+            self.ws = ws
+            self.on_state(ConnectionState("connected"))
+            try:
+                async for message in ws:
+                    frame = _decode(message)
+                    if frame is None:
+                        continue
+                    if frame["type"] == "ready":
+                        self.attempt = 0
+                    await self.on_frame(frame)
+            except ConnectionClosed:
+                pass
+            finally:
+                self.ws = None
+            code = ws.close_code
+        return "refused" if code == UNAUTHORIZED_CLOSE else f"connection closed ({code})"
+
+    async def send(self, frame: dict[str, Any]) -> bool:
+        """Send one frame; False when not connected (or the connection dropped meanwhile)."""
+        ws = self.ws
+        if ws is None:
+            return False
+        try:
+            await ws.send(json.dumps(frame))
+        except ConnectionClosed:
+            return False
+        return True
+
+    def reconnect_now(self) -> None:
+        """Skip the rest of the backoff wait (a user asked to retry)."""
+        self._wakeup.set()
+
+    async def close(self) -> None:
+        """Stop reconnecting and close the socket; ``run()`` then returns."""
+        self._closing = True
+        self._wakeup.set()
+        if self.ws is not None:
+            await self.ws.close()
+
+
+def _decode(message: str | bytes) -> dict[str, Any] | None:
+    try:
+        frame = json.loads(message)
+    except ValueError:
+        return None
+    return frame if isinstance(frame, dict) and isinstance(frame.get("type"), str) else None
