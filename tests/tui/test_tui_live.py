@@ -79,19 +79,24 @@ async def test_a_tool_turn_streams_in_place_and_settles_into_history(
         assert len(app.query("#transcript > .item")) == len(rows(app, "user")) + len(rows(app, "assistant"))
 
 
-async def test_ctrl_c_stops_the_running_turn_and_a_second_one_when_idle_quits(tmp_path: Path):
+async def test_esc_and_ctrl_c_stop_the_running_turn_and_ctrl_c_when_idle_quits(tmp_path: Path):
     server, token = await start_server(tmp_path, {"PICOBOT_REPLAY_EVENT_DELAY": "0.5"})
     try:
         app = app_for(server, token)
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.store.active and app.store.active.loaded, "the history")
-            await send(pilot, "What time is it?")
-            await until(pilot, lambda: app.query(TurnView) and app.store.running_turn(), "a running turn")
-            await pilot.press("ctrl+c")
-            await until(pilot, lambda: "Stopped." in transcript_text(app) and is_idle(app), "Stopped.")
-            assert app.is_running, "the first Ctrl+C stops the turn, it does not quit"
-            outcome = rows(app, "user")[-1].item.data.get("outcome")
-            assert (outcome or {"status": "cancelled"})["status"] == "cancelled"
+            for n, key in enumerate(["escape", "ctrl+c"], start=1):
+                await send(pilot, "What time is it?")
+                await until(pilot, lambda: app.query(TurnView) and app.store.running_turn(), "a running turn")
+                await pilot.press(key)
+                await until(
+                    pilot,
+                    lambda n=n: transcript_text(app).count("Stopped.") == n and is_idle(app),
+                    f"Stopped. ({key})",
+                )
+                assert app.is_running, f"{key} stops the turn, it does not quit"
+                outcome = rows(app, "user")[-1].item.data.get("outcome")
+                assert (outcome or {"status": "cancelled"})["status"] == "cancelled"
             await pilot.press("ctrl+c")
             await until(pilot, lambda: not app.is_running, "the app to quit")
     finally:
@@ -175,3 +180,12 @@ async def test_the_tui_reconnects_after_a_server_restart_and_converges(
             assert len(rows(app, "user")) == 2 and not app.query(TurnView)
     finally:
         await server.stop()
+
+
+async def test_a_refused_token_is_shown_and_not_retried(served: tuple[ServeOnPort, str]):
+    server, _ = served
+    app = app_for(server, "pb_not_a_token")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.kind == "refused", "the refusal")
+        assert "token refused" in static_text(app, "#conn")
+        assert app.store.active is None, "no ready for a refused connection"
