@@ -61,6 +61,7 @@ class Dialog:
     stale: bool = False
     history_requested: bool = False
     revision: int = 0
+    behind: int = 0  # the highest history_revision of a commit we could not apply
     messages: list[dict[str, Any]] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)
     has_more: bool = False
@@ -212,6 +213,7 @@ class ChatStore:
             d.revision = max(d.revision, int(f.get("history_revision") or 0), rows[-1]["seq"])
         else:
             d.stale = True
+            d.behind = max(d.behind, int(f.get("history_revision") or 0), rows[-1]["seq"])
             if d.session_id == self.active_session_id and not d.history_requested:
                 self._request_history(d, fx)
         fx.changed = True
@@ -226,6 +228,9 @@ class ChatStore:
             d.messages, d.ids, d.revision = rows, {r["id"] for r in rows}, revision
             d.has_more = bool(f.get("has_more"))
         d.loaded, d.stale, d.history_requested = True, False, False
+        if d.revision < d.behind:
+            self._request_history(d, fx)  # answered before a commit we could not apply: again
+        d.behind = 0
         for row in rows:
             if row.get("role") == "user":
                 self._match_pending(d.session_id, row, by_content=False)

@@ -76,6 +76,18 @@ def test_a_commit_before_the_history_arrived_waits_for_that_history():
     assert fx.send == [] and store.active.messages == [], "the history already requested covers it"
 
 
+def test_a_history_answer_older_than_a_missed_commit_is_asked_for_again():
+    store = ChatStore()
+    store.apply(ready())
+    store.apply(committed(row(1), row(2, "assistant")))
+    fx = store.apply({"type": "session_history", "session_id": SID, "history_revision": 0, "has_more": False,
+                      "messages": []})  # fmt: skip
+    assert fx.send == [{"type": "history", "session_id": SID}]
+    store.apply({"type": "session_history", "session_id": SID, "history_revision": 2, "has_more": False,
+                 "messages": [row(1), row(2, "assistant")]})  # fmt: skip
+    assert store.active.revision == 2 and store.active.behind == 0
+
+
 def test_an_older_history_answer_keeps_the_rows_committed_since():
     store = loaded(row(1), row(2, "assistant"))
     store.apply(committed(row(3, turn_id="t2")))
