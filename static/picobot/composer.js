@@ -157,6 +157,8 @@
     ui.composer.addEventListener('blur', () => { popup.dismissed = true; updatePopup(); popup.dismissed = false; });
     ui.composer.addEventListener('focus', updatePopup);
     ui.attach.replaceChildren(root.PicoBot.Dom.icon('clip'));
+    // A phone's one-line composer fits only a short placeholder (the hint stays in its title).
+    if (root.matchMedia && root.matchMedia('(max-width: 480px)').matches) ui.composer.placeholder = 'Message PicoBot';
     ui.attach.addEventListener('click', () => ui.fileInput.click());
     ui.fileInput.addEventListener('change', () => { addFiles(ui.fileInput.files); ui.fileInput.value = ''; });
     ui.composer.addEventListener('paste', (e) => {

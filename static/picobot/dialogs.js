@@ -9,7 +9,7 @@
 (function (root) {
   'use strict';
 
-  const DIALOG_PAGE = 30; // sidebar page size (the server allows up to 100)
+  const DIALOG_PAGE = 20; // sidebar page size (the server allows up to 100)
 
   /** Merge one `sessions` answer into the loaded sidebar list (most recent first): offset 0
    *  replaces the list, a later page appends the dialogs not listed yet (activity may have moved
@@ -57,6 +57,7 @@
       list.inFlight = Math.max(0, list.inFlight - 1);
       if ((f.query || '') !== list.query) return; // the answer to a search typed over since
       this.dialogs = mergeDialogPage(this.dialogs, f);
+      for (const d of this.dialogs) this.known.set(d.session_id, d);
       list.hasMore = !!f.has_more;
       const active = this.dialogs.find((d) => d.active);
       if (!f.offset && active && active.session_id !== this.activeSessionId) this._activate(active.session_id, fx);
@@ -72,7 +73,9 @@
         return;
       }
       let d = this.dialogs.find((x) => x.session_id === f.session_id);
-      if (!d && titleMatches(f.title, this.dialogList.query)) {
+      this.known.set(f.session_id, Object.assign(this.known.get(f.session_id) || {}, f));
+      // A dialog not loaded yet is listed when it becomes the active one (new, or switched to).
+      if (!d && f.active && titleMatches(f.title, this.dialogList.query)) {
         d = { session_id: f.session_id, message_count: 0, last_active_at: Date.now() };
         this.dialogs.unshift(d);
       }
@@ -85,9 +88,14 @@
     }
 
     /** Keep the sidebar current without a `sessions` round trip: newest activity first. */
-    _touchDialog(sessionId, rows) {
+    _touchDialog(sessionId, rows, fx) {
       const d = this.dialogs.find((x) => x.session_id === sessionId);
-      if (!d || !rows.length) return;
+      if (!rows.length) return;
+      if (!d) {
+        // Activity moved a dialog we have not loaded to the top: refresh the first page.
+        if (!this.dialogList.query && !this.dialogList.inFlight) fx.send.push(this.requestDialogs(false));
+        return;
+      }
       d.last_active_at = Math.max(d.last_active_at || 0, ...rows.map((r) => r.created_at || 0));
       // message_count counts user messages (DESIGN §3), as the server's `sessions` does.
       d.message_count = (d.message_count || 0) + rows.filter((r) => r.role === 'user').length;

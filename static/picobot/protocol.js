@@ -52,6 +52,7 @@
       this.clientIds = new Map(); // message_id → client_msg_id: a committed row keeps its element
       this.media = new Map(); // message_id → images sent with it (history does not return them)
       this.commands = new Map(); // client_msg_id of a command → the dialog it was typed in
+      this.known = new Map(); // session_id → the latest `sessions` item or `session_changed` of it
       this.seenNotices = [];
       this.readyCount = 0;
     }
@@ -64,7 +65,10 @@
 
     get activeSession() { return this.activeSessionId ? this.session(this.activeSessionId) : null; }
 
-    get activeDialog() { return this.dialogs.find((d) => d.session_id === this.activeSessionId) || null; }
+    /** The dialog on screen (for the header), loaded in the sidebar or not. */
+    get activeDialog() {
+      return this.dialogs.find((d) => d.session_id === this.activeSessionId) || this.known.get(this.activeSessionId) || null;
+    }
 
     /** Apply one server frame; unknown types are ignored (the server may add some). */
     apply(frame) {
@@ -173,7 +177,7 @@
         if (s.id === this.activeSessionId && !s.historyRequested) this._requestHistory(s, fx);
       }
       if (fresh.length && s.id !== this.activeSessionId) this.unread.add(s.id);
-      this._touchDialog(s.id, fresh);
+      this._touchDialog(s.id, fresh, fx);
       fx.render = true;
     }
 

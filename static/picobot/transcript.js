@@ -94,7 +94,7 @@
       el.setAttribute('aria-busy', String(turn.running));
       const n = turn.blocks.length;
       reconcile(el.querySelector('.blocks'), turn.blocks.map((b, i) => ({ key: b.key, kind: b.type, b, last: i === n - 1 })),
-        buildBlock, (node, item) => updateBlock(node, item, turn.running));
+        (item) => updateBlock(buildBlock(item), item, turn.running), (node, item) => updateBlock(node, item, turn.running));
       updateNote(el.querySelector('.turn-note'), turn);
       const phase = el.querySelector('.phase');
       phase.hidden = !turn.running;
@@ -150,6 +150,7 @@
         el._text = b.text;
         renderRichText(el, b.text || '', el._streaming);
       }
+      return el;
     }
 
     function updateTool(el, b) {

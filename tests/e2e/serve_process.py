@@ -45,8 +45,9 @@ def manage(data_dir: Path, *args: str, extra_env: dict[str, str] | None = None) 
 class ServeProcess:
     """``async with ServeProcess(data_dir, env) as server:`` → ``server.url``, ``server.ws_url``."""
 
-    def __init__(self, data_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, extra_env: dict[str, str] | None = None, port: int = 0) -> None:
         self.data_dir = data_dir
+        self.port = port  # 0: any free port; a restart on the same one lets a browser page reconnect
         self.extra_env = extra_env or {}
         self.proc: asyncio.subprocess.Process | None = None
         self.url = ""
@@ -64,7 +65,7 @@ class ServeProcess:
             "--host",
             "127.0.0.1",
             "--port",
-            "0",
+            str(self.port),
             cwd=REPO,
             env=server_env(self.data_dir, self.extra_env),
             stdout=asyncio.subprocess.PIPE,

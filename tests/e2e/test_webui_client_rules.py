@@ -127,23 +127,23 @@ async def test_sidebar_pages_merge_and_a_stale_search_answer_is_dropped(page: An
           out.afterStale = s.dialogs.map((d) => d.title);
           s.apply({type: 'sessions', items: [c], has_more: false, offset: 0, query: 'Rom'});
           out.afterSearch = s.dialogs.map((d) => d.title);
-          s.apply({type: 'session_changed', session_id: 'x', dialog_id: 'x', title: 'Taxes', active: false});
-          s.apply({type: 'session_changed', session_id: 'y', dialog_id: 'y', title: 'Rome 2', active: false});
+          s.apply({type: 'session_changed', session_id: 'x', dialog_id: 'x', title: 'Taxes', active: true});
+          s.apply({type: 'session_changed', session_id: 'y', dialog_id: 'y', title: 'Rome 2', active: true});
           out.afterNew = s.dialogs.map((d) => d.title);
           return out;
         }""",
         [dialog(A, "a"), dialog(B, "b"), dialog("cli_chat:1:cccc3333", "Rome")],
     )
-    assert result["first"] == {"type": "sessions", "offset": 0, "limit": 30}
-    assert result["more"] == {"type": "sessions", "offset": 2, "limit": 30}
+    assert result["first"] == {"type": "sessions", "offset": 0, "limit": 20}
+    assert result["more"] == {"type": "sessions", "offset": 2, "limit": 20}
     assert result["whileInFlight"] is None and result["noMoreLeft"] is None
     assert result["afterPages"] == ["a", "b", "Rome"]
-    assert result["search"] == {"type": "sessions", "offset": 0, "limit": 30, "query": "Ro"}
+    assert result["search"] == {"type": "sessions", "offset": 0, "limit": 20, "query": "Ro"}
     assert result["afterStale"] == ["a", "b", "Rome"], (
         "an answer to a search typed over since changes nothing"
     )
     assert result["afterSearch"] == ["Rome"]
-    assert result["afterNew"] == ["Rome 2", "Rome"], "a new dialog is listed only when it matches the search"
+    assert result["afterNew"] == ["Rome 2", "Rome"], "a new (active) dialog is listed only when it matches the search"
 
 
 async def test_a_typed_sessions_is_a_system_line_and_refreshes_the_sidebar(page: Any) -> None:
@@ -169,7 +169,7 @@ async def test_a_typed_sessions_is_a_system_line_and_refreshes_the_sidebar(page:
         and result["cmd"]["client_msg_id"]
     )
     assert result["sidebarSend"] == [] and result["dialogs"] == 1
-    assert result["refresh"] == [{"type": "sessions", "offset": 0, "limit": 30}]
+    assert result["refresh"] == [{"type": "sessions", "offset": 0, "limit": 20}]
     assert result["lines"] == [["sessions", 2]]
 
 
