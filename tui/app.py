@@ -9,6 +9,7 @@ the command completion offered while typing ``/…``.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, ClassVar
 
@@ -187,7 +188,7 @@ class ChatApp(App[None]):
     def _draw_state(self) -> None:
         s = self.state
         if s.kind == "reconnecting":
-            left = max(0, round(self._retry_at - time.monotonic()))
+            left = max(0, math.ceil(self._retry_at - time.monotonic()))
             text = f"reconnecting in {left} s (attempt {s.attempt}: {s.detail})"
         elif s.kind == "refused":
             text = "token refused: check --token / PICOBOT_TOKEN, or run createtoken USER --save"

@@ -88,7 +88,11 @@ class ChatConnection:
             except InvalidURI as exc:
                 self.on_state(ConnectionState("closed", detail=str(exc)))
                 return
-            except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
+            except TimeoutError:
+                reason = "no answer from the server"
+            except OSError:
+                reason = "server not reachable"
+            except websockets.InvalidHandshake as exc:
                 reason = str(exc) or type(exc).__name__
             if reason == "refused":
                 self.on_state(ConnectionState("refused", detail="the server refused the token (4401)"))
