@@ -403,3 +403,51 @@ async def test_on_a_360px_phone_help_leaves_the_header_and_composer_visible(
         )
         assert hit, f"{testid} is covered"
     assert page.errors == []
+
+
+def tiny_png() -> bytes:
+    """A valid 1×1 PNG (the server checks an image's bytes against its type)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0\xff\0\0"))
+        + chunk(b"IEND", b"")
+    )
+
+
+async def test_images_attach_as_thumbnails_and_too_big_or_not_an_image_is_refused_clearly(
+    replay_server: ServeProcess, data_dir: Path, page: Any
+) -> None:
+    from playwright.async_api import expect
+
+    await log_in(page, replay_server, await token_for(data_dir))
+    files = page.get_by_test_id("file-input")
+    error = page.get_by_test_id("composer-error")
+    await files.set_input_files([{"name": "notes.txt", "mimeType": "text/plain", "buffer": b"hello"}])
+    await expect(error).to_contain_text("not an image")
+    big = {"name": "huge.png", "mimeType": "image/png", "buffer": tiny_png() + b"\0" * (5 * 1024 * 1024)}
+    await files.set_input_files([big])
+    await expect(error).to_contain_text("too big")
+    await files.set_input_files([{"name": "dot.png", "mimeType": "image/png", "buffer": tiny_png()}])
+    await expect(page.get_by_test_id("attachment")).to_have_count(1)
+    await expect(error).to_be_hidden()
+    await shot(page, "image-attached")
+
+    await send(page, "What is in this picture?")
+    sent = page.locator('article[data-role="user"]', has_text="What is in this picture?")
+    await expect(sent.locator("img.thumb")).to_have_count(1)
+    await expect(page.get_by_test_id("attachment")).to_have_count(0)
+    await expect(turn_with(page, "What is in this picture?")).to_have_attribute(
+        "data-message-id", re.compile(r".+")
+    )
+    await expect(sent).to_have_attribute("data-message-id", re.compile(r".+"))
+    await expect(sent.locator("img.thumb")).to_have_count(1)
+    await shot(page, "image-sent")
+    assert page.errors == []
