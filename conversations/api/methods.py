@@ -35,7 +35,11 @@ def _not_allowed_view(path: str, allowed: list[str]) -> Any:
     def refuse() -> None:
         raise ApiError(405, "method_not_allowed", f"this path answers {listed}", headers={"Allow": listed})
 
-    if "{path:session_id}" in path:
+    if "{message_id}" in path:  # an image of a message (``conversations.api.media``)
+
+        async def not_allowed(request: HttpRequest, session_id: str, message_id: str, index: int) -> None:
+            refuse()
+    elif "{path:session_id}" in path:
 
         async def not_allowed(request: HttpRequest, session_id: str) -> None:
             refuse()

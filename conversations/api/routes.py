@@ -15,7 +15,7 @@ from typing import Any
 
 from ninja import NinjaAPI
 
-from conversations.api import dialogs, messages, service, turns
+from conversations.api import dialogs, media, messages, service, turns
 from conversations.api.auth import api_auth
 from conversations.api.errors import install_error_handlers, limit_body
 from conversations.api.methods import answer_other_methods_with_json_405, fallback_router
@@ -51,6 +51,7 @@ ROUTERS = (
     service.router,
     dialogs.router,
     messages.router,
+    media.router,
     turns.router,
     dialogs.item_router,
     fallback_router,

@@ -129,6 +129,15 @@ class TurnOutcomeOut(Schema):
     )
 
 
+class MediaOut(Schema):
+    """An image of a user message: fetch ``url`` (same authentication) for its bytes."""
+
+    mime_type: str = Field(..., description="image/png, image/jpeg, image/gif or image/webp")
+    url: str = Field(
+        ..., description="`/api/dialogs/{session_id}/messages/{message_id}/media/{index}` (id URL-encoded)"
+    )
+
+
 class HistoryMessage(Schema):
     """PROTOCOL §1 "History message"."""
 
@@ -149,6 +158,10 @@ class HistoryMessage(Schema):
         None,
         description="user messages only: how their turn ended when it did not complete; null "
         "when it completed, is queued or running, and on assistant and tool messages",
+    )
+    media: list[MediaOut] = Field(
+        default_factory=list,
+        description="user messages only: the images sent with it, in order (empty on other messages)",
     )
 
 

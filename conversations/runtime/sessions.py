@@ -295,7 +295,7 @@ class SessionManager:
         return {
             "session_id": session.dialog_id,
             "history_revision": session.history_revision,
-            "messages": [history_row_to_protocol(r) for r in page],
+            "messages": [history_row_to_protocol(r, session_id=session.dialog_id) for r in page],
             "has_more": has_more,
         }
 

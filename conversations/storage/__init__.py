@@ -46,6 +46,7 @@ from conversations.storage.lease import (
     release_lease,
     renew_worker_leases,
 )
+from conversations.storage.media import message_image
 from conversations.storage.notices import mark_notices_sent, pending_interrupted_notices
 from conversations.storage.outcomes import turn_states
 from conversations.storage.shapes import (
@@ -126,6 +127,7 @@ __all__ = [
     "list_sessions",
     "load_history",
     "mark_notices_sent",
+    "message_image",
     "message_to_history_row",
     "message_to_protocol",
     "pending_interrupted_notices",

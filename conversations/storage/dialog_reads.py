@@ -8,6 +8,7 @@ from typing import Any
 
 from conversations.models import ChatState, Dialog, InboxMessage, Message
 from conversations.storage.dialogs import active_dialog, dialog_for_user
+from conversations.storage.media import media_types, without_media_data
 from conversations.storage.outcomes import user_outcomes
 from conversations.storage.shapes import dialog_summary, message_to_protocol
 
@@ -46,11 +47,12 @@ def history_page(owner: Any, session_id: str, before_seq: int | None = None, lim
     """``session_history`` payload: the newest ``limit`` rows below ``before_seq``, oldest first.
 
     Each user row carries its turn's ``outcome`` (``storage.turn_outcome``), read for the whole
-    page in one more query (``user_outcomes``). Raises NotFoundError for a foreign or unknown
-    dialog.
+    page in one more query (``user_outcomes``), and its images' ``media`` URLs, built from their
+    types alone (the base64 data is never read: ``without_media_data``). Raises NotFoundError for
+    a foreign or unknown dialog.
     """
     dialog = dialog_for_user(owner, session_id)
-    rows = Message.objects.filter(dialog=dialog)
+    rows = without_media_data(Message.objects.filter(dialog=dialog))
     if before_seq is not None:
         rows = rows.filter(seq__lt=before_seq)
     page = list(rows.order_by("-seq")[: limit + 1])
@@ -61,7 +63,9 @@ def history_page(owner: Any, session_id: str, before_seq: int | None = None, lim
     return {
         "session_id": dialog.id,
         "history_revision": dialog.history_revision,
-        "messages": [message_to_protocol(m, outcome=outcomes.get(str(m.id))) for m in page],
+        "messages": [
+            message_to_protocol(m, outcome=outcomes.get(str(m.id)), media_types=media_types(m)) for m in page
+        ],
         "has_more": has_more,
     }
 

@@ -15,6 +15,7 @@ import uuid
 from django.db.models import Q
 
 from conversations.models import InboxMessage, Message
+from conversations.storage.media import media_types, without_media_data
 from conversations.storage.shapes import message_to_protocol, turn_outcome
 
 ENDED = (InboxMessage.Status.DONE, InboxMessage.Status.INTERRUPTED)
@@ -97,5 +98,7 @@ def _turn_messages(
     user_seq = Message.objects.filter(pk=inbox_id, dialog_id=dialog_id).values_list("seq", flat=True).first()
     if user_seq is None:
         return []
-    rows = Message.objects.filter(dialog_id=dialog_id, seq__gte=user_seq, turn_id=turn_id).order_by("seq")
-    return [message_to_protocol(m, outcome=outcome) for m in rows]
+    rows = without_media_data(
+        Message.objects.filter(dialog_id=dialog_id, seq__gte=user_seq, turn_id=turn_id).order_by("seq")
+    )
+    return [message_to_protocol(m, outcome=outcome, media_types=media_types(m)) for m in rows]

@@ -5,8 +5,10 @@ Pure data conversion on model instances; no transactions here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from conversations.models import Dialog, InboxMessage, Message
 from providers.unicode_text import scrub_value
@@ -66,6 +68,7 @@ PROTOCOL_FIELDS = (
     "completion_status",
     "created_at",
     "outcome",
+    "media",
 )
 
 TURN_INTERRUPTED_ERROR = "interrupted by a server restart"
@@ -100,30 +103,83 @@ def _protocol_tool_call(call: object) -> object:
     return call
 
 
-def history_row_to_protocol(row: dict, *, outcome: dict | None = None) -> dict:
+def media_url(session_id: str, message_id: str, index: int) -> str:
+    """The REST path of a user row's ``index``-th image (PROTOCOL §2
+    ``GET /api/dialogs/{session_id}/messages/{message_id}/media/{index}``).
+
+    ``session_id`` is percent-encoded whole (its ``:`` too, and a ``/`` a chat id may hold), so
+    the path is one segment per parameter in any client; the API decodes it before routing.
+    """
+    return f"/api/dialogs/{quote(session_id, safe='')}/messages/{message_id}/media/{index}"
+
+
+def media_list(session_id: str, message_id: str, mime_types: Iterable[str]) -> list[dict]:
+    """A user row's ``media`` (PROTOCOL §1 "History message"): ``[{mime_type, url}]`` in
+    attachment order, ``url`` from :func:`media_url`; ``[]`` when it has none. Never the data."""
+    return [
+        {"mime_type": mime_type, "url": media_url(session_id, message_id, index)}
+        for index, mime_type in enumerate(mime_types)
+    ]
+
+
+def _mime_types(media_refs: object) -> list[str]:
+    # ``media_refs`` items were checked on arrival (``agent.media.validate_media``); only their
+    # type is read here, so a row read without the data (``{mime_type}`` items) projects the same.
+    if not isinstance(media_refs, list):
+        return []
+    return [str(m.get("mime_type") or "") for m in media_refs if isinstance(m, dict)]
+
+
+def history_row_to_protocol(row: dict, *, session_id: str = "", outcome: dict | None = None) -> dict:
     """A history-form row as PROTOCOL §1 "History message".
 
     Keeps exactly ``PROTOCOL_FIELDS`` (missing ones become None): ``provider_state``,
     ``media_refs`` and anything else server-only are dropped, and each tool call loses its
     ``raw_arguments``. ``outcome`` (``turn_outcome``: the caller read the user row's inbox row)
     is kept on a user row only; every other row, and a user row read without it, has None.
-    Never mutates ``row``.
+    ``media`` is a user row's images as :func:`media_list` (their types from ``media_refs``,
+    whose items need only ``mime_type`` here; URLs under ``session_id``, the row's dialog), and
+    ``[]`` on every other row. Never mutates ``row``.
     """
     out = {name: row.get(name) for name in PROTOCOL_FIELDS}
     out["tool_calls"] = [_protocol_tool_call(c) for c in row.get("tool_calls") or []]
-    out["outcome"] = outcome if row.get("role") == Message.Role.USER else None
+    is_user = row.get("role") == Message.Role.USER
+    out["outcome"] = outcome if is_user else None
+    out["media"] = (
+        media_list(session_id, str(row.get("id")), _mime_types(row.get("media_refs"))) if is_user else []
+    )
     return out
 
 
-def message_to_protocol(row: Message, *, outcome: dict | None = None) -> dict:
+def message_to_protocol(
+    row: Message, *, outcome: dict | None = None, media_types: list[str] | None = None
+) -> dict:
     """A history row as PROTOCOL §1 "History message" (``provider_state``, ``media_refs`` and a
     tool call's ``raw_arguments`` never leave): ``history_row_to_protocol`` of its history form, the
-    one projection the runtime sessions use too (``conversations.runtime.sessions``)."""
-    return history_row_to_protocol(message_to_history_row(row), outcome=outcome)
+    one projection the runtime sessions use too (``conversations.runtime.sessions``).
+
+    ``media_types``: the row's image types when it was read without ``media_refs`` and
+    ``provider_state`` (``storage.media.without_media_data``); neither column is touched then, so
+    no deferred load runs. None: both are read from ``row``.
+    """
+    if media_types is None:
+        history = message_to_history_row(row)
+    else:
+        history = _history_fields(row) | {"media_refs": [{"mime_type": t} for t in media_types]}
+    return history_row_to_protocol(history, session_id=row.dialog_id, outcome=outcome)
 
 
 def message_to_history_row(row: Message) -> dict:
-    """A history row for building provider input (includes ``provider_state``; server only)."""
+    """A history row for building provider input (includes ``provider_state`` and ``media_refs``
+    with their data; server only)."""
+    return _history_fields(row) | {
+        "provider_state": row.provider_state,
+        "media_refs": row.media_refs or [],
+    }
+
+
+def _history_fields(row: Message) -> dict:
+    """The history form without its two server-only columns (which may be deferred)."""
     return {
         "id": str(row.id),
         "seq": row.seq,
@@ -138,8 +194,6 @@ def message_to_history_row(row: Message) -> dict:
         "iteration": row.iteration,
         "completion_status": row.completion_status,
         "created_at": row.created_at,
-        "provider_state": row.provider_state,
-        "media_refs": row.media_refs or [],
     }
 
 

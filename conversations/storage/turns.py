@@ -91,8 +91,9 @@ def interrupted_commit(inbox_id: str) -> CommitResult | None:
     if row is None:
         return None
     outcome = turn_outcome(InboxMessage.Status.INTERRUPTED, "", "")
+    session_id = Message.objects.filter(pk=row["id"]).values_list("dialog_id", flat=True).first() or ""
     return CommitResult(
-        messages=[history_row_to_protocol(row, outcome=outcome)],
+        messages=[history_row_to_protocol(row, session_id=session_id, outcome=outcome)],
         history_revision=row["seq"],
         history_rows=[row],
     )
@@ -279,9 +280,9 @@ def commit_turn(
         )
         user_row = sql.history_row(inbox_id)
     shown = turn_outcome(inbox_status, outcome, error)
-    committed = ([history_row_to_protocol(user_row, outcome=shown)] if user_row else []) + [
-        message_to_protocol(m) for m in created
-    ]
+    committed = (
+        [history_row_to_protocol(user_row, session_id=dialog.id, outcome=shown)] if user_row else []
+    ) + [message_to_protocol(m) for m in created]
     return CommitResult(
         messages=committed, history_revision=seq, history_rows=[_as_stored(m) for m in created]
     )

@@ -143,12 +143,13 @@ async def test_openapi_document_and_docs_page():
         "/api/dialogs/{session_id}",
         "/api/dialogs/{session_id}/activate",
         "/api/dialogs/{session_id}/messages",
+        "/api/dialogs/{session_id}/messages/{message_id}/media/{index}",
         "/api/dialogs/{session_id}/turn",
         "/api/dialogs/{session_id}/stop",
         "/api/dialogs/{session_id}/compact",
     }
     operations = {(method.upper(), path) for path, item in schema["paths"].items() for method in item}
-    assert len(operations) == 13, "the 13 rows of PROTOCOL §2"
+    assert len(operations) == 14, "the 14 rows of PROTOCOL §2"
     assert set(schema["components"]["securitySchemes"]) == {"BearerToken", "SessionCookie"}
     post_message = schema["paths"]["/api/dialogs/{session_id}/messages"]["post"]
     assert {"202", "401", "404", "409", "413", "422", "429"} <= set(post_message["responses"])
