@@ -143,7 +143,9 @@ async def test_sidebar_pages_merge_and_a_stale_search_answer_is_dropped(page: An
         "an answer to a search typed over since changes nothing"
     )
     assert result["afterSearch"] == ["Rome"]
-    assert result["afterNew"] == ["Rome 2", "Rome"], "a new (active) dialog is listed only when it matches the search"
+    assert result["afterNew"] == ["Rome 2", "Rome"], (
+        "a new (active) dialog is listed only when it matches the search"
+    )
 
 
 async def test_a_typed_sessions_is_a_system_line_and_refreshes_the_sidebar(page: Any) -> None:
