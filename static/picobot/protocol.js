@@ -50,7 +50,7 @@
       this.pending = []; // user messages not yet in history, in send order
       this.finishedTurns = new Set(); // turn ids whose rows are committed: later snapshots are stale
       this.clientIds = new Map(); // message_id → client_msg_id: a committed row keeps its element
-      this.media = new Map(); // message_id → images sent with it (history does not return them)
+      this.media = new Map(); // message_id → images this page sent with it: shown as sent, also once committed
       this.commands = new Map(); // client_msg_id of a command → the dialog it was typed in
       this.known = new Map(); // session_id → the latest `sessions` item or `session_changed` of it
       this.seenNotices = [];

@@ -46,13 +46,7 @@
       el.dataset.status = it.status;
       if (it.messageId) el.dataset.messageId = it.messageId;
       if (it.clientMsgId) el.dataset.clientMsgId = it.clientMsgId;
-      const thumbs = el.querySelector('.thumbs');
-      if (it.media && !thumbs.childElementCount) {
-        for (const m of it.media) {
-          thumbs.append(h('img', { src: `data:${m.mime_type};base64,${m.data}`, alt: 'Attached image', className: 'thumb' }));
-        }
-      }
-      thumbs.hidden = !thumbs.childElementCount;
+      updateThumbs(el.querySelector('.thumbs'), it.media);
       setTime(el.querySelector('.msg-time'), it.at);
       const meta = el.querySelector('.msg-meta');
       const sig = `${it.status}|${it.queued}|${it.error}`;
@@ -69,6 +63,24 @@
           text: `Not sent — ${View.friendlyError(it.errorCode, it.error)}` });
         meta.replaceChildren(why, ' ', retry, ' ', dismiss);
       } else meta.replaceChildren();
+    }
+
+    /** Thumbnails are built once (a committed message keeps the ones it was sent with: no
+     *  reload, no jump); each becomes a link to the full-size image once the server's URL is
+     *  known (history `media[].url`), opened in a new tab. */
+    function updateThumbs(thumbs, media) {
+      if (media && !thumbs.childElementCount) {
+        for (const m of media) {
+          thumbs.append(h('a', { className: 'thumb-link', 'data-testid': 'message-image' },
+            h('img', { src: m.src, alt: 'Attached image', className: 'thumb' })));
+        }
+      }
+      (media || []).forEach((m, i) => {
+        const link = thumbs.children[i];
+        if (!link || !m.href || link.getAttribute('href') === m.href) return;
+        Object.assign(link, { href: m.href, target: '_blank', rel: 'noopener', title: 'Open the full-size image' });
+      });
+      thumbs.hidden = !thumbs.childElementCount;
     }
 
     // --- turns --------------------------------------------------------------------------------
@@ -107,7 +119,7 @@
 
     function updateNote(box, turn) {
       const hasAnswer = turn.blocks.some((b) => b.type === 'assistant' && b.text);
-      const sig = JSON.stringify([turn.note, turn.canRetry, turn.running, hasAnswer]);
+      const sig = JSON.stringify([turn.note, turn.canRetry, turn.retried, turn.running, hasAnswer]);
       if (box._sig === sig) return;
       box._sig = sig;
       const parts = [];
@@ -116,8 +128,10 @@
           'data-status': turn.note.status, role: 'status', text: turn.note.text }));
         if (turn.canRetry) {
           const retry = h('button', { type: 'button', className: 'btn btn-small', 'data-testid': 'retry-turn', text: '↻ Retry' });
-          retry.addEventListener('click', () => ctx.sendMessage(store.retryTurn(turn.id)));
+          retry.addEventListener('click', () => { retry.disabled = true; ctx.sendMessage(store.retryTurn(turn.id)); });
           parts.push(retry);
+        } else if (turn.retried) {
+          parts.push(h('span', { className: 'muted retried', 'data-testid': 'retried', text: '↻ Retried' }));
         }
       } else if (!turn.running && !hasAnswer && !turn.blocks.length) {
         parts.push(h('p', { className: 'notice', 'data-testid': 'no-answer', text: 'The model returned no answer.' }));

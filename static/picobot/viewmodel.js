@@ -69,17 +69,19 @@
     });
   }
 
-  function liveTurn(t, userText) {
+  /** `retried`: its Retry was used (wasRetried): the note shows "Retried" instead. */
+  function liveTurn(t, userText, retried = false) {
     const blocks = (t.blocks || []).filter((b) => ['reasoning', 'assistant', 'tool'].includes(b.type));
     const note = t.status === 'failed' || t.status === 'cancelled'
       ? noteView({ status: t.status, error: root.PicoBot.errorText(t.error) }) : null;
+    const retry = !!(note && note.retry && userText);
     return { id: t.id, status: t.status, phase: t.phase || '', running: t.status === 'running',
-      blocks: keyBlocks(blocks), note, canRetry: !!(note && note.retry && userText),
+      blocks: keyBlocks(blocks), note, canRetry: retry && !retried, retried: retry && retried,
       messageId: null, at: t.seenAt || null, committed: false };
   }
 
   /** A committed turn from its assistant/tool rows (results joined to their calls). */
-  function committedTurn(id, rows, note, userRow) {
+  function committedTurn(id, rows, note, userRow, retried = false) {
     const results = new Map();
     for (const r of rows) if (r.role === 'tool' && r.tool_call_id) results.set(r.tool_call_id, r);
     const called = new Set();
@@ -102,20 +104,54 @@
     }
     const nv = noteView(note);
     const last = rows.filter((r) => r.role === 'assistant').pop();
+    const retry = !!(nv && nv.retry && userRow);
     return { id, status: nv ? nv.status : 'completed', phase: '', running: false, blocks: keyBlocks(blocks),
-      note: nv, canRetry: !!(nv && nv.retry && userRow), messageId: last ? last.id : null,
+      note: nv, canRetry: retry && !retried, retried: retry && retried, messageId: last ? last.id : null,
       at: rows.length ? rows[rows.length - 1].created_at : (userRow && userRow.created_at), committed: true };
+  }
+
+  /** A server image URL (history `media[].url`, PROTOCOL §1), or null for anything else. */
+  function mediaUrl(item) {
+    const u = item && item.url;
+    return typeof u === 'string' && u.startsWith('/api/') ? u : null;
+  }
+
+  /** A user message's thumbnails, [{src, href}] in order, or null for none. `local`: the
+   *  [{mime_type, data}] this page sent (shown as they are, so a thumbnail does not reload at
+   *  commit); `served`: the row's `media` ([{mime_type, url}]), whose URL is the full-size link
+   *  and, after a reload, the thumbnail too. */
+  function thumbnails(local, served) {
+    const out = [];
+    const n = Math.max(local ? local.length : 0, served ? served.length : 0);
+    for (let i = 0; i < n; i++) {
+      const mine = local && local[i];
+      const href = mediaUrl(served && served[i]);
+      const src = mine ? `data:${mine.mime_type};base64,${mine.data}` : href;
+      if (src) out.push({ src, href });
+    }
+    return out.length ? out : null;
   }
 
   function userFromRow(store, m) {
     return { kind: 'user', key: 'u:' + (store.clientIds.get(m.id) || m.id), seq: m.seq, text: m.content,
-      at: m.created_at, status: 'committed', messageId: m.id, media: store.media.get(m.id) || null };
+      at: m.created_at, status: 'committed', messageId: m.id, media: thumbnails(store.media.get(m.id), m.media) };
   }
 
   function userFromPending(p) {
     return { kind: 'user', key: 'u:' + p.client_msg_id, seq: Infinity, text: p.content, at: p.sentAt,
       status: p.status, queued: p.queued, error: p.error, errorCode: p.errorCode, clientMsgId: p.client_msg_id,
-      media: p.media };
+      media: thumbnails(p.media, null) };
+  }
+
+  /** Whether the failed turn of `userMsg` (a row or a pending message) was retried: a later
+   *  message of the dialog — sent, queued or in history — carries the same text (what its Retry
+   *  sends), so its Retry is spent, also after a reload. */
+  function wasRetried(msgs, mine, userMsg) {
+    if (!userMsg) return false;
+    const text = userMsg.content;
+    if (userMsg.seq !== undefined && msgs.some((m) => m.role === 'user' && m.seq > userMsg.seq && m.content === text)) return true;
+    const after = userMsg.seq !== undefined ? -Infinity : userMsg.sentAt;
+    return mine.some((p) => p !== userMsg && p.content === text && p.sentAt >= after);
   }
 
   /** The active dialog as an ordered list of keyed items: user messages, turns (committed, then
@@ -128,6 +164,7 @@
     const msgs = s.messages;
     const shownTurns = new Set();
     const liveId = s.turn && s.turn.id;
+    const mine = store.pending.filter((p) => root.PicoBot.sameSession(p, s.id, store.activeSessionId));
     let lastUser = null;
     for (let i = 0; i < msgs.length;) {
       const m = msgs[i];
@@ -139,7 +176,8 @@
           const note = rowNote(m, s.notes.get(tid), []);
           if (note) {
             shownTurns.add(tid);
-            out.push({ kind: 'turn', key: 't:' + tid, seq: m.seq, turn: committedTurn(tid, [], note, m) });
+            out.push({ kind: 'turn', key: 't:' + tid, seq: m.seq,
+              turn: committedTurn(tid, [], note, m, wasRetried(msgs, mine, m)) });
           }
         }
         continue;
@@ -151,18 +189,19 @@
       const id = tid || rows[0].id;
       shownTurns.add(id);
       const note = rowNote(userRow, s.notes.get(tid), rows);
-      out.push({ kind: 'turn', key: 't:' + id, seq: rows[rows.length - 1].seq, turn: committedTurn(id, rows, note, userRow) });
+      out.push({ kind: 'turn', key: 't:' + id, seq: rows[rows.length - 1].seq,
+        turn: committedTurn(id, rows, note, userRow, wasRetried(msgs, mine, userRow)) });
     }
     for (const [id, note] of s.notes) {
       if (!shownTurns.has(id) && id !== liveId) {
         out.push({ kind: 'turn', key: 't:' + id, seq: Infinity, turn: committedTurn(id, [], note, null) });
       }
     }
-    const mine = store.pending.filter((p) => root.PicoBot.sameSession(p, s.id, store.activeSessionId));
     for (const p of mine) if (liveId && p.turnId === liveId) out.push(userFromPending(p));
     if (s.turn) {
       const own = msgs.find((m) => m.role === 'user' && m.turn_id === liveId) || mine.find((p) => p.turnId === liveId);
-      out.push({ kind: 'turn', key: 't:' + liveId, seq: Infinity, turn: liveTurn(s.turn, own && own.content) });
+      out.push({ kind: 'turn', key: 't:' + liveId, seq: Infinity,
+        turn: liveTurn(s.turn, own && own.content, wasRetried(msgs, mine, own)) });
     }
     for (const p of mine) if (!liveId || p.turnId !== liveId) out.push(userFromPending(p));
     for (const line of s.system) placeLine(out, line);

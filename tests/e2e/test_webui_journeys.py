@@ -314,6 +314,11 @@ async def test_watch_a_turn_stream_stop_one_retry_a_failed_one_and_reload_keeps_
     await shot(page, "failed")
     await failed.get_by_test_id("retry-turn").click()
     await expect(page.locator('article[data-role="user"]', has_text=FLAKY)).to_have_count(2)
+    first_failure = page.locator(
+        'article[data-role="assistant"]', has=page.get_by_test_id("turn-error")
+    ).filter(has_text="Failed")
+    await expect(first_failure.get_by_test_id("retry-turn")).to_have_count(0)
+    await expect(first_failure.get_by_test_id("retried")).to_be_visible()
     await expect(turn_with(page, FLAKY).get_by_test_id("answer")).to_contain_text(
         "Recovered", timeout=TIMEOUT_MS
     )
@@ -328,6 +333,8 @@ async def test_watch_a_turn_stream_stop_one_retry_a_failed_one_and_reload_keeps_
     await expect(turn_with(page, STORY).get_by_test_id("turn-error")).to_have_text("Stopped")
     flaky_notes = page.get_by_test_id("turn-error").filter(has_text="Failed")
     await expect(flaky_notes).to_have_count(1)
+    await expect(page.get_by_test_id("retry-turn")).to_have_count(0)
+    await expect(page.get_by_test_id("retried")).to_have_count(1)  # the used Retry stays used
     assert await transcript(page) == before
     await shot(page, "reloaded-outcomes-kept")
     assert page.errors == []
@@ -449,5 +456,27 @@ async def test_images_attach_as_thumbnails_and_too_big_or_not_an_image_is_refuse
     )
     await expect(sent).to_have_attribute("data-message-id", re.compile(r".+"))
     await expect(sent.locator("img.thumb")).to_have_count(1)
+    # Committed: the thumbnail it was sent with stays (no reload, no jump) and links to the image.
+    link = sent.get_by_test_id("message-image")
+    await expect(link).to_have_attribute("href", re.compile(r"^/api/dialogs/[^/]+/messages/[^/]+/media/0$"))
+    await expect(link).to_have_attribute("target", "_blank")
     await shot(page, "image-sent")
+
+    # Reload: history names the image by URL; the thumbnail is there again and its image loads.
+    box = await sent.locator("img.thumb").bounding_box()
+    await page.reload()
+    await expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "online")
+    reloaded = page.locator('article[data-role="user"]', has_text="What is in this picture?")
+    thumb = reloaded.locator("img.thumb")
+    await expect(thumb).to_have_count(1)
+    await expect(thumb).to_have_attribute("src", re.compile(r"^/api/dialogs/.+/media/0$"))
+    await page.wait_for_function(
+        "(img) => img.complete && img.naturalWidth > 0", arg=await thumb.element_handle(), timeout=TIMEOUT_MS
+    )
+    after = await thumb.bounding_box()
+    assert (after["width"], after["height"]) == (box["width"], box["height"]), "the same look as before"
+    full = await page.request.get(await reloaded.get_by_test_id("message-image").evaluate("(a) => a.href"))
+    assert full.status == 200 and full.headers["content-type"] == "image/png"
+    assert await full.body() == tiny_png()
+    await shot(page, "image-after-reload")
     assert page.errors == []
