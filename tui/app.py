@@ -3,8 +3,11 @@
 Frames go ``ChatConnection`` → ``ChatStore.apply`` → a coalesced redraw of ``tui.view`` items →
 the ``seen`` credits of the snapshots just drawn (PROTOCOL §1 "Flow control"). Keys: Enter sends,
 Esc or Ctrl+C stops the running turn (a second Ctrl+C within QUIT_WINDOW s, or one while nothing
-runs, quits), F2 opens the dialog list (picking one sends ``/switch <dialog_id>``), Tab or → takes
-the command completion offered while typing ``/…``.
+runs, quits), F2 opens the dialog list (``tui.dialog_list``), PageUp/PageDown scroll the
+transcript and PageUp at its top loads older messages (``history`` with ``before_seq``), Ctrl+R
+sends a refused message again (same ``client_msg_id``) or retries a failed turn (its text as a new
+message), Ctrl+D dismisses a refused message, Tab or → takes the command completion offered while
+typing ``/…``.
 """
 
 from __future__ import annotations
@@ -16,12 +19,11 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
-from textual.widgets import Footer, Input, OptionList, Static
-from textual.widgets.option_list import Option
+from textual.widgets import Footer, Input, Static
 
 from tui.connection import ChatConnection, ConnectionState
+from tui.dialog_list import DIALOG_LIST_CSS, DialogList
 from tui.store import ChatStore
 from tui.view import provider_label, transcript
 from tui.widgets import Transcript
@@ -59,8 +61,6 @@ Collapsible.reasoning Contents { padding: 0 0 0 2; }
 .reasoning-text { color: $text-muted; }
 #completions { height: auto; max-height: 10; padding: 0 1; color: $text-muted; display: none; }
 #completions.open { display: block; }
-DialogList { align: center middle; }
-DialogList OptionList { width: 80%; max-height: 80%; }
 """
 
 
@@ -75,43 +75,20 @@ class ChatInput(Input):
             self.cursor_position = len(self.value)
 
 
-class DialogList(ModalScreen[str | None]):
-    """The chat's dialogs (the ``sessions`` answer), most recent first; Enter picks, Esc closes."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Close")]
-
-    def __init__(self, items: list[dict[str, Any]]) -> None:
-        super().__init__()
-        self.options = OptionList(id="dialogs")
-        self.set_items(items)
-
-    def compose(self) -> ComposeResult:
-        yield self.options
-
-    def set_items(self, items: list[dict[str, Any]]) -> None:
-        self.options.set_options(
-            Option(
-                Text(
-                    f"{'▶' if i.get('active') else ' '} {i.get('title') or '(untitled)'}  · {i.get('dialog_id')}"
-                ),
-                id=str(i.get("dialog_id")),
-            )
-            for i in items
-        )
-
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option.id)
-
-
 class ChatApp(App[None]):
     """``ChatApp(url, token)``: ``url`` is the full ``ws[s]://…/ws/chat/`` endpoint."""
 
     TITLE = "PicoBot"
-    CSS = CSS
+    CSS = CSS + DIALOG_LIST_CSS
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+c", "interrupt", "Stop · twice: quit", priority=True),
         Binding("escape", "stop", "Stop"),
         Binding("f2", "dialogs", "Dialogs"),
+        Binding("pageup", "page_up", "Older", key_display="PgUp"),
+        Binding("pagedown", "page_down", "Newer", show=False),
+        Binding("ctrl+r", "retry", "Retry"),
+        # Priority over the message line's Ctrl+D (delete right), only while a refusal is shown.
+        Binding("ctrl+d", "dismiss_refused", "Dismiss", priority=True),
         Binding("ctrl+q", "quit", "Quit"),
     ]
 
@@ -125,6 +102,7 @@ class ChatApp(App[None]):
         self._redraw_due = False
         self._seen: dict[str, dict[str, Any]] = {}
         self._dialog_list: DialogList | None = None
+        self._anchor: str | None = None  # the item key to keep in view when an older page lands
 
     def compose(self) -> ComposeResult:
         yield Static(id="header")
@@ -153,8 +131,8 @@ class ChatApp(App[None]):
             await self.connection.send(out)
         for credit in fx.seen:
             self._seen[credit["turn_id"]] = credit
-        if frame["type"] == "sessions" and self._dialog_list is not None:
-            self._dialog_list.set_items(self.store.items)
+        if frame["type"] in ("sessions", "session_changed") and self._dialog_list is not None:
+            self._dialog_list.refresh_items()
         if fx.changed or fx.seen:
             self._schedule_redraw()
 
@@ -170,8 +148,15 @@ class ChatApp(App[None]):
 
     async def _redraw(self) -> None:
         self._redraw_due = False
-        self.query_one(Transcript).sync(transcript(self.store))
+        view = self.query_one(Transcript)
+        view.sync(transcript(self.store))
         self._draw_header()
+        self.refresh_bindings()
+        d = self.store.active
+        if self._anchor and d is not None and d.older_before is None:
+            # Keep the row that was at the top in view: the page lands above it.
+            view.call_after_refresh(view.show_key, self._anchor)
+            self._anchor = None
         # Credits only for what is drawn: the server then sends the next snapshot (PROTOCOL §1).
         credits, self._seen = list(self._seen.values()), {}
         if credits:
@@ -238,12 +223,47 @@ class ChatApp(App[None]):
             return
         self.exit()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Retry and dismiss only while there is something to act on, and only on the chat
+        screen (a disabled binding lets the key through to the message line)."""
+        if action == "retry":
+            target = self.store.refused() or self.store.retryable_row()
+            return self.screen is self.screen_stack[0] and target is not None
+        if action == "dismiss_refused":
+            return self.screen is self.screen_stack[0] and self.store.refused() is not None
+        return True
+
+    async def action_page_up(self) -> None:
+        """Scroll the transcript up a page; at its top, load the older page (if any)."""
+        view = self.query_one(Transcript)
+        if view.scroll_y > 0:
+            view.scroll_page_up(animate=False)
+            return
+        frame = self.store.older_frame()
+        if frame is not None:
+            self._anchor = view.first_row_key()
+            await self.connection.send(frame)
+            self._schedule_redraw()
+
+    def action_page_down(self) -> None:
+        self.query_one(Transcript).scroll_page_down(animate=False)
+
+    async def action_retry(self) -> None:
+        frame = self.store.retry_refused() or self.store.retry_turn()
+        if frame is not None:
+            await self.connection.send(frame)
+            self._schedule_redraw()
+
+    def action_dismiss_refused(self) -> None:
+        if self.store.dismiss_refused():
+            self._schedule_redraw()
+
     async def action_dialogs(self) -> None:
-        self._dialog_list = DialogList(self.store.items)
-        await self.connection.send({"type": "sessions"})
-        self.push_screen(self._dialog_list, self._picked)
+        if self._dialog_list is None:
+            self._dialog_list = DialogList(self.store, self.connection.send)
+            self.push_screen(self._dialog_list, self._picked)
 
     async def _picked(self, dialog_id: str | None) -> None:
         self._dialog_list = None
         if dialog_id:
-            await self.connection.send(self.store.send_text(f"/switch {dialog_id}"))
+            await self.connection.send(self.store.command(f"/switch {dialog_id}"))

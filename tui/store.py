@@ -4,91 +4,25 @@
 send now (``history`` on a gap, ``sessions``, pending messages after ``ready``) and ``seen``
 credits to send once the UI has drawn the snapshots. Per dialog the client holds the committed
 ``history`` and one ``active_turn``, replaced only by a higher revision of the same turn (or by a
-new turn), never rebuilt from deltas. No Textual, no I/O: tests drive it with plain dicts.
+new turn), never rebuilt from deltas. Older history is paged in with ``before_seq`` and kept
+across a refetch that joins it; the dialog list pages and searches (``tui.dialogs``). A message
+the server refused is resent with its ``client_msg_id`` or dropped; a failed or interrupted turn
+is retried as a new message (as the WebUI does). No Textual, no I/O: tests drive it with plain
+dicts.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
+from tui.dialogs import DialogPages, listing
+from tui.model import Dialog, Effects, Pending, SystemLine, error_text
+
 TERMINAL = frozenset({"completed", "cancelled", "failed"})
+RETRYABLE = frozenset({"failed", "interrupted"})  # a stopped turn was the user's choice
 NOTICE_MEMORY = 200  # notification ids remembered for de-duplication (a retried send)
-
-
-@dataclass
-class Pending:
-    """A user message sent but not yet in history. ``status``: pending (no ack yet), accepted
-    (ack'd: durable on the server), failed (an ``error`` frame named its client_msg_id)."""
-
-    client_msg_id: str
-    content: str
-    session_id: str | None
-    status: str = "pending"
-    error: str = ""
-    message_id: str | None = None
-    turn_id: str | None = None
-
-    def frame(self) -> dict[str, Any]:
-        """The ``message`` frame; the same client_msg_id again is de-duplicated by the server."""
-        out: dict[str, Any] = {
-            "type": "message",
-            "content": self.content,
-            "client_msg_id": self.client_msg_id,
-        }
-        if self.session_id:
-            out["session_id"] = self.session_id
-        return out
-
-
-@dataclass
-class SystemLine:
-    """A notice or command answer shown in the transcript, after the row with seq ``after_seq``."""
-
-    key: str
-    level: str
-    text: str
-    after_seq: int
-
-
-@dataclass
-class Dialog:
-    """One dialog as this client holds it. ``revision`` is the highest committed seq we hold."""
-
-    session_id: str
-    loaded: bool = False
-    stale: bool = False
-    history_requested: bool = False
-    revision: int = 0
-    behind: int = 0  # the highest history_revision of a commit we could not apply
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    ids: set[str] = field(default_factory=set)
-    has_more: bool = False
-    turn: dict[str, Any] | None = None
-    notes: dict[str, dict[str, Any]] = field(default_factory=dict)  # turn_id → {status, error}
-    lines: list[SystemLine] = field(default_factory=list)
-
-
-@dataclass
-class Effects:
-    """What the caller does after ``apply``: ``send`` now, ``seen`` after the next render."""
-
-    send: list[dict[str, Any]] = field(default_factory=list)
-    seen: list[dict[str, Any]] = field(default_factory=list)
-    changed: bool = False
-
-
-def error_text(error: Any) -> str:
-    """A turn's or outcome's ``error`` (a string, or ``{code, message, ref}``) as one line."""
-    if not error:
-        return ""
-    if isinstance(error, str):
-        return error
-    if isinstance(error, dict):
-        text = str(error.get("message") or error.get("code") or "")
-        return f"{text} (ref {error['ref']})" if error.get("ref") else text
-    return str(error)
+OLDER_PAGE = 50  # rows per older-history request (PROTOCOL ``history``: ≤ 200)
 
 
 class ChatStore:
@@ -99,7 +33,8 @@ class ChatStore:
         self.provider: dict[str, Any] = {}
         self.active_session_id: str | None = None
         self.dialogs: dict[str, Dialog] = {}
-        self.items: list[dict[str, Any]] = []  # the `sessions` list, most recent first
+        self.dialog_list = DialogPages()  # the F2 list
+        self.titles: dict[str, str] = {}  # session_id → title, from `sessions` and `session_changed`
         self.pending: list[Pending] = []
         self.loose_lines: list[SystemLine] = []  # notices that arrived before any dialog
         self.finished_turns: set[str] = set()  # turns whose rows are committed
@@ -121,8 +56,7 @@ class ChatStore:
 
     @property
     def active_title(self) -> str:
-        item = next((i for i in self.items if i.get("session_id") == self.active_session_id), None)
-        return str(item.get("title") or "") if item else ""
+        return self.titles.get(self.active_session_id or "", "")
 
     def running_turn(self) -> dict[str, Any] | None:
         """The active dialog's live turn while it runs, else None."""
@@ -137,15 +71,80 @@ class ChatStore:
         """The frame for what the user typed: a slash command (no pending bookkeeping: commands
         get no ``ack``) or a user message recorded as pending, to the active dialog."""
         if text.lstrip().startswith("/"):
-            if text.split()[0] == "/sessions":
-                self.sessions_answers_due += 1
-            out: dict[str, Any] = {"type": "message", "content": text}
-            if self.active_session_id:
-                out["session_id"] = self.active_session_id
-            return out
+            return self.command(text)
         p = Pending(str(uuid.uuid4()), text, self.active_session_id)
         self.pending.append(p)
         return p.frame()
+
+    def command(self, text: str, session_id: str | None = None) -> dict[str, Any]:
+        """A slash command acting on ``session_id`` (default: the active dialog; PROTOCOL §1
+        "A command acts on the frame's session_id")."""
+        if text.split()[0] == "/sessions":
+            self.sessions_answers_due += 1
+        out: dict[str, Any] = {"type": "message", "content": text}
+        if session_id or self.active_session_id:
+            out["session_id"] = session_id or self.active_session_id
+        return out
+
+    def older_frame(self) -> dict[str, Any] | None:
+        """``history`` for the page above the oldest row shown (``before_seq``); None when the
+        active dialog has nothing older, is not loaded yet, or such a page is on its way."""
+        d = self.active
+        if d is None or not d.loaded or not d.has_more or not d.messages or d.older_before is not None:
+            return None
+        d.older_before = d.messages[0]["seq"]
+        return {
+            "type": "history",
+            "session_id": d.session_id,
+            "before_seq": d.older_before,
+            "limit": OLDER_PAGE,
+        }
+
+    def refused(self) -> Pending | None:
+        """The newest message of the active dialog the server refused (an ``error`` frame named
+        its client_msg_id), or None."""
+        d = self.active
+        mine = self._pending_of(d.session_id) if d else []
+        return next((p for p in reversed(mine) if p.status == "failed"), None)
+
+    def retry_refused(self) -> dict[str, Any] | None:
+        """The refused message again with the same client_msg_id — the server never makes two
+        messages of one id (PROTOCOL ``message``); None when nothing was refused."""
+        p = self.refused()
+        if p is None:
+            return None
+        p.status, p.error = "pending", ""
+        return p.frame()
+
+    def dismiss_refused(self) -> bool:
+        """Forget the refused message; False when there is none."""
+        p = self.refused()
+        if p is not None:
+            self.pending.remove(p)
+        return p is not None
+
+    def retryable_row(self) -> dict[str, Any] | None:
+        """The user row of the active dialog's latest turn when that turn failed or was
+        interrupted (its ``outcome``, else what its terminal snapshot said); None otherwise, and
+        while a newer message is on its way or runs (the user has moved on)."""
+        d = self.active
+        row = next((m for m in reversed(d.messages) if m.get("role") == "user"), None) if d else None
+        if d is None or row is None or not row.get("turn_id"):
+            return None
+        live = d.turn.get("id") if d.turn else None
+        if (live and live != row["turn_id"]) or any(
+            p.status != "failed" for p in self._pending_of(d.session_id)
+        ):
+            return None
+        status = (row.get("outcome") or {}).get("status") or d.notes.get(row["turn_id"], {}).get("status")
+        status = status or (d.turn.get("status") if live else None)
+        return row if status in RETRYABLE else None
+
+    def retry_turn(self) -> dict[str, Any] | None:
+        """The latest turn's user text again as a new message (a new client_msg_id), when that
+        turn failed or was interrupted; None otherwise."""
+        row = self.retryable_row()
+        return self.send_text(str(row.get("content") or "")) if row else None
 
     def stop_frame(self) -> dict[str, Any] | None:
         """``stop`` for the turn the active dialog shows running, naming it (PROTOCOL: a repeated
@@ -173,13 +172,16 @@ class ChatStore:
         # Whatever we hold may be behind after a reconnect: refetch lazily, and forget live turns
         # that ended while we were away (their rows come with the history).
         for d in self.dialogs.values():
-            d.stale, d.history_requested = True, False
+            d.stale, d.history_requested, d.older_before = True, False, None
             if d.turn and d.turn.get("status") not in TERMINAL and d.turn.get("id") not in running_ids:
                 d.turn = None
         self._activate(f.get("active_session_id"), fx)
         for turn in running:
             self._apply_turn(turn, fx)
         fx.send.append({"type": "sessions"})
+        self.dialog_list.reset()
+        if self.dialog_list.query:
+            fx.send.append(self.dialog_list.search(self.dialog_list.query))
         fx.send.extend(p.frame() for p in self.pending if p.status == "pending")
         fx.changed = True
 
@@ -222,11 +224,23 @@ class ChatStore:
         d = self.dialog(str(f.get("session_id")))
         rows = sorted((r for r in f.get("messages") or [] if isinstance(r, dict)), key=lambda r: r["seq"])
         revision = int(f.get("history_revision") or 0)
+        if d.older_before is not None and (not rows or rows[-1]["seq"] < d.older_before):
+            # An older page: prepend it only if it still joins what we hold (a refetch may have
+            # replaced that meanwhile).
+            if not d.messages or d.messages[0]["seq"] == d.older_before:
+                self._merge(d, rows)
+                d.has_more = bool(f.get("has_more"))
+            d.older_before = None
+            fx.changed = True
+            return
         if d.loaded and revision < d.revision:
             self._merge(d, rows)  # computed before a commit we already applied: keep the newer rows
         else:
-            d.messages, d.ids, d.revision = rows, {r["id"] for r in rows}, revision
-            d.has_more = bool(f.get("has_more"))
+            # Older pages loaded above a refetch that joins them stay (no jump while reading).
+            joins = d.loaded and rows and rows[0]["seq"] <= d.revision + 1
+            older = [r for r in d.messages if r["seq"] < rows[0]["seq"]] if joins else []
+            d.has_more = d.has_more if older else bool(f.get("has_more"))
+            d.messages, d.ids, d.revision = [*older, *rows], {r["id"] for r in [*older, *rows]}, revision
         d.loaded, d.stale, d.history_requested = True, False, False
         if d.revision < d.behind:
             self._request_history(d, fx)  # answered before a commit we could not apply: again
@@ -238,37 +252,29 @@ class ChatStore:
         fx.changed = True
 
     def _on_sessions(self, f: dict[str, Any], fx: Effects) -> None:
-        self.items = [i for i in f.get("items") or [] if isinstance(i, dict)]
-        if self.sessions_answers_due:
+        items = [i for i in f.get("items") or [] if isinstance(i, dict)]
+        self.titles.update((str(i.get("session_id")), str(i.get("title") or "")) for i in items)
+        if self.sessions_answers_due and not f.get("offset") and not f.get("query"):
             self.sessions_answers_due -= 1
-            listing = "\n".join(
-                f"{'▶' if i.get('active') else ' '} {i.get('dialog_id')}  {i.get('title') or '(untitled)'}"
-                f"  ({i.get('message_count', 0)} messages)"
-                for i in self.items
-            )
-            self._add_line("info", "Your dialogs (/switch <id>):\n" + (listing or "none"), None)
-        active = next((i for i in self.items if i.get("active")), None)
+            self._add_line("info", listing(items, bool(f.get("has_more"))), None)
+        self.dialog_list.apply(f)
+        active = next((i for i in items if i.get("active")), None)
         if active and active.get("session_id") != self.active_session_id:
             self._activate(active.get("session_id"), fx)
         fx.changed = True
 
     def _on_session_changed(self, f: dict[str, Any], fx: Effects) -> None:
-        sid = f.get("session_id")
+        sid = str(f.get("session_id"))
+        self.dialog_list.changed(f)
         if f.get("deleted"):
-            self.items = [i for i in self.items if i.get("session_id") != sid]
+            self.titles.pop(sid, None)
             self.dialogs.pop(sid, None)
             if sid == self.active_session_id:
                 self.active_session_id = None
             fx.changed = True
             return
-        item = next((i for i in self.items if i.get("session_id") == sid), None)
-        if item is None:
-            item = {"session_id": sid, "message_count": 0}
-            self.items.insert(0, item)
-        item.update(dialog_id=f.get("dialog_id"), title=f.get("title"), active=bool(f.get("active")))
+        self.titles[sid] = str(f.get("title") or "")
         if f.get("active"):
-            for other in self.items:
-                other["active"] = other is item
             self._activate(sid, fx)
         fx.changed = True
 

@@ -3,18 +3,24 @@
 Order: history rows (a tool row joins its call on the assistant row), each turn's outcome under
 its last row, notices at the point they arrived, then the live turn's own pending message, the
 live turn, and messages still queued. Keys are stable across redraws, so the UI updates widgets
-in place instead of adding a line per snapshot (seed 003 §12).
+in place instead of adding a line per snapshot (seed 003 §12). Lines that a key acts on name it:
+the older-history hint (``OLDER_KEY``) and the outcome of a turn that can be retried
+(``RETRY_KEY``).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tui.store import ChatStore, Dialog, Pending, SystemLine, error_text
+from tui.model import Dialog, Pending, SystemLine, error_text
+from tui.store import ChatStore
 
 ARGS_PREVIEW_CHARS = 60
+OLDER_KEY = "PageUp"  # at the top of the transcript (tui.app)
+RETRY_KEY = "Ctrl+R"
+DISMISS_KEY = "Ctrl+D"
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,17 @@ def outcome_text(outcome: Any) -> str | None:
     return None
 
 
+def user_text(row: dict[str, Any]) -> str:
+    """A user row's text, then ``[n image(s)]`` when it was sent with images (its ``media``,
+    PROTOCOL §1 "History message"; a terminal shows the count, not the pictures)."""
+    text = str(row.get("content") or "")
+    media = row.get("media")
+    count = len(media) if isinstance(media, list) else 0
+    if not count:
+        return text
+    return f"{text} [{count} image{'s' if count != 1 else ''}]"
+
+
 def provider_label(provider: dict[str, Any]) -> str:
     """``name · model``, one of them when they are equal ("replay", not "replay · replay")."""
     name, model = str(provider.get("name") or ""), str(provider.get("model") or "")
@@ -67,7 +84,10 @@ def transcript(store: ChatStore) -> list[Item]:
     if d is None:
         return items
     if d.has_more:
-        items.append(Item("more", "more", "Earlier messages are not shown."))
+        hint = f"↑ Earlier messages: {OLDER_KEY} at the top loads them."
+        items.append(Item("more", "more", "Loading earlier messages…" if d.older_before else hint))
+    retry = store.retryable_row() if store.refused() is None else None
+    retry_turn = retry.get("turn_id") if retry else None
     results = {m["tool_call_id"]: m for m in d.messages if m.get("role") == "tool" and m.get("tool_call_id")}
     lines = sorted(d.lines, key=lambda x: x.after_seq)
     used_notes: set[str] = set()
@@ -82,6 +102,7 @@ def transcript(store: ChatStore) -> list[Item]:
         if turn_id and (nxt is None or nxt.get("turn_id") != turn_id):
             text = _group_outcome(d, turn_id)
             if text:
+                text += f"  ({RETRY_KEY}: retry)" if turn_id == retry_turn else ""
                 used_notes.add(turn_id)
                 items.append(Item(f"o:{turn_id}", "outcome", text))
     for turn_id, note in d.notes.items():
@@ -122,4 +143,5 @@ def _line(line: SystemLine) -> Item:
 
 
 def _pending(p: Pending) -> Item:
-    return Item(f"p:{p.client_msg_id}", "pending", p)
+    # A copy: the store updates its Pending in place, and a redraw compares items by value.
+    return Item(f"p:{p.client_msg_id}", "pending", replace(p))

@@ -9,15 +9,16 @@ reader is at the bottom. Text from the server is never parsed as Textual markup.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
 
-from tui.store import error_text
-from tui.view import Item, tool_line
+from tui.model import error_text
+from tui.view import DISMISS_KEY, RETRY_KEY, Item, tool_line, user_text
 
 PHASES = {
     "queued": "queued…",
@@ -79,7 +80,7 @@ class RowView(ItemView):
         if role == "user":
             self.add_class("user")
             yield Static(Text(f"You  {_clock(row.get('created_at'))}", style="bold"), classes="who")
-            yield Static(Text(str(row.get("content") or "")), classes="user-text")
+            yield Static(Text(user_text(row)), classes="user-text")
             return
         self.add_class(role or "row")
         if row.get("reasoning"):
@@ -123,7 +124,9 @@ class TextLine(ItemView):
         if kind == "pending":
             self.add_class("user")
             state = {"pending": "sending…", "accepted": "queued", "failed": f"not sent: {data.error}"}
-            return Text(f"You  ({state.get(data.status, data.status)})\n{data.content}")
+            self.set_class(data.status == "failed", "alert")
+            keys = f"\n{RETRY_KEY}: send again · {DISMISS_KEY}: dismiss" if data.status == "failed" else ""
+            return Text(f"You  ({state.get(data.status, data.status)})\n{data.content}{keys}")
         return Text(str(data))
 
 
@@ -190,7 +193,25 @@ def view_for(item: Item) -> ItemView:
 
 
 class Transcript(VerticalScroll):
-    """The active dialog's transcript, kept in sync with ``tui.view.transcript`` items."""
+    """The active dialog's transcript, kept in sync with ``tui.view.transcript`` items. PageUp
+    is the app's (at the top it loads older messages)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("pageup", "app.page_up", "Older", show=False),
+        Binding("pagedown", "app.page_down", "Newer", show=False),
+    ]
+
+    def first_row_key(self) -> str | None:
+        """The key of the first history row shown, or None."""
+        return next(
+            (c.item.key for c in self.children if isinstance(c, ItemView) and c.item.kind == "row"), None
+        )
+
+    def show_key(self, key: str) -> None:
+        """Scroll so that the item ``key`` is at the top (nothing when it is not shown)."""
+        view = next((c for c in self.children if isinstance(c, ItemView) and c.item.key == key), None)
+        if view is not None:
+            self.scroll_to_widget(view, animate=False, top=True)
 
     def sync(self, items: list[Item]) -> None:
         at_bottom = self.scroll_y >= self.max_scroll_y - 1

@@ -3,16 +3,20 @@
 ``ServeOnPort`` is ``tests.e2e.serve_process.ServeProcess`` bound to a fixed port after its first
 start (port 0 picks a free one), so a restarted server has the URL the client keeps dialling.
 ``until(pilot, predicate, what)`` waits for the UI; the timeout bounds a stuck test, it is not an
-assertion on time.
+assertion on time. ``rest(server, token, method, path, body)`` calls the REST API (PROTOCOL §2) as
+that token's user.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import quote, urlsplit
 
 import pytest
 from textual.pilot import Pilot
@@ -97,3 +101,25 @@ def transcript_text(app: object) -> str:
 
 def static_text(app: object, selector: str) -> str:
     return str(app.query_one(selector, Static).content)  # type: ignore[attr-defined]
+
+
+async def rest(server: ServeProcess, token: str, method: str, path: str, body: Any = None) -> Any:
+    """``METHOD /api/<path>`` with the Bearer token; the decoded JSON answer (None for 204).
+    Raises urllib's HTTPError on an error status."""
+
+    def call() -> Any:
+        request = urllib.request.Request(
+            server.url + "api/" + path,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            method=method,
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+        return json.loads(raw) if raw else None
+
+    return await asyncio.to_thread(call)
+
+
+def dialog_path(session_id: str) -> str:
+    return "dialogs/" + quote(session_id, safe="")

@@ -245,7 +245,8 @@ def test_session_changed_switches_and_a_deleted_dialog_is_dropped_with_its_turn(
     store.apply(
         {"type": "session_changed", "session_id": SID, "dialog_id": "d1", "title": "", "deleted": True}
     )
-    assert SID not in store.dialogs and [i["session_id"] for i in store.items] == [OTHER]
+    assert SID not in store.dialogs and [i["session_id"] for i in store.dialog_list.items] == [OTHER]
+    assert store.active_title == "B"
 
 
 @pytest.mark.parametrize(

@@ -135,9 +135,8 @@ async def test_the_dialog_list_switches_to_another_dialog(served: tuple[ServeOnP
         await until(pilot, lambda: isinstance(app.screen, DialogList), "the dialog list")
         options = app.screen.query_one(OptionList)
         await until(pilot, lambda: options.option_count == 2, "two dialogs listed")
-        first_id = next(i["dialog_id"] for i in app.store.items if i["session_id"] == first)
         options.highlighted = next(
-            n for n in range(options.option_count) if options.get_option_at_index(n).id == first_id
+            n for n in range(options.option_count) if options.get_option_at_index(n).id == first
         )
         await pilot.press("enter")
         await until(
