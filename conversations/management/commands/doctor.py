@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 _NOT_SETTINGS = ("PICOBOT_TEST_", "PICOBOT_REQUIRE_")
 """``PICOBOT_*`` variables of the test suite (README, Quick start), not settings."""
+_CLIENT_VARIABLES = frozenset({"PICOBOT_URL", "PICOBOT_TOKEN"})
+"""The terminal client's variables (``manage.py chat``, README "Terminal UI"), not settings."""
 _PLACEHOLDER_KEYS = {
     "changeme",
     "change-me",
@@ -167,10 +169,15 @@ def check_channel_layer(timeout: float) -> list[Check]:
 def check_configuration() -> list[Check]:
     """The ``PICOBOT_*`` variables set in the environment (names only: values may be secret; they
     were checked when the settings loaded, ``picobot_site.config``), and any ``PICOBOT_*`` name
-    that is no setting (a typo is otherwise silently ignored)."""
+    that is no setting (a typo is otherwise silently ignored) — except the test suite's and the
+    terminal client's own variables."""
     known = {env_name(name) for name in type(settings.PICOBOT).model_fields}
     ours = sorted(
-        name for name in os.environ if name.startswith("PICOBOT_") and not name.startswith(_NOT_SETTINGS)
+        name
+        for name in os.environ
+        if name.startswith("PICOBOT_")
+        and not name.startswith(_NOT_SETTINGS)
+        and name not in _CLIENT_VARIABLES
     )
     used = [name for name in ours if name in known and os.environ[name].strip()]
     detail = f"{len(used)} PICOBOT_* variable(s) set: {', '.join(used)}" if used else "all defaults"

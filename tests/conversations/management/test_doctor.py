@@ -229,6 +229,14 @@ def test_the_configuration_line_names_the_set_variables_without_their_values(mon
     assert "WARN configuration" not in text
 
 
+def test_the_terminal_clients_url_and_token_are_not_taken_for_misspelt_settings(monkeypatch):
+    monkeypatch.setenv("PICOBOT_URL", "ws://127.0.0.1:8000/ws/chat/")
+    monkeypatch.setenv("PICOBOT_TOKEN", "pb_doctor-client-token")
+    text, error = doctor()
+    assert error is None, text
+    assert "WARN configuration" not in text and "PICOBOT_TOKEN" not in text and "pb_doctor" not in text
+
+
 def test_a_misspelt_variable_is_a_warning_naming_it(monkeypatch):
     monkeypatch.setenv("PICOBOT_INBOX_CAPASITY", "1")
     text, error = doctor()
