@@ -15,6 +15,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from providers.testing import LocalSSEServer
 
 REPO = Path(__file__).resolve().parents[2]
 URL_LINE = re.compile(r"PicoBot is running at (http://\S+)")
@@ -26,6 +31,17 @@ def server_env(data_dir: Path, extra: dict[str, str] | None = None) -> dict[str,
     env.update({"PICOBOT_DATA_DIR": str(data_dir), "DJANGO_SETTINGS_MODULE": "picobot_site.settings"})
     env.update(extra or {})
     return env
+
+
+def openai_env(llm: LocalSSEServer) -> dict[str, str]:
+    """Settings that point a server at the mock OpenAI-compatible ``llm`` (no retries)."""
+    return {
+        "PICOBOT_LLM_PROVIDER": "openai",
+        "PICOBOT_LLM_BASE_URL": llm.base_url,
+        "PICOBOT_LLM_API_KEY": "test-key",
+        "PICOBOT_LLM_MODEL": "test-model",
+        "PICOBOT_LLM_MAX_RETRIES": "0",
+    }
 
 
 def manage(data_dir: Path, *args: str, extra_env: dict[str, str] | None = None) -> str:
@@ -47,7 +63,8 @@ class ServeProcess:
 
     def __init__(self, data_dir: Path, extra_env: dict[str, str] | None = None, port: int = 0) -> None:
         self.data_dir = data_dir
-        self.port = port  # 0: any free port; a restart on the same one lets a browser page reconnect
+        # 0: any free port. The port found is kept, so a restart comes back where clients reconnect.
+        self.port = port
         self.extra_env = extra_env or {}
         self.proc: asyncio.subprocess.Process | None = None
         self.url = ""
@@ -81,6 +98,7 @@ class ServeProcess:
                 match = URL_LINE.search(text)
                 if match:
                     self.url = match.group(1).replace("localhost", "127.0.0.1")
+                    self.port = urlsplit(self.url).port or self.port
                     break
         self._drain = asyncio.ensure_future(self._drain_output())
 

@@ -24,8 +24,7 @@ import pytest
 from providers.testing import LocalSSEServer, RecordedRequest, SSEResponse, openai_events, sse_body
 from tests.e2e.artefacts import shot, write_json
 from tests.e2e.markdown_samples import MARKDOWN_ANSWER, PYTHON_CODE, long_answer, xss_answer
-from tests.e2e.serve_process import ServeProcess, manage
-from tests.e2e.test_serve_process import openai_env
+from tests.e2e.serve_process import ServeProcess, manage, openai_env
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ import websockets
 
 from providers.testing import LocalSSEServer, SSEResponse
 from tests.conversations.streams import ANSWER, CALL_ID, answer_pieces, text_pieces, tool_call_pieces
-from tests.e2e.serve_process import ServeProcess, manage
+from tests.e2e.serve_process import ServeProcess, manage, openai_env
 
 pytestmark = [pytest.mark.e2e]
 
@@ -47,16 +47,6 @@ class WsClient:
 
 def connect(server: ServeProcess, token: str) -> websockets.connect:
     return websockets.connect(server.ws_url, additional_headers={"Authorization": f"Bearer {token}"})
-
-
-def openai_env(llm: LocalSSEServer) -> dict[str, str]:
-    return {
-        "PICOBOT_LLM_PROVIDER": "openai",
-        "PICOBOT_LLM_BASE_URL": llm.base_url,
-        "PICOBOT_LLM_API_KEY": "test-key",
-        "PICOBOT_LLM_MODEL": "test-model",
-        "PICOBOT_LLM_MAX_RETRIES": "0",
-    }
 
 
 def paced(pieces: list[bytes]) -> SSEResponse:

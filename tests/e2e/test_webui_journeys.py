@@ -30,7 +30,7 @@ from providers.testing import (
 )
 from tests.conversations.streams import answer_pieces, tool_call_pieces
 from tests.e2e.artefacts import shot
-from tests.e2e.serve_process import ServeProcess, manage
+from tests.e2e.serve_process import ServeProcess, manage, openai_env
 
 pytestmark = pytest.mark.e2e
 
@@ -77,16 +77,6 @@ class ScriptedLLM:
         return paced(split_events(sse_body(openai_events("Recovered: here is the answer."))), 0.02)
 
 
-def llm_env(llm: LocalSSEServer) -> dict[str, str]:
-    return {
-        "PICOBOT_LLM_PROVIDER": "openai",
-        "PICOBOT_LLM_BASE_URL": llm.base_url,
-        "PICOBOT_LLM_API_KEY": "test-key",
-        "PICOBOT_LLM_MODEL": "test-model",
-        "PICOBOT_LLM_MAX_RETRIES": "0",
-    }
-
-
 @pytest.fixture
 async def data_dir(tmp_path: Path) -> Path:
     path = tmp_path / "data"
@@ -110,7 +100,7 @@ async def replay_server(data_dir: Path) -> AsyncIterator[ServeProcess]:
 async def llm_server(data_dir: Path) -> AsyncIterator[tuple[ServeProcess, ScriptedLLM]]:
     script = ScriptedLLM()
     async with LocalSSEServer(handler=script) as llm:
-        server = ServeProcess(data_dir, llm_env(llm))
+        server = ServeProcess(data_dir, openai_env(llm))
         try:
             await server.start()
             yield server, script

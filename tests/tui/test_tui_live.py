@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from textual.widgets import Input, OptionList
 
-from tests.e2e.serve_process import manage
-from tests.tui.conftest import ServeOnPort, start_server, static_text, transcript_text, until
+from tests.e2e.serve_process import ServeProcess, manage
+from tests.tui.conftest import start_server, static_text, transcript_text, until
 from tui.app import ChatApp, DialogList
 from tui.config import chat_url, resolve
 from tui.widgets import Answer, Reasoning, RowView, TextLine, TurnView
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.e2e]
 SIZE = (110, 45)
 
 
-def app_for(server: ServeOnPort, token: str) -> ChatApp:
+def app_for(server: ServeProcess, token: str) -> ChatApp:
     return ChatApp(chat_url(server.url), token)
 
 
@@ -41,7 +41,7 @@ def is_idle(app: ChatApp) -> bool:
 
 
 async def test_a_tool_turn_streams_in_place_and_settles_into_history(
-    served: tuple[ServeOnPort, str], monkeypatch: pytest.MonkeyPatch
+    served: tuple[ServeProcess, str], monkeypatch: pytest.MonkeyPatch
 ):
     server, token = served
     drawn: list[tuple[int, str, tuple[str, ...]]] = []
@@ -103,7 +103,7 @@ async def test_esc_and_ctrl_c_stop_the_running_turn_and_ctrl_c_when_idle_quits(t
         await server.stop()
 
 
-async def test_typing_slash_he_offers_help_and_tab_completes_it(served: tuple[ServeOnPort, str]):
+async def test_typing_slash_he_offers_help_and_tab_completes_it(served: tuple[ServeProcess, str]):
     server, token = served
     app = app_for(server, token)
     async with app.run_test(size=SIZE) as pilot:
@@ -119,7 +119,7 @@ async def test_typing_slash_he_offers_help_and_tab_completes_it(served: tuple[Se
         assert app.query(TextLine), "command answers are transcript lines"
 
 
-async def test_the_dialog_list_switches_to_another_dialog(served: tuple[ServeOnPort, str]):
+async def test_the_dialog_list_switches_to_another_dialog(served: tuple[ServeProcess, str]):
     server, token = served
     app = app_for(server, token)
     async with app.run_test(size=SIZE) as pilot:
@@ -150,7 +150,7 @@ async def test_the_tui_reconnects_after_a_server_restart_and_converges(
 ):
     """The token comes from ``createtoken --save`` (as ``manage.py chat`` reads it)."""
     config_home = tmp_path / "config"
-    server = ServeOnPort(tmp_path / "data", {"PICOBOT_REPLAY_EVENT_DELAY": "0.05"})
+    server = ServeProcess(tmp_path / "data", {"PICOBOT_REPLAY_EVENT_DELAY": "0.05"})
     (tmp_path / "data").mkdir()
     await server.start()
     try:
@@ -181,7 +181,7 @@ async def test_the_tui_reconnects_after_a_server_restart_and_converges(
         await server.stop()
 
 
-async def test_a_refused_token_is_shown_and_not_retried(served: tuple[ServeOnPort, str]):
+async def test_a_refused_token_is_shown_and_not_retried(served: tuple[ServeProcess, str]):
     server, _ = served
     app = app_for(server, "pb_not_a_token")
     async with app.run_test(size=SIZE) as pilot:

@@ -26,7 +26,7 @@ from providers.testing import (
 )
 from tests.tui.conftest import (
     WAIT,
-    ServeOnPort,
+    ServeProcess,
     dialog_path,
     rest,
     start_server,
@@ -63,7 +63,7 @@ def highlight(options: OptionList, app: ChatApp, title: str) -> None:
 
 
 async def test_the_dialog_list_reaches_the_oldest_of_30_dialogs_by_paging_and_by_search(
-    served: tuple[ServeOnPort, str],
+    served: tuple[ServeProcess, str],
 ):
     server, token = served
     for n in range(1, 31):
