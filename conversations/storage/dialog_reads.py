@@ -6,11 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import OuterRef, Subquery
+from django.db.models.functions import Substr
+
 from conversations.models import ChatState, Dialog, InboxMessage, Message
 from conversations.storage.dialogs import active_dialog, dialog_for_user
 from conversations.storage.media import media_types, without_media_data
 from conversations.storage.outcomes import user_outcomes
 from conversations.storage.shapes import dialog_summary, message_to_protocol
+
+PREVIEW_CHARS = 100
+PREVIEW_SCAN = 400  # characters read per dialog: enough for 100 once whitespace is collapsed
+
+
+def preview_text(text: str | None) -> str:
+    """A dialog's first user message for a list: whitespace collapsed, at most 100 characters
+    (an ellipsis marks a cut), "" for none."""
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1].rstrip() + "…"
 
 
 def list_sessions(owner: Any, channel: str, chat_id: str, limit: int = 10) -> list[dict]:
@@ -26,15 +39,20 @@ def sessions_page(
     ``query`` keeps the dialogs whose title contains it, case-insensitively (Django's
     ``icontains``: SQLite folds ASCII letters only). Returns ``{items, has_more, offset}`` plus
     ``query`` when one was given; ``has_more`` says a page at ``offset + limit`` is not empty.
-    Ordered by ``-last_active_at`` then id, so paging is stable among equal times.
+    Ordered by ``-last_active_at`` then id, so paging is stable among equal times. Each item's
+    ``preview`` (the first user message, ``preview_text``) comes in the same query, a subquery.
     """
     active = active_dialog(owner, channel, chat_id)
     rows = Dialog.objects.filter(channel=channel, chat_id=chat_id, owner=owner, deleted_at__isnull=True)
     if query:
         rows = rows.filter(title__icontains=query)
+    first_user = Message.objects.filter(dialog=OuterRef("pk"), role=Message.Role.USER).order_by("seq")
+    rows = rows.annotate(first_text=Subquery(first_user.values(head=Substr("content", 1, PREVIEW_SCAN))[:1]))
     page = list(rows.order_by("-last_active_at", "id")[offset : offset + limit + 1])
     answer: dict = {
-        "items": [dialog_summary(d, active.id) for d in page[:limit]],
+        "items": [
+            {**dialog_summary(d, active.id), "preview": preview_text(d.first_text)} for d in page[:limit]
+        ],
         "has_more": len(page) > limit,
         "offset": offset,
     }

@@ -112,3 +112,43 @@ async def test_rename_and_delete_act_on_the_dialog_their_session_id_names(connec
     assert await client.communicator.receive_nothing(timeout=0.2), "the active dialog did not change"
     listed = [(i["session_id"], i["active"]) for i in (await sessions(client))["items"]]
     assert listed == [(active, True), (kept, False)]
+
+
+@database_sync_to_async
+def add_user_rows(session_id: str, texts: list[str]) -> None:
+    from conversations.models import Message
+
+    dialog = Dialog.objects.get(pk=session_id)
+    for seq, text in enumerate(texts, 1):
+        Message.objects.create(dialog=dialog, seq=seq, role=Message.Role.USER, content=text)
+        Message.objects.create(dialog=dialog, seq=seq + 100, role=Message.Role.ASSISTANT, content="an answer")
+
+
+async def test_sessions_items_preview_the_first_user_message_in_one_query(connect):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from conversations.storage.dialog_reads import sessions_page
+
+    client = await connect(await make_token())
+    ready = await client.until("ready")
+    empty, long_one, *rest = await add_dialogs(ready["active_session_id"], ["A", "B", "C", "D"])
+    await add_user_rows(long_one, ["  Plan   a\ntrip\tto " + "Rome " * 40, "a later message"])
+    for n, session_id in enumerate(rest):
+        await add_user_rows(session_id, [f"question {n}"])
+
+    items = {i["session_id"]: i for i in (await sessions(client, limit=100))["items"]}
+    assert items[empty]["preview"] == "" and items[ready["active_session_id"]]["preview"] == ""
+    preview = items[long_one]["preview"]
+    assert preview.startswith("Plan a trip to Rome Rome") and preview.endswith("…")
+    assert len(preview) <= 100 and "  " not in preview
+    assert [items[s]["preview"] for s in rest] == ["question 0", "question 1"]
+
+    @database_sync_to_async
+    def count_queries(limit: int) -> int:
+        first = Dialog.objects.get(pk=ready["active_session_id"])
+        with CaptureQueriesContext(connection) as queries:
+            sessions_page(first.owner, first.channel, first.chat_id, limit=limit)
+        return len(queries)
+
+    assert await count_queries(100) == await count_queries(1), "no query per dialog"
