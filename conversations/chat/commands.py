@@ -319,7 +319,6 @@ _HANDLERS = {
 
 def format_info(info: dict) -> str:
     """``/info`` as text: title, ids, counts, times (UTC), model and token usage."""
-    usage = info["usage"]
     lines = [
         f"“{info['title']}”" + (" (active)" if info["active"] else ""),
         f"id: {info['dialog_id']} ({info['session_id']})",
@@ -328,11 +327,25 @@ def format_info(info: dict) -> str:
         + ("; a turn is running" if info["running"] else ""),
         f"created: {_when(info['created_at'])} · last active: {_when(info['last_active_at'])}",
         f"model: {info['model'] or 'default'}",
-        f"tokens used: {usage['input_tokens']:,} in, {usage['output_tokens']:,} out",
+        f"tokens used: {_usage_text(info)}",
     ]
     if info["compacted_through_seq"]:
         lines.append(f"compacted: messages up to #{info['compacted_through_seq']} are summarised")
     return "\n".join(lines)
+
+
+def _usage_text(info: dict) -> str:
+    """The token usage of ``/info``: the counts, or why there are none.
+
+    A dialog whose turns answered while the usage stayed 0 in and 0 out had a provider that
+    reported no usage (many local servers send none): 0 would read as "free", so say so.
+    """
+    usage = info["usage"]
+    if usage["input_tokens"] or usage["output_tokens"]:
+        return f"{usage['input_tokens']:,} in, {usage['output_tokens']:,} out"
+    if info["total_message_count"] > info["message_count"]:  # the model answered: rows of its own
+        return "not reported by the provider"
+    return "none yet"
 
 
 def _when(ms: int) -> str:

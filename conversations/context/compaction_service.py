@@ -77,7 +77,8 @@ class CompactionOutcome:
         summarised_rows: how many history rows were folded into the summary this time.
         kept_rows: how many rows after the boundary stay verbatim.
         summary_chars: the new summary's length in characters (0 when nothing was compacted).
-        reason: why nothing was done (``""`` when ``compacted``).
+        reason: the user's answer when nothing was done, a whole sentence (``""`` when
+            ``compacted``).
     """
 
     compacted: bool
@@ -91,11 +92,38 @@ class CompactionOutcome:
     def notice(self) -> str:
         """A one-line answer for the user (the ``/compact`` notification)."""
         if not self.compacted:
-            return f"Nothing was compacted: {self.reason}"
-        return (
-            f"Compacted {self.summarised_rows} earlier message(s) into a summary of {self.summary_chars} "
-            f"characters; the newest {self.kept_rows} stay as they are. The history itself is unchanged."
+            return self.reason
+        kept = (
+            "the newer message is sent as it is"
+            if self.kept_rows == 1
+            else f"the {self.kept_rows:,} newer messages are sent as they are"
         )
+        return (
+            f"Compacted {_count(self.summarised_rows, 'earlier message')} into a summary of "
+            f"{self.summary_chars:,} characters that the model reads instead; {kept}. "
+            "Your history is unchanged."
+        )
+
+
+def nothing_to_compact(rows: int, kept: int) -> str:
+    """The ``/compact`` answer when nothing is older than the rows that are always kept.
+
+    ``rows`` is the number of history rows since the last summary, ``kept`` how many of the
+    newest of them stay verbatim (from the newest question of the user's on).
+    """
+    if rows == 0:
+        return "Nothing to compact yet: there are no messages since the last summary."
+    newest = (
+        "the last message is always kept as it is"
+        if kept == 1
+        else (f"the last {kept:,} messages are always kept as they are")
+    )
+    return f"Nothing to compact yet: {newest}, and there is nothing older since the last summary."
+
+
+def _count(n: int, noun: str) -> str:
+    """``"1 message"``, ``"2 messages"``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 async def compact_dialog(
@@ -140,8 +168,7 @@ async def compact_dialog(
     if boundary is None:
         return CompactionOutcome(
             compacted=False,
-            reason=f"only {len(rows)} message(s) since the last summary, and the newest {kept} "
-            "(always from a question of yours on) stay as they are.",
+            reason=nothing_to_compact(len(rows), kept),
         )
     folded = [r for r in rows if r["seq"] <= boundary]
     request, _ = summary_request(provider, source["summary"], folded, budget)
@@ -150,7 +177,10 @@ async def compact_dialog(
     committed = await run_storage(storage.commit_summary, dialog_id, summary, boundary, source["summary_seq"])
     if not committed:
         log.info("compaction of %s discarded: another compaction came first", dialog_id)
-        return CompactionOutcome(compacted=False, reason="another compaction of this dialog finished first.")
+        return CompactionOutcome(
+            compacted=False,
+            reason="Nothing was changed: another compaction of this dialog finished first.",
+        )
     log.info("compacted %s up to seq %d (%d rows, %d chars)", dialog_id, boundary, len(folded), len(summary))
     return CompactionOutcome(
         compacted=True,

@@ -12,6 +12,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from conversations.agent.tool_registry import Tool
+from conversations.chat.commands import format_info
 from conversations.models import Dialog, InboxMessage, Message
 from conversations.tools import ToolRegistry
 from providers.testing import ScriptedProvider, script_text, script_tool_call
@@ -236,6 +237,39 @@ async def test_info_reports_ids_counts_model_and_usage(connect, start_worker):
     error = await command(alice, "/info", "error", session_id=ready_b["active_session_id"])
     assert error["code"] == "not_found"
     await assert_no_cross_talk(bob)
+
+
+def info_of(usage: tuple[int, int], *, total: int, from_you: int) -> dict:
+    return {
+        "title": "New chat",
+        "active": True,
+        "dialog_id": "d-1",
+        "session_id": "cli_chat:1:d-1",
+        "total_message_count": total,
+        "message_count": from_you,
+        "queued": 0,
+        "running": False,
+        "created_at": 0,
+        "last_active_at": 0,
+        "model": "m",
+        "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
+        "compacted_through_seq": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("usage", "total", "from_you", "line"),
+    [
+        ((120, 30), 2, 1, "tokens used: 120 in, 30 out"),
+        ((0, 0), 2, 1, "tokens used: not reported by the provider"),
+        ((0, 0), 0, 0, "tokens used: none yet"),
+        ((0, 0), 1, 1, "tokens used: none yet"),
+    ],
+)
+def test_info_says_when_the_provider_reported_no_usage(usage, total, from_you, line):
+    text = format_info(info_of(usage, total=total, from_you=from_you))
+    assert line in text.splitlines()
+    assert "0 in, 0 out" not in text
 
 
 async def test_stop_with_nothing_running_says_so(connect):

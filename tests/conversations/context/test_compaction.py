@@ -19,7 +19,12 @@ from conversations.context.compaction import (
     choose_boundary,
     clean_summary,
 )
-from conversations.context.compaction_service import CompactionError, compact_dialog
+from conversations.context.compaction_service import (
+    CompactionError,
+    CompactionOutcome,
+    compact_dialog,
+    nothing_to_compact,
+)
 from conversations.models import Dialog, Message, now_ms
 from providers.base import LLMProvider
 from providers.chunks import ProviderChunk
@@ -223,7 +228,10 @@ async def test_nothing_to_compact_is_an_outcome_with_a_reason_and_no_model_call(
     outcome = await compact_dialog(dialog.id, provider, keep=20, timeout=5)
 
     assert not outcome.compacted and outcome.covered_seq is None
-    assert "4 message(s)" in outcome.reason and outcome.notice.startswith("Nothing was compacted")
+    assert outcome.notice == (
+        "Nothing to compact yet: the last 4 messages are always kept as they are, "
+        "and there is nothing older since the last summary."
+    )
     assert provider.requests == []
     assert (await reload(dialog)).summary_seq == 0
 
@@ -337,3 +345,50 @@ async def test_after_a_compaction_the_next_turn_sees_the_summary_and_only_the_ne
         ("assistant", "Answer three."),
         ("user", "four"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("rows", "kept", "answer"),
+    [
+        (0, 0, "Nothing to compact yet: there are no messages since the last summary."),
+        (
+            1,
+            1,
+            "Nothing to compact yet: the last message is always kept as it is, "
+            "and there is nothing older since the last summary.",
+        ),
+        (
+            2,
+            2,
+            "Nothing to compact yet: the last 2 messages are always kept as they are, "
+            "and there is nothing older since the last summary.",
+        ),
+    ],
+)
+def test_the_nothing_to_compact_answer_is_plain_words(rows, kept, answer):
+    assert nothing_to_compact(rows, kept) == answer
+    assert "(s)" not in answer
+
+
+@pytest.mark.parametrize(
+    ("summarised", "kept", "answer"),
+    [
+        (
+            4,
+            2,
+            "Compacted 4 earlier messages into a summary of 1,200 characters that the model reads "
+            "instead; the 2 newer messages are sent as they are. Your history is unchanged.",
+        ),
+        (
+            1,
+            1,
+            "Compacted 1 earlier message into a summary of 1,200 characters that the model reads "
+            "instead; the newer message is sent as it is. Your history is unchanged.",
+        ),
+    ],
+)
+def test_the_compacted_answer_counts_in_plain_words(summarised, kept, answer):
+    outcome = CompactionOutcome(
+        compacted=True, covered_seq=9, summarised_rows=summarised, kept_rows=kept, summary_chars=1200
+    )
+    assert outcome.notice == answer
