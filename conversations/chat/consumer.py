@@ -23,15 +23,15 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from conversations import storage
-from conversations.agent.inbound import InboundMessage, is_blank
+from conversations.agent.inbound import InboundMessage
 from conversations.agent.media import MediaError, validate_media
 from conversations.chat.commands import announce, handle_command, idle_reset_notice, welcome
 from conversations.chat.frames import (
     MAX_CLIENT_MSG_ID,
-    MAX_CONTENT_CHARS,
     MAX_HISTORY_LIMIT,
     MAX_SEQ,
     FrameError,
+    message_content,
     optional_int,
     optional_str,
     parse_frame,
@@ -230,13 +230,7 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
     async def on_message(self, frame: dict) -> None:
         received_at = now_ms()  # the user row's created_at (seed 000 §10.2)
         client_msg_id = optional_str(frame, "client_msg_id", MAX_CLIENT_MSG_ID)
-        content = frame.get("content")
-        if not isinstance(content, str) or is_blank(content):
-            raise FrameError("invalid_frame", "content must be a non-blank string", client_msg_id)
-        if len(content) > MAX_CONTENT_CHARS:
-            raise FrameError(
-                "content_too_long", f"content exceeds {MAX_CONTENT_CHARS} characters", client_msg_id
-            )
+        content = message_content(frame, client_msg_id)
         session_id = optional_str(frame, "session_id", 255)
         media = None
         if frame.get("media") is not None:

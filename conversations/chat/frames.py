@@ -79,6 +79,28 @@ def optional_str(frame: dict, key: str, max_len: int) -> str | None:
     return value
 
 
+def message_content(frame: dict, client_msg_id: str | None = None) -> str:
+    """The text of a ``message`` frame (PROTOCOL §1): at most 32 000 characters, not blank
+    unless the frame carries ``media`` — an image-only message, whose text is then "".
+
+    Raises:
+        FrameError: ``invalid_frame`` (not a string, or blank without media),
+            ``content_too_long``; both name ``client_msg_id``.
+    """
+    content = frame.get("content")
+    if content is None and frame.get("media"):
+        content = ""
+    if not isinstance(content, str):
+        raise FrameError("invalid_frame", "content must be a string", client_msg_id)
+    if is_blank(content):
+        if frame.get("media"):
+            return ""
+        raise FrameError("invalid_frame", "content must be a non-blank string", client_msg_id)
+    if len(content) > MAX_CONTENT_CHARS:
+        raise FrameError("content_too_long", f"content exceeds {MAX_CONTENT_CHARS} characters", client_msg_id)
+    return content
+
+
 def optional_int(frame: dict, key: str, low: int, high: int | None = None) -> int | None:
     """``frame[key]``: None when absent, else an integer (not a bool) in ``[low, high]``
     (``FrameError`` ``invalid_frame`` otherwise)."""
