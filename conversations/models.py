@@ -141,6 +141,10 @@ class InboxMessage(models.Model):
     # When a client last asked to stop this row's turn (ms): a repeat of that stop after the turn
     # ended is answered, never applied to the next turn — whichever server process receives it.
     stop_requested_at = models.BigIntegerField(null=True, blank=True)
+    # What the running turn has shown so far, saved every ``PICOBOT_TURN_CHECKPOINT_SECONDS``:
+    # ``{text, reasoning, iteration, revision, at}``; a takeover commits it as the turn's
+    # ``interrupted`` answer (``storage.checkpoints``). Cleared when the turn ends.
+    checkpoint = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -288,6 +288,14 @@ class PicoBotSettings(BaseSettings):
         unit="s",
         gt=0,
     )
+    turn_checkpoint_seconds: float = setting(
+        2.0,
+        "how often a running turn's shown answer and reasoning are saved, so a turn whose process dies "
+        "keeps what it showed (as of its last save) in history, marked interrupted; one batched write "
+        "per worker per period, only for turns that changed; `0` turns it off",
+        unit="s",
+        ge=0,
+    )
     inbox_scan_seconds: float = setting(
         5.0, "how often a worker looks for queued input whose wake-up message was lost", unit="s", gt=0
     )

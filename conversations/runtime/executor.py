@@ -65,6 +65,8 @@ class RunningTurn:
     chat_id: str
     controller: TurnController
     task: asyncio.Task | None = None
+    inbox_id: str = ""
+    """The turn's inbox row (where its checkpoint is saved: ``runtime.checkpoints``)."""
 
 
 # Seconds the executor waits for a turn's terminal delivery (the coordinator's own retries are
@@ -228,7 +230,9 @@ class DialogExecutor:
             is_current=self.lease_confirmed,  # the stale-state check before every publish (seed 003 §8.3)
             pace=self.context.pace,  # a busy process sends fewer snapshots, not a queue of them
         )
-        self.running = running = RunningTurn(start.turn_id, start.channel, start.chat_id, controller)
+        self.running = running = RunningTurn(
+            start.turn_id, start.channel, start.chat_id, controller, inbox_id=start.inbox_id
+        )
         try:
             commit = await self._run_and_commit(start, running)
             # The terminal snapshot goes out after the commit, and turn_committed after it (PROTOCOL §1);

@@ -22,6 +22,7 @@ from django.conf import settings
 
 from conversations import storage
 from conversations.runtime.agent_channel import AGENT_CHANNEL, WORKERS_GROUP
+from conversations.runtime.checkpoints import CheckpointSource, TurnCheckpointer
 from conversations.runtime.consumer_base import dispatch_channels
 from conversations.runtime.executor import DialogExecutor
 from conversations.runtime.lease_keeper import LeaseKeeper
@@ -112,6 +113,10 @@ class AgentWorker:
             held=self.held_leases,
             on_lost=self.lease_lost,
         )
+        self.checkpointer = TurnCheckpointer(
+            worker_id, self.running_turns, settings.PICOBOT.turn_checkpoint_seconds
+        )
+        """Saves what running turns showed, for a takeover after this process dies (0 s: off)."""
         self.turn_context = TurnContext(
             worker_id=worker_id,
             provider=self.provider,
@@ -139,6 +144,8 @@ class AgentWorker:
         self.load.start()
         self._loops.append(asyncio.ensure_future(self._scan_loop()))
         self._loops.append(asyncio.ensure_future(self._group_refresh_loop()))
+        if self.checkpointer.period > 0:
+            self._loops.append(asyncio.ensure_future(self.checkpointer.run()))
         cleanup_seconds = settings.PICOBOT.session_cleanup_minutes * 60
         if cleanup_seconds > 0:  # evicts idle runtime sessions; never dies on an error (seed 004 §6.4)
             self._loops.append(asyncio.ensure_future(self.sessions.run_cleanup(cleanup_seconds)))
@@ -348,6 +355,25 @@ class AgentWorker:
             for dialog_id, executor in list(self.executors.items())
             if executor.epoch
         ]
+
+    def running_turns(self) -> list[CheckpointSource]:
+        """The running turns whose lease is confirmed, for the checkpointer (on the loop)."""
+        turns = []
+        for dialog_id, executor in self.executors.items():
+            running = executor.running
+            if running is None or not running.inbox_id or running.controller.is_terminal:
+                continue
+            if executor.epoch and executor.lease_confirmed():
+                turns.append(
+                    CheckpointSource(
+                        dialog_id,
+                        executor.epoch,
+                        running.inbox_id,
+                        running.turn_id,
+                        running.controller.snapshot,
+                    )
+                )
+        return turns
 
     def lease_lost(self, dialog_id: str, epoch: int) -> None:
         """The database says another worker claimed the dialog (or a delete bumped its epoch):

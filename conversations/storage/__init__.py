@@ -13,6 +13,7 @@ from conversations.storage.background import (
     is_active_dialog,
     title_candidate,
 )
+from conversations.storage.checkpoints import CheckpointWrite, commit_checkpoint, write_checkpoints
 from conversations.storage.claims import (
     STOP_REPEAT_MS,
     claim_compaction,
@@ -77,6 +78,9 @@ from conversations.storage.turns import (
 )
 
 __all__ = [
+    "CheckpointWrite",
+    "commit_checkpoint",
+    "write_checkpoints",
     "STOP_REPEAT_MS",
     "claim_compaction",
     "note_stop_requested",

@@ -10,6 +10,7 @@ from django.db import DatabaseError, transaction
 
 from conversations.models import InboxMessage, Message, now_ms
 from conversations.storage import sql
+from conversations.storage.checkpoints import commit_checkpoint
 from conversations.storage.lease import Takeover, check_lease, claim_lease
 from conversations.storage.shapes import (
     TURN_INTERRUPTED_ERROR,
@@ -54,6 +55,10 @@ def claim_dialog(
 def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
     """Mark inbox rows left ``started`` by a dead owner as ``interrupted`` (DESIGN §3).
 
+    In the same transaction, a row's checkpoint (what the turn had shown as of its last save)
+    becomes the turn's assistant row, ``completion_status: interrupted``
+    (``checkpoints.commit_checkpoint``), and the checkpoint is cleared.
+
     Call right after ``claim_lease``. Returns ``[{turn_id, session_id, message_id, chat_id,
     channel, inbox_id}]`` so the caller can publish a terminal ``failed`` snapshot and a notice for
     each.
@@ -62,12 +67,19 @@ def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
         return []  # the usual case: nothing to mark, so no write transaction (SQLite has one writer)
     with transaction.atomic():
         dialog = check_lease(dialog_id, worker_id, epoch)
-        rows = list(InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED))
+        rows = list(
+            InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED).order_by(
+                "position"
+            )
+        )
+        for row in rows:
+            commit_checkpoint(dialog, row)
         InboxMessage.objects.filter(pk__in=[r.pk for r in rows]).update(
             status=InboxMessage.Status.INTERRUPTED,
             finished_at=now_ms(),
             error=TURN_INTERRUPTED_ERROR,
             outcome=InboxMessage.Outcome.FAILED,
+            checkpoint=None,
         )
     return [
         {
@@ -84,18 +96,26 @@ def interrupt_started(dialog_id: str, worker_id: str, epoch: int) -> list[dict]:
 
 
 def interrupted_commit(inbox_id: str) -> CommitResult | None:
-    """What an interrupted turn left in history: its user row (committed when the turn started,
-    with its ``interrupted`` outcome), as the ``turn_committed`` of a turn that ended without an
-    answer; None when the row is gone."""
+    """What an interrupted turn left in history, as its ``turn_committed``: its user row
+    (committed when the turn started, with its ``interrupted`` outcome), then the answer its
+    checkpoint kept (``interrupt_started``), if any; None when the user row is gone."""
     row = sql.history_row(inbox_id)
     if row is None:
         return None
+    rows = [row]
+    reply_id = InboxMessage.objects.filter(pk=inbox_id).values_list("reply_message_id", flat=True).first()
+    reply = sql.history_row(str(reply_id)) if reply_id else None
+    if reply is not None:
+        rows.append(reply)
     outcome = turn_outcome(InboxMessage.Status.INTERRUPTED, "", "")
     session_id = Message.objects.filter(pk=row["id"]).values_list("dialog_id", flat=True).first() or ""
     return CommitResult(
-        messages=[history_row_to_protocol(row, session_id=session_id, outcome=outcome)],
-        history_revision=row["seq"],
-        history_rows=[row],
+        messages=[
+            history_row_to_protocol(r, session_id=session_id, outcome=outcome if r is row else None)
+            for r in rows
+        ],
+        history_revision=rows[-1]["seq"],
+        history_rows=rows,
     )
 
 
@@ -275,7 +295,8 @@ def commit_turn(
         )
         error = scrub_text(error)
         sql.execute(
-            f"UPDATE {sql.INBOX} SET status = %s, finished_at = %s, error = %s, outcome = %s WHERE id = %s",
+            f"UPDATE {sql.INBOX} SET status = %s, finished_at = %s, error = %s, outcome = %s, checkpoint = NULL "
+            "WHERE id = %s",
             [inbox_status, now, error, outcome, sql.uuid_param(inbox_id)],
         )
         user_row = sql.history_row(inbox_id)
@@ -305,5 +326,6 @@ def abandon_turn(dialog_id: str, worker_id: str, epoch: int, inbox_id: str, erro
             finished_at=now_ms(),
             error=scrub_text(error)[:2000],
             outcome=InboxMessage.Outcome.FAILED,
+            checkpoint=None,
         )
     return True

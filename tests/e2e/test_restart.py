@@ -144,6 +144,8 @@ async def test_a_turn_killed_inside_a_tool_is_reported_interrupted_and_the_queue
             "PICOBOT_LLM_MODEL": "test-model",
             "PICOBOT_LLM_MAX_RETRIES": "0",
             "PICOBOT_TOOL_MODULES": "tests.e2e.slow_tools",
+            # Off: this test is about a turn that keeps nothing (test_restart_checkpoint keeps text).
+            "PICOBOT_TURN_CHECKPOINT_SECONDS": "0",
         }
 
         # --- 1. message 1 runs into slow_tool; messages 2 and 3 queue behind it; SIGKILL. ------------
