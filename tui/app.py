@@ -53,6 +53,7 @@ CSS = """
 .tool.failed, .alert, .outcome, .ended .phase { color: $error; }
 .line { color: $text-muted; }
 .phase { color: $warning; }
+.cut-off { color: $text-muted; text-style: italic; }
 .blocks { height: auto; }
 Markdown.answer { margin: 0; padding: 0; }
 Collapsible.reasoning { padding: 0; margin: 0; border: none; background: transparent; }
@@ -103,6 +104,7 @@ class ChatApp(App[None]):
         self._seen: dict[str, dict[str, Any]] = {}
         self._dialog_list: DialogList | None = None
         self._anchor: str | None = None  # the item key to keep in view when an older page lands
+        self._follow = False  # scroll to the newest on the next redraw (the user sent or stopped)
 
     def compose(self) -> ComposeResult:
         yield Static(id="header")
@@ -140,6 +142,7 @@ class ChatApp(App[None]):
         self.state = state
         self._retry_at = time.monotonic() + state.retry_in
         self._draw_state()
+        self._schedule_redraw()  # a running turn shows "reconnecting…" while the connection is down
 
     def _schedule_redraw(self) -> None:
         if not self._redraw_due:
@@ -149,7 +152,10 @@ class ChatApp(App[None]):
     async def _redraw(self) -> None:
         self._redraw_due = False
         view = self.query_one(Transcript)
-        view.sync(transcript(self.store))
+        view.sync(transcript(self.store, connected=self.state.kind == "connected"))
+        if self._follow:
+            self._follow = False
+            view.follow()
         self._draw_header()
         self.refresh_bindings()
         d = self.store.active
@@ -177,6 +183,8 @@ class ChatApp(App[None]):
             text = f"reconnecting in {left} s (attempt {s.attempt}: {s.detail})"
         elif s.kind == "refused":
             text = "token refused: check --token / PICOBOT_TOKEN, or run createtoken USER --save"
+        elif s.kind == "not_found":
+            text = f"no PicoBot WebSocket at {self.connection.url} ({s.detail}): check --url"
         else:
             text = {"connecting": "connecting…", "connected": "connected", "closed": "disconnected"}[s.kind]
         widget = self.query_one("#conn", Static)
@@ -203,6 +211,7 @@ class ChatApp(App[None]):
         sent = await self.connection.send(frame)
         if not sent and "client_msg_id" not in frame:
             self.notify("Not connected: the command was not sent.", severity="warning")
+        self._follow = True
         self._schedule_redraw()
 
     # --- actions ------------------------------------------------------------------------------
@@ -213,6 +222,8 @@ class ChatApp(App[None]):
         if frame is None:
             return False
         await self.connection.send(frame)
+        self._follow = True  # "Stopped." lands at the bottom: show it
+        self._schedule_redraw()
         return True
 
     async def action_interrupt(self) -> None:

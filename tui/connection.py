@@ -4,11 +4,15 @@
 the system's CA store for TLS), hands every JSON frame to ``on_frame`` and reconnects after any
 drop: 0.5 s doubling to 15 s with ±25 % jitter, so a restarted server is not hit by every client
 at once. websockets' keepalive pings drop a half-open connection. A refusal — close code 4401, or
-HTTP 401/403 at the handshake — ends ``run()`` in the ``refused`` state: retrying a bad token
-cannot help. After each reconnect the server's ``ready`` lets the store resync by revision.
+HTTP 401 (403 on the ``/ws/chat/`` path) at the handshake — ends ``run()`` in the ``refused``
+state: retrying a bad token cannot help. Any other answer than a WebSocket upgrade at the
+handshake, but a server error or "too many requests" (408, 429, 5xx: retried), ends it in
+``not_found``: the URL points at no PicoBot WebSocket (PicoBot itself answers 403 on an unknown
+WebSocket path, and an HTTP server 404 or 200). After each reconnect the server's ``ready`` lets
+the store resync by revision.
 
 States reported to ``on_state``: connecting, connected, reconnecting (``retry_in`` seconds,
-``detail`` = why), refused, closed.
+``detail`` = why), refused, not_found (``detail`` = "HTTP <status>"), closed.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
@@ -42,6 +47,17 @@ class ConnectionState:
 def backoff_delay(attempt: int, rng: Callable[[], float] = random.random) -> float:
     """Seconds before reconnect ``attempt`` (0-based): 0.5 s × 2^attempt, at most 15 s, ±25 %."""
     return min(MAX_DELAY, BASE_DELAY * 2**attempt) * (0.75 + rng() * 0.5)
+
+
+def handshake_verdict(url: str, status: int) -> str:
+    """What an HTTP ``status`` instead of the upgrade at ``url`` means: ``refused`` (the token:
+    401, or 403 on the chat endpoint's path), ``retry`` (408, 429, 5xx: the server may recover),
+    else ``not_found`` (no PicoBot WebSocket there)."""
+    if status == 401 or (status == 403 and urlsplit(url).path.rstrip("/").endswith("/ws/chat")):
+        return "refused"
+    if status in (408, 429) or status >= 500:
+        return "retry"
+    return "not_found"
 
 
 class ChatConnection:
@@ -81,10 +97,12 @@ class ChatConnection:
             try:
                 reason = await self._session()
             except InvalidStatus as exc:
-                if exc.response.status_code in (401, 403):
-                    self.on_state(ConnectionState("refused", detail=f"HTTP {exc.response.status_code}"))
+                status = exc.response.status_code
+                verdict = handshake_verdict(self.url, status)
+                if verdict != "retry":
+                    self.on_state(ConnectionState(verdict, detail=f"HTTP {status}"))
                     return
-                reason = f"HTTP {exc.response.status_code}"
+                reason = f"HTTP {status}"
             except InvalidURI as exc:
                 self.on_state(ConnectionState("closed", detail=str(exc)))
                 return

@@ -22,6 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from tui.dialogs import dialog_label
 from tui.store import ChatStore
 
 MORE = "more"  # the id of the "More…" entry (dialog ids are never this: they are the server's)
@@ -40,10 +41,8 @@ TitlePrompt > Vertical, ConfirmDelete > Vertical {
 
 
 def option_label(item: dict[str, Any]) -> Text:
-    """``▶ title  · dialog_id · N messages`` (▶ marks the chat's active dialog)."""
-    mark = "▶" if item.get("active") else " "
-    count = item.get("message_count") or 0
-    return Text(f"{mark} {item.get('title') or '(untitled)'}  · {item.get('dialog_id')} · {count} messages")
+    """``tui.dialogs.dialog_label`` as plain text (never Textual markup)."""
+    return Text(dialog_label(item))
 
 
 class DialogOptions(OptionList):

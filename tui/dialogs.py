@@ -12,9 +12,12 @@ server's offsets and ours in step. No Textual, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 PAGE_SIZE = 20  # dialogs per `sessions` request of the list (the server allows up to 100)
+DEFAULT_TITLE = "New chat"  # the server's title of a dialog nobody named yet
+PREVIEW_CHARS = 50
 
 
 @dataclass
@@ -90,11 +93,51 @@ class DialogPages:
         return out
 
 
+def when(ms: Any, now: datetime | None = None) -> str:
+    """A ``last_active_at`` (ms since the epoch) in local time: "today 14:02", "yesterday 14:02",
+    "3 Mar" this year, else "3 Mar 2024"; "" when absent."""
+    if not isinstance(ms, int | float) or isinstance(ms, bool):
+        return ""
+    at, now = datetime.fromtimestamp(ms / 1000), now or datetime.now()
+    if at.date() == now.date():
+        return f"today {at:%H:%M}"
+    if at.date() == (now - timedelta(days=1)).date():
+        return f"yesterday {at:%H:%M}"
+    return f"{at.day} {at:%b}" + ("" if at.year == now.year else f" {at.year}")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def display_title(item: dict[str, Any]) -> str:
+    """The title; for a dialog still called the default, its ``preview`` (the first user message,
+    when the server sends one) in quotes instead; "(untitled)" when there is neither."""
+    title = str(item.get("title") or "")
+    preview = " ".join(str(item.get("preview") or "").split())
+    if preview and title in ("", DEFAULT_TITLE):
+        cut = preview if len(preview) <= PREVIEW_CHARS else preview[: PREVIEW_CHARS - 1] + "…"
+        return f"“{cut}”"
+    return title or "(untitled)"
+
+
+def dialog_label(item: dict[str, Any], now: datetime | None = None) -> str:
+    """``▶ title · today 14:02 · 3 messages · dialog_id`` (▶ marks the active dialog)."""
+    mark = "▶" if item.get("active") else " "
+    parts = [
+        display_title(item),
+        when(item.get("last_active_at"), now),
+        plural(int(item.get("message_count") or 0), "message"),
+        str(item.get("dialog_id") or ""),
+    ]
+    return f"{mark} " + " · ".join(p for p in parts if p)
+
+
 def listing(items: list[dict[str, Any]], has_more: bool) -> str:
     """A typed ``/sessions`` answer as transcript text: one line per dialog, ▶ the active one."""
     lines = [
-        f"{'▶' if i.get('active') else ' '} {i.get('dialog_id')}  {i.get('title') or '(untitled)'}"
-        f"  ({i.get('message_count', 0)} messages)"
+        f"{'▶' if i.get('active') else ' '} {i.get('dialog_id')}  {display_title(i)}"
+        f"  ({plural(int(i.get('message_count') or 0), 'message')})"
         for i in items
     ]
     more = "\n(more: F2 lists every dialog)" if has_more else ""

@@ -23,7 +23,8 @@ class Pending:
     status: str = "pending"
     error: str = ""
     message_id: str | None = None
-    turn_id: str | None = None
+    turn_id: str | None = None  # the turn that answers it, once that turn has started
+    queued: int = 0  # messages ahead of it in the dialog (its ``ack``)
 
     def frame(self) -> dict[str, Any]:
         """The ``message`` frame; the same client_msg_id again is de-duplicated by the server."""
@@ -39,12 +40,14 @@ class Pending:
 
 @dataclass
 class SystemLine:
-    """A notice or command answer shown in the transcript, after the row with seq ``after_seq``."""
+    """A notice or command answer shown in the transcript: after the rows of the turn
+    ``turn_id`` when it names one that is shown, else after the row with seq ``after_seq``."""
 
     key: str
     level: str
     text: str
     after_seq: int
+    turn_id: str | None = None
 
 
 @dataclass
@@ -85,3 +88,8 @@ def error_text(error: Any) -> str:
         text = str(error.get("message") or error.get("code") or "")
         return f"{text} (ref {error['ref']})" if error.get("ref") else text
     return str(error)
+
+
+def turn_note(turn: dict[str, Any]) -> dict[str, Any]:
+    """What a failed or cancelled turn leaves once its snapshot is gone: ``{status, error}``."""
+    return {"status": turn.get("status"), "error": error_text(turn.get("error"))}

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from tui.dialogs import DialogPages, listing
-from tui.model import Dialog, Effects, Pending, SystemLine, error_text
+from tui.model import Dialog, Effects, Pending, SystemLine, turn_note
 
 TERMINAL = frozenset({"completed", "cancelled", "failed"})
 RETRYABLE = frozenset({"failed", "interrupted"})  # a stopped turn was the user's choice
@@ -189,7 +189,7 @@ class ChatStore:
         p = next((x for x in self.pending if x.client_msg_id == f.get("client_msg_id")), None)
         if p is None:
             return
-        p.status, p.message_id = "accepted", f.get("message_id")
+        p.status, p.message_id, p.queued = "accepted", f.get("message_id"), int(f.get("queued") or 0)
         p.session_id = f.get("session_id") or p.session_id
         if p.session_id and p.message_id in self.dialog(p.session_id).ids:
             self.pending.remove(p)
@@ -286,7 +286,8 @@ class ChatStore:
             self._notice_ids = [*self._notice_ids[-NOTICE_MEMORY + 1 :], notice_id]
         if f.get("turn_id") in self.finished_turns:
             return  # a plain fallback after the turn's final: never shown on cli_chat
-        self._add_line(str(f.get("level") or "info"), str(f.get("content") or ""), f.get("session_id"))
+        level, text = str(f.get("level") or "info"), str(f.get("content") or "")
+        self._add_line(level, text, f.get("session_id"), f.get("turn_id"))
         fx.changed = True
 
     def _on_error(self, f: dict[str, Any], fx: Effects) -> None:
@@ -327,7 +328,7 @@ class ChatStore:
             # Its rows are committed (turn_committed may precede the terminal snapshot): keep
             # only the outcome so a failure stays visible under those rows.
             if t.get("status") in ("failed", "cancelled"):
-                d.notes[t["id"]] = _note(t)
+                d.notes[t["id"]] = turn_note(t)
             fx.changed = True
             return
         cur = d.turn
@@ -335,7 +336,7 @@ class ChatStore:
             return
         if cur is None or cur.get("id") != t["id"]:
             if cur and cur.get("status") in ("failed", "cancelled"):
-                d.notes[cur["id"]] = _note(cur)
+                d.notes[cur["id"]] = turn_note(cur)
             p = next(
                 (x for x in self._pending_of(d.session_id) if not x.turn_id and x.status != "failed"), None
             )
@@ -356,7 +357,7 @@ class ChatStore:
         if mine and (t.get("status") in TERMINAL or any(r.get("role") != "user" for r in mine)):
             self.finished_turns.add(t["id"])
             if t.get("status") in ("failed", "cancelled"):
-                d.notes[t["id"]] = _note(t)
+                d.notes[t["id"]] = turn_note(t)
             d.turn = None
 
     def _merge(self, d: Dialog, rows: list[dict[str, Any]]) -> None:
@@ -384,15 +385,11 @@ class ChatStore:
     def _pending_of(self, session_id: str) -> list[Pending]:
         return [p for p in self.pending if (p.session_id or self.active_session_id) == session_id]
 
-    def _add_line(self, level: str, text: str, session_id: str | None) -> None:
+    def _add_line(self, level: str, text: str, session_id: str | None, turn_id: str | None = None) -> None:
         self._line_counter += 1
         sid = session_id or self.active_session_id
         if sid is None:
             self.loose_lines.append(SystemLine(f"l:{self._line_counter}", level, text, 0))
             return
         d = self.dialog(sid)
-        d.lines.append(SystemLine(f"l:{self._line_counter}", level, text, d.revision))
-
-
-def _note(turn: dict[str, Any]) -> dict[str, Any]:
-    return {"status": turn.get("status"), "error": error_text(turn.get("error"))}
+        d.lines.append(SystemLine(f"l:{self._line_counter}", level, text, d.revision, turn_id))

@@ -1,8 +1,8 @@
 """The active dialog as an ordered list of keyed items for the widgets (pure, no Textual).
 
 Order: history rows (a tool row joins its call on the assistant row), each turn's outcome under
-its last row, notices at the point they arrived, then the live turn's own pending message, the
-live turn, and messages still queued. Keys are stable across redraws, so the UI updates widgets
+its last row, then the notices about that turn (their ``turn_id``); other notices at the point
+they arrived; then the live turn's own pending message, the live turn, and messages still queued. Keys are stable across redraws, so the UI updates widgets
 in place instead of adding a line per snapshot (seed 003 §12). Lines that a key acts on name it:
 the older-history hint (``OLDER_KEY``) and the outcome of a turn that can be retried
 (``RETRY_KEY``).
@@ -21,6 +21,17 @@ ARGS_PREVIEW_CHARS = 60
 OLDER_KEY = "PageUp"  # at the top of the transcript (tui.app)
 RETRY_KEY = "Ctrl+R"
 DISMISS_KEY = "Ctrl+D"
+PHASES = {
+    "queued": "queued…",
+    "compacting": "compacting the history…",
+    "reasoning": "thinking…",
+    "responding": "answering…",
+    "acting": "running tools…",
+    "finalizing": "finishing…",
+}
+ENDINGS = {"completed": "", "cancelled": "Stopped.", "failed": "Failed"}
+CUT_OFF = "Cut off at the model's output limit."
+CUT_OFF_THINKING = "The model stopped at its output limit while thinking; no answer."
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,7 @@ class Item:
     kind: str
     data: Any
     results: dict[str, dict[str, Any]] | None = None
+    connected: bool = True  # for the live turn: False shows "reconnecting…" instead of its phase
 
 
 def outcome_text(outcome: Any) -> str | None:
@@ -47,6 +59,38 @@ def outcome_text(outcome: Any) -> str | None:
     if status == "interrupted":
         return f"Interrupted: {error}" if error else "Interrupted."
     return None
+
+
+def pending_label(p: Pending) -> str:
+    """The state shown after "You" on a message not yet in history: "" once the turn answering
+    it has started (it is bound to that turn, as the WebUI binds it), else sending…, queued (n
+    ahead), sent, or the refusal."""
+    if p.status == "failed":
+        return f"not sent: {p.error}"
+    if p.turn_id:
+        return ""
+    if p.status == "pending":
+        return "sending…"
+    return f"queued ({p.queued} ahead)" if p.queued else "sent"
+
+
+def turn_text(turn: dict[str, Any], connected: bool = True) -> str:
+    """The live turn's status line: its phase while it runs ("reconnecting…" while the
+    connection is down: the phase shown may be over), else how it ended ("" when completed)."""
+    status = turn.get("status")
+    if status == "running":
+        return PHASES.get(turn.get("phase") or "", "working…") if connected else "reconnecting…"
+    if status == "failed":
+        return f"Failed: {error_text(turn.get('error'))}".rstrip(": ")
+    return ENDINGS.get(status or "", "")
+
+
+def cut_off_text(truncated: Any, answered: bool) -> str | None:
+    """The note under an answer the model stopped at its output limit (``truncated`` on a
+    history row or turn snapshot; absent means not cut off), or None."""
+    if truncated is not True:
+        return None
+    return CUT_OFF if answered else CUT_OFF_THINKING
 
 
 def user_text(row: dict[str, Any]) -> str:
@@ -77,8 +121,9 @@ def tool_line(name: str, arguments: Any, status: str) -> str:
     return f"⚙ {name} {args_preview(arguments)} — {status}".replace("  ", " ")
 
 
-def transcript(store: ChatStore) -> list[Item]:
-    """The items of the active dialog (see the module docstring); [] before ``ready``."""
+def transcript(store: ChatStore, connected: bool = True) -> list[Item]:
+    """The items of the active dialog (see the module docstring); [] before ``ready``.
+    ``connected``: whether the connection is up now (the live turn's line says so)."""
     d = store.active
     items = [Item(line.key, "line", line) for line in store.loose_lines]
     if d is None:
@@ -89,7 +134,9 @@ def transcript(store: ChatStore) -> list[Item]:
     retry = store.retryable_row() if store.refused() is None else None
     retry_turn = retry.get("turn_id") if retry else None
     results = {m["tool_call_id"]: m for m in d.messages if m.get("role") == "tool" and m.get("tool_call_id")}
-    lines = sorted(d.lines, key=lambda x: x.after_seq)
+    shown_turns = {m.get("turn_id") for m in d.messages if m.get("turn_id")}
+    by_turn = [x for x in d.lines if x.turn_id in shown_turns]
+    lines = sorted((x for x in d.lines if x.turn_id not in shown_turns), key=lambda x: x.after_seq)
     used_notes: set[str] = set()
     call_ids = _call_ids(d)
     for i, row in enumerate(d.messages):
@@ -105,6 +152,7 @@ def transcript(store: ChatStore) -> list[Item]:
                 text += f"  ({RETRY_KEY}: retry)" if turn_id == retry_turn else ""
                 used_notes.add(turn_id)
                 items.append(Item(f"o:{turn_id}", "outcome", text))
+            items.extend(_line(x) for x in by_turn if x.turn_id == turn_id)
     for turn_id, note in d.notes.items():
         if turn_id not in used_notes and (d.turn is None or d.turn.get("id") != turn_id):
             items.append(Item(f"o:{turn_id}", "outcome", outcome_text(note) or ""))
@@ -113,7 +161,7 @@ def transcript(store: ChatStore) -> list[Item]:
     turn_id = d.turn.get("id") if d.turn else None
     items.extend(_pending(p) for p in mine if turn_id and p.turn_id == turn_id)
     if d.turn:
-        items.append(Item(f"t:{turn_id}", "turn", d.turn))
+        items.append(Item(f"t:{turn_id}", "turn", d.turn, connected=connected))
     items.extend(_pending(p) for p in mine if not turn_id or p.turn_id != turn_id)
     return items
 

@@ -2,8 +2,9 @@
 
 ``Transcript.sync(items)`` keeps one widget per ``tui.view.Item``: new keys are mounted in order,
 gone keys removed, existing widgets updated — a running turn is redrawn where it stands, never
-appended as a new line per snapshot (seed 003 §12). It follows the newest content only while the
-reader is at the bottom. Text from the server is never parsed as Textual markup.
+appended as a new line per snapshot (seed 003 §12). It follows the newest content while the
+reader is at the bottom (Textual's anchor: scrolling up releases it, reaching the bottom again
+restores it) and after ``follow()`` (the user sent or stopped something). Text from the server is never parsed as Textual markup.
 """
 
 from __future__ import annotations
@@ -17,18 +18,17 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
 
-from tui.model import error_text
-from tui.view import DISMISS_KEY, RETRY_KEY, Item, tool_line, user_text
-
-PHASES = {
-    "queued": "queued…",
-    "compacting": "compacting the history…",
-    "reasoning": "thinking…",
-    "responding": "answering…",
-    "acting": "running tools…",
-    "finalizing": "finishing…",
-}
-ENDINGS = {"completed": "", "cancelled": "Stopped.", "failed": "Failed"}
+from tui.markdown import parser
+from tui.view import (
+    DISMISS_KEY,
+    RETRY_KEY,
+    Item,
+    cut_off_text,
+    pending_label,
+    tool_line,
+    turn_text,
+    user_text,
+)
 
 
 def _clock(ms: Any) -> str:
@@ -50,7 +50,7 @@ class Answer(Markdown):
     """Assistant text rendered as Markdown; re-rendered only when the text changed."""
 
     def __init__(self, text: str, name: str | None = None) -> None:
-        super().__init__(text, classes="answer", name=name)
+        super().__init__(text, classes="answer", name=name, parser_factory=parser)
         self.text = text
 
     def set_text(self, text: str) -> None:
@@ -91,6 +91,9 @@ class RowView(ItemView):
             yield Static(Text(f"⚙ {row.get('tool_name') or 'tool'} result"), classes="tool")
         if row.get("content") and role == "assistant":
             yield Answer(str(row["content"]))
+        cut = cut_off_text(row.get("truncated"), bool(row.get("content"))) if role == "assistant" else None
+        if cut:
+            yield Static(Text(cut), classes="cut-off")
 
     def show(self, item: Item) -> None:
         super().show(item)
@@ -123,10 +126,10 @@ class TextLine(ItemView):
             return Text(data.text)
         if kind == "pending":
             self.add_class("user")
-            state = {"pending": "sending…", "accepted": "queued", "failed": f"not sent: {data.error}"}
+            label = pending_label(data)
             self.set_class(data.status == "failed", "alert")
             keys = f"\n{RETRY_KEY}: send again · {DISMISS_KEY}: dismiss" if data.status == "failed" else ""
-            return Text(f"You  ({state.get(data.status, data.status)})\n{data.content}{keys}")
+            return Text(f"You{f'  ({label})' if label else ''}\n{data.content}{keys}")
         return Text(str(data))
 
 
@@ -138,6 +141,8 @@ class TurnView(ItemView):
         yield self.phase
         self.blocks = Vertical(classes="blocks")
         yield self.blocks
+        self.cut_off = Static(classes="cut-off")
+        yield self.cut_off
 
     def on_mount(self) -> None:
         self.show(self.item)
@@ -147,17 +152,16 @@ class TurnView(ItemView):
         if not self.is_mounted:
             return  # on_mount draws the newest item
         turn = item.data
-        status = turn.get("status")
-        if status == "running":
-            text = PHASES.get(turn.get("phase"), "working…")
-        elif status == "failed":
-            text = f"Failed: {error_text(turn.get('error'))}".rstrip(": ")
-        else:
-            text = ENDINGS.get(status, "")
+        text = turn_text(turn, item.connected)
         self.phase.update(Text(text))
         self.phase.display = bool(text)
-        self.set_class(status in ("failed", "cancelled"), "ended")
-        self._draw_blocks(turn.get("blocks") or [])
+        self.set_class(turn.get("status") in ("failed", "cancelled"), "ended")
+        blocks = turn.get("blocks") or []
+        self._draw_blocks(blocks)
+        answered = any(b.get("type") == "assistant" and b.get("text") for b in blocks)
+        cut = cut_off_text(turn.get("truncated"), answered)
+        self.cut_off.update(Text(cut or ""))
+        self.cut_off.display = bool(cut)
 
     def _draw_blocks(self, blocks: list[dict[str, Any]]) -> None:
         shown = {w.name: w for w in self.blocks.children}
@@ -201,6 +205,13 @@ class Transcript(VerticalScroll):
         Binding("pagedown", "app.page_down", "Newer", show=False),
     ]
 
+    def on_mount(self) -> None:
+        self.anchor()
+
+    def follow(self) -> None:
+        """Scroll to the newest content and keep following it (the anchor is restored)."""
+        self.scroll_end(animate=False)
+
     def first_row_key(self) -> str | None:
         """The key of the first history row shown, or None."""
         return next(
@@ -214,7 +225,6 @@ class Transcript(VerticalScroll):
             self.scroll_to_widget(view, animate=False, top=True)
 
     def sync(self, items: list[Item]) -> None:
-        at_bottom = self.scroll_y >= self.max_scroll_y - 1
         wanted = {i.key for i in items}
         views: dict[str, ItemView] = {}
         for child in list(self.children):
@@ -241,5 +251,3 @@ class Transcript(VerticalScroll):
             elif view.item != item:
                 view.show(item)
             previous = view
-        if at_bottom:
-            self.call_after_refresh(self.scroll_end, animate=False)
