@@ -109,7 +109,7 @@ def error_from_unframed(status: int, body: bytes) -> ProviderError | None:
     message, code = error_info(value)
     if message is None:
         return None
-    common: dict[str, Any] = {"http_status": status, "provider_code": code}
+    common: dict[str, Any] = {"http_status": status, "provider_code": code, "provider_message": message}
     if is_context_overflow(message, code):
         return ContextOverflowError(message, **common)
     return InBandError(message, retryable=is_retryable_code(code), **common)
@@ -142,9 +142,15 @@ def error_from_http(status: int, headers: Mapping[str, str], body: bytes, *, ven
     """
     value, is_json = parse_body(body)
     message, code = error_info(value) if is_json else (clean_message(value, status=status) or None, None)
+    own = message if is_json else None  # a plain-text or HTML body is no message of the provider's
     message = message or f"{vendor} returned HTTP {status}"
     retry_after = parse_retry_after(headers)
-    common: dict[str, Any] = {"http_status": status, "provider_code": code, "retry_after_s": retry_after}
+    common: dict[str, Any] = {
+        "http_status": status,
+        "provider_code": code,
+        "retry_after_s": retry_after,
+        "provider_message": own,
+    }
     if status in (401, 403):
         return AuthenticationError(message, **common)
     if status == 429:
@@ -166,10 +172,11 @@ def error_from_non_sse(status: int, content_type: str, body: bytes) -> BadRespon
     """
     value, is_json = parse_body(body)
     message, code = error_info(value) if is_json else (None, None)
+    own = message
     if message is None:
         shown = "null" if is_json and value is None else (content_type or "no content-type")
         message = f"expected an event stream, got a non-SSE body ({shown})"
-    return BadResponseError(message, http_status=status, provider_code=code)
+    return BadResponseError(message, http_status=status, provider_code=code, provider_message=own)
 
 
 _RETRYABLE_CODES = frozenset(

@@ -187,11 +187,15 @@ class HTTPStreamProvider(LLMProvider):
 
     def _redact(self, exc: ProviderError) -> None:
         """Remove credentials from a user-facing error message (the configured key, key-like
-        strings, URL userinfo): vendors echo keys back ("Invalid API key: sk-…")."""
-        message = redact(exc.message, (getattr(self, "_api_key", ""),))
+        strings, URL userinfo) and from the vendor's own message: vendors echo keys back
+        ("Invalid API key: sk-…")."""
+        known = (getattr(self, "_api_key", ""),)
+        message = redact(exc.message, known)
         if message != exc.message:
             exc.message = message
             exc.args = (message, *exc.args[1:])
+        if exc.provider_message is not None:
+            exc.provider_message = redact(exc.provider_message, known)
 
     @property
     def display_url(self) -> str:

@@ -89,13 +89,15 @@ class StreamParserBase:
         self.finished = True
 
     def _fail(self, message: str | None, code: Any) -> None:
-        """An in-band error (HTTP 200): a context overflow, or a typed ``InBandError``."""
-        message = message or "provider reported an error in the stream"
+        """An in-band error (HTTP 200): a context overflow, or a typed ``InBandError``; the event's
+        own ``message`` is its ``provider_message``."""
         kwargs: dict[str, Any] = {
             "http_status": 200,
             "provider_code": code,
             "finish_reason": self.finish_reason,
+            "provider_message": message or None,
         }
+        message = message or "provider reported an error in the stream"
         if is_context_overflow(message, code):
             self.error = ContextOverflowError(message, **kwargs)
         else:

@@ -25,7 +25,10 @@ Vendor modules translate httpx2 and HTTP-level failures into these at one bounda
 (``raise … from exc``). A stream raises one of them *after* yielding the chunks that arrived, so
 callers keep the partial text; ``finish_reason`` carries a finish reason seen before the failure
 (e.g. OpenRouter's ``"error"``). ``provider_code`` is the vendor's raw error code or type (any
-JSON value). Messages are short and never contain request payloads or keys.
+JSON value). ``provider_message`` is the vendor's own words when a structured error carried them
+(the ``message`` of a JSON error body or of an in-band error event), else None: what a user may
+be shown of the provider's answer (after ``conversations.agent.failures`` bounds and redacts it).
+Messages are short and never contain request payloads or keys.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ class ProviderError(Exception):
         retry_after_s: seconds the server asked us to wait, or None.
         retryable: whether trying the same request again may succeed.
         finish_reason: a finish reason that arrived before the failure, or None.
+        provider_message: the vendor's human message from a JSON error body or an in-band error
+            event (redacted like ``message``), or None for anything else — our own wording, a
+            plain-text or HTML body, a transport failure.
     """
 
     kind = "provider_error"
@@ -62,8 +68,10 @@ class ProviderError(Exception):
         retry_after_s: float | None = None,
         retryable: bool | None = None,
         finish_reason: str | None = None,
+        provider_message: str | None = None,
     ) -> None:
         super().__init__(message)
+        self.provider_message = provider_message
         self.message = message
         self.http_status = http_status
         self.provider_code = provider_code

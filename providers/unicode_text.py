@@ -162,8 +162,8 @@ def _mend_whole(chunk: ProviderChunk) -> ProviderChunk:
 
 
 def mend_error(error: ProviderError) -> ProviderError:
-    """``error`` with lone surrogates out of the strings it carries (its message, vendor code and
-    finish reason), changed in place and returned: the message may be shown to the user and is
+    """``error`` with lone surrogates out of the strings it carries (its message, the vendor's code
+    and message, the finish reason), changed in place and returned: the message may be shown to the user and is
     logged, and a lone surrogate can be neither framed nor written (module docstring)."""
     message = error.message
     if isinstance(message, str):
@@ -173,6 +173,8 @@ def mend_error(error: ProviderError) -> ProviderError:
             error.args = (fixed, *error.args[1:])
     if error.provider_code is not None:
         error.provider_code = map_strings(error.provider_code, fix_surrogates)
+    if isinstance(error.provider_message, str):
+        error.provider_message = fix_surrogates(error.provider_message)
     if isinstance(error.finish_reason, str):
         error.finish_reason = fix_surrogates(error.finish_reason)
     return error

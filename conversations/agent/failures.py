@@ -10,7 +10,9 @@ Every way a turn can fail is a :class:`TurnFailure` of one :class:`TurnFailureKi
 from __future__ import annotations
 
 import logging
+import re
 import secrets
+import unicodedata
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -32,14 +34,15 @@ __all__ = [
     "log_failure",
     "new_ref",
     "provider_failure_lead",
+    "provider_failure_text",
     "shown_provider_message",
 ]
 
-#: Bound of a presented message (before the ref); a provider message is at most 500 chars.
+#: Bound of a presented message (before the ref); a provider's own words take at most 200 of it.
 MAX_USER_MESSAGE_CHARS = 600
 #: Bound of a failure's ``detail`` (a traceback can be long; the log needs its tail).
 MAX_DETAIL_CHARS = 8000
-#: A provider's own message longer than this is never shown to the user (only its kind and status).
+#: Characters of a provider's own message the user reads at most (a longer one is cut, with "…").
 MAX_PROVIDER_MESSAGE_CHARS = 200
 
 
@@ -82,6 +85,8 @@ _FAILURE_LEADS = {
     "timeout": "The model provider timed out",
     "connection": "The model provider could not be reached",
     "truncated": "The model provider's answer was cut off",
+    "provider_error": "The model provider reported an error",
+    "http_error": "The model provider sent an unexpected answer",
 }
 
 
@@ -102,18 +107,52 @@ def provider_failure_lead(error: ProviderError) -> str:
 
 
 def shown_provider_message(error: ProviderError) -> str:
-    """The part of a provider's own message the user may read, or ``""`` (``agent/README.md``).
+    """The provider's own words the user may read, or ``""`` (``agent/README.md``).
 
-    Only a 4xx whose message came from a structured JSON error (the provider layer sets
-    ``provider_code`` from its ``code``/``type`` field only then) and is at most
-    :data:`MAX_PROVIDER_MESSAGE_CHARS` long; never a 5xx, an in-band error, a connection or
-    timeout message, or a plain-text/HTML body.
+    Only ``error.provider_message`` — the ``message`` of a JSON error body or of an in-band
+    error event, whatever the kind or status — never our own wording of a transport failure, a
+    plain-text or HTML body, the URL or the headers. Every URL cut to its scheme and host, then
+    redacted (``providers.redaction`` with the deployment's secrets), control, format and
+    line-separator characters taken out, whitespace made single spaces, and at most
+    :data:`MAX_PROVIDER_MESSAGE_CHARS` characters (a longer one is cut and ends with "…").
     """
-    status = error.http_status
-    if status is None or not 400 <= status < 500 or error.provider_code is None:
+    text = error.provider_message
+    if not isinstance(text, str):
         return ""
-    message = " ".join(str(error.message or "").split())
-    return message if len(message) <= MAX_PROVIDER_MESSAGE_CHARS else ""
+    # URLs first: redaction would take a URL's userinfo and the rest of it as one password.
+    text = redact(_URL.sub(_scheme_and_host, text), configured_secrets())
+    text = "".join(" " if unicodedata.category(ch) in _UNSHOWN else ch for ch in text)
+    return _bounded(" ".join(text.split()), MAX_PROVIDER_MESSAGE_CHARS)
+
+
+def provider_failure_text(error: ProviderError) -> str:
+    """What the user reads of a provider failure, without the ref: the kind's lead and, when the
+    provider said something, its words (:func:`shown_provider_message`).
+
+    ``"The model provider reported an error (provider_error): upstream overloaded"``. The one
+    wording of every provider failure a user sees: a failed turn, a failed ``/compact``.
+    """
+    lead = provider_failure_lead(error)
+    message = shown_provider_message(error)
+    return f"{lead}: {message}" if message else lead
+
+
+# Control (C0/C1), format (bidi marks and overrides, zero-width), surrogate and line/paragraph
+# separator characters: none of them belongs in a one-line notice.
+_UNSHOWN = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+# A URL: only its scheme and host are shown (its userinfo, path and query may hold a key).
+_URL = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://(?:[^\s/?#@]*@)?(?P<host>[^\s/?#@:]*)(?P<rest>[^\s]*)"
+)
+
+
+def _scheme_and_host(match: re.Match[str]) -> str:
+    """``scheme://host`` of a URL; ``scheme://[redacted]`` when what looks like a host is the
+    user name of userinfo the provider layer already redacted (``user:[redacted]``)."""
+    rest = match["rest"]
+    if rest.startswith(":") and not rest[1:2].isdigit():
+        return f"{match['scheme']}://[redacted]"
+    return f"{match['scheme']}://{match['host']}"
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -167,7 +206,7 @@ class TurnFailure:
     @classmethod
     def provider(cls, error: ProviderError) -> TurnFailure:
         """A provider failure: its kind and HTTP status for the user, plus the provider's
-        own message only when :func:`shown_provider_message` allows it (a short, structured 4xx).
+        own message when it sent one (:func:`provider_failure_text`).
 
         A blocked request shows its hook's reason (our own words, nothing from upstream); an
         answer over the turn's output cap says so with the cap ("The answer and its reasoning
@@ -182,8 +221,7 @@ class TurnFailure:
                 f"The answer and its reasoning were longer than {error.max_chars} characters and were cut off"
             )
         else:
-            message = shown_provider_message(error)
-            user = f"{provider_failure_lead(error)}: {message}" if message else provider_failure_lead(error)
+            user = provider_failure_text(error)
         detail = (
             f"{type(error).__name__} kind={error.kind} http_status={error.http_status} "
             f"provider_code={error.provider_code!r} retryable={error.retryable} "

@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db.models import F
 
 from conversations import storage
+from conversations.agent.failures import provider_failure_text
 from conversations.agent.log_safety import one_line
 from conversations.context.compaction import (
     choose_boundary,
@@ -380,7 +381,7 @@ async def summarise(dialog_id: str, provider: LLMProvider, request: ProviderRequ
             ref,
         )
         raise CompactionError(
-            f"The model provider failed ({exc.kind}); nothing was changed (ref {ref}).", ref=ref
+            f"{provider_failure_text(exc)}; nothing was changed (ref {ref}).", ref=ref
         ) from exc
     except Exception as exc:
         log.exception("compaction of %s: the summary request crashed (ref %s)", dialog_id, ref)

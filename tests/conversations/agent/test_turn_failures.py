@@ -64,6 +64,7 @@ def test_a_provider_message_with_ansi_and_bidi_is_shown_and_logged_inert():
         "\u202eLOOKS FINE\u202c \x1b[31mred\x1b[0m Bearer\tabcdefghijkl1234",
         http_status=400,
         provider_code="x",
+        provider_message="\u202eLOOKS FINE\u202c \x1b[31mred\x1b[0m Bearer\tabcdefghijkl1234",
     )
     failure = TurnFailure.provider(error)
     text = present(failure)
@@ -95,7 +96,9 @@ def test_provider_failure_lead_keeps_server_error_and_overloaded_apart():
     assert provider_failure_lead(OverloadedError("x", http_status=529)).startswith(
         "The model provider is overloaded"
     )
-    assert provider_failure_lead(ProviderError("x")) == "The model provider failed (provider_error)"
+    assert (
+        provider_failure_lead(ProviderError("x")) == "The model provider reported an error (provider_error)"
+    )
 
 
 def test_a_blocked_request_says_so_with_its_reason():
@@ -113,6 +116,7 @@ def test_a_key_inside_a_provider_message_never_reaches_the_user_or_the_log():
         "Incorrect API key provided: sk-live-0123456789abcdef",
         http_status=401,
         provider_code="invalid_api_key",
+        provider_message="Incorrect API key provided: sk-live-0123456789abcdef",
     )
     error.__cause__ = RuntimeError(
         "POST https://api.example/v1?key=leaky-key-123 with Bearer abcdefghijklmnop"
@@ -185,18 +189,25 @@ def test_log_failure_writes_kind_ref_and_redacted_detail(caplog):
     assert "turn_persistence" in first.getMessage() and "opensesame" not in first.getMessage()
 
 
+def _own(cls, message, **kwargs):
+    """An error as the provider layer builds it from a structured error: its message is the
+    provider's own (``provider_message``)."""
+    return cls(message, provider_message=message, **kwargs)
+
+
 @pytest.mark.parametrize(
     ("error", "shown"),
     [
         pytest.param(
-            RateLimitedError(
-                "Rate limit reached for requests", http_status=429, provider_code="rate_limit_exceeded"
+            _own(
+                RateLimitedError, "Rate limit reached", http_status=429, provider_code="rate_limit_exceeded"
             ),
-            "Rate limit reached for requests",
+            "Rate limit reached",
             id="structured-429-shown",
         ),
         pytest.param(
-            AuthenticationError(
+            _own(
+                AuthenticationError,
                 "Incorrect API key provided: sk-live-0123456789abcdef",
                 http_status=401,
                 provider_code="invalid_api_key",
@@ -205,24 +216,25 @@ def test_log_failure_writes_kind_ref_and_redacted_detail(caplog):
             id="structured-401-shown-redacted",
         ),
         pytest.param(
-            BadResponseError("x" * 201, http_status=400, provider_code="invalid_request_error"),
-            None,
-            id="too-long",
+            _own(BadResponseError, "x" * 201, http_status=400, provider_code="invalid_request_error"),
+            "x" * 199 + "…",
+            id="too-long-is-cut",
         ),
         pytest.param(
             BadResponseError("Request Entity Too Large", http_status=404), None, id="unstructured-4xx"
         ),
         pytest.param(
-            ServerError("The server had an error", http_status=500, provider_code="server_error"),
-            None,
-            id="structured-5xx",
+            _own(ServerError, "The server had an error", http_status=500, provider_code="server_error"),
+            "The server had an error",
+            id="structured-5xx-shown",
         ),
         pytest.param(
-            BadResponseError("weird 200", http_status=200, provider_code="x"), None, id="200-json-error"
+            ServerError("HTTP 502 with an HTML body: Bad Gateway", http_status=502), None, id="html-5xx"
         ),
+        pytest.param(_own(BadResponseError, "weird 200", http_status=200), "weird 200", id="200-json-error"),
     ],
 )
-def test_only_a_short_structured_4xx_message_is_shown(error, shown):
+def test_the_providers_own_message_is_shown_whatever_the_kind(error, shown):
     failure = TurnFailure.provider(error)
     text = present(failure)
     if shown is None:

@@ -240,7 +240,10 @@ async def test_nothing_to_compact_is_an_outcome_with_a_reason_and_no_model_call(
 @pytest.mark.parametrize(
     ("answer", "wording"),
     [
-        (OverloadedError("upstream says SECRET-DETAIL", http_status=529), "provider failed (overloaded)"),
+        (
+            OverloadedError("upstream says SECRET-DETAIL", http_status=529),
+            "provider is overloaded (overloaded",
+        ),
         (script_text("<think>the summary would be"), "no usable summary"),
         (script_text(""), "no usable summary"),
         # Cut off at max_tokens (QA 6): it stops mid-sentence, like an unclosed think span.

@@ -632,6 +632,7 @@ async def test_failure_row_a_key_echoed_by_the_provider_is_redacted_for_the_user
         "Incorrect API key provided: sk-live-0123456789abcdef",
         http_status=401,
         provider_code="invalid_api_key",
+        provider_message="Incorrect API key provided: sk-live-0123456789abcdef",
     )
     client, _, _ = await begin(connect, start_worker, ScriptedProvider([error]))
     turn = await terminal(client)
