@@ -50,7 +50,8 @@
     ui.empty.hidden = items.length > 0 || !s || !s.loaded;
     ui.older.hidden = !(s && s.hasMore);
     ui.older.disabled = !!(s && s.olderBefore !== null);
-    ui.stop.hidden = !runningTurn();
+    // While the socket is down the turn's fate is unknown and a stop could not be sent.
+    ui.stop.hidden = !runningTurn() || !store.online;
     // Follow the conversation only if the reader was at the bottom; never pull them down while
     // they read older messages (the "jump to newest" button appears instead).
     if (pendingScroll.bottom || fromBottom < FOLLOW_PX) sc.scrollTop = sc.scrollHeight;
@@ -144,6 +145,7 @@
   }
 
   function onConnStatus(state, info) {
+    if (store.online && state !== 'open') { store.online = false; scheduleRender(); }
     if (state === 'connecting') setStatus('connecting', 'Connecting…');
     else if (state === 'open') setStatus('connecting', 'Signing in…');
     else if (state === 'waiting') {
@@ -185,7 +187,9 @@
 
   ui.stop.addEventListener('click', stopTurn);
   ui.older.addEventListener('click', () => sendFrame(store.requestOlder()));
-  ui.jump.addEventListener('click', () => { ui.scroller.scrollTo({ top: ui.scroller.scrollHeight, behavior: 'smooth' }); });
+  // At once, not smoothly: a smooth scroll aims at the height of the click's moment while the
+  // stream grows, and the renders in between would see the reader as "away" and stop following.
+  ui.jump.addEventListener('click', () => { ui.scroller.scrollTop = ui.scroller.scrollHeight; updateJump(); composer.focus(); });
   ui.scroller.addEventListener('scroll', updateJump, { passive: true });
   ui.sidebarToggle.addEventListener('click', (e) => { e.stopPropagation(); setSidebar(!drawerOpen()); });
   root.addEventListener('click', (e) => { if (drawerOpen() && !e.target.closest('#sidebar')) setSidebar(false); });
@@ -193,7 +197,7 @@
   document.addEventListener('keydown', (e) => {
     if (e.key !== 'Escape' || e.defaultPrevented || composer.popupOpen() || sidebar.busy()) return;
     if (drawerOpen()) { setSidebar(false); return; }
-    if (runningTurn()) { e.preventDefault(); stopTurn(); }
+    if (runningTurn() && store.online) { e.preventDefault(); stopTurn(); }
   });
   window.addEventListener('online', () => conn.reconnectNow());
   setInterval(() => sidebar.refreshTimes(), 60000); // keep times and date groups honest

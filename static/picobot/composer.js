@@ -1,8 +1,11 @@
 /* PicoBot WebUI — the composer: Enter sends, Shift+Enter is a new line, `/` at the start opens
- * command completion (arrows, Enter/Tab), images attach by the paperclip, paste or drop.
+ * command completion, images attach by the paperclip, paste or drop.
  *
- * Images follow PROTOCOL §1 `message.media`: PNG, JPEG, GIF or WebP (what the server checks by
- * their bytes), at most 8, at most 5 MiB in all (decoded), sent base64 as {mime_type, data}.
+ * Completion: arrows move, Enter/Tab accept the highlighted command; one that takes an argument
+ * becomes "name " and waits, one without (View.COMMANDS `instant`) is sent at once on Enter.
+ * Images follow PROTOCOL §1 `message.media`: PNG, JPEG, GIF or WebP by their magic bytes (as the
+ * server checks) and decodable, at most 8, at most 5 MiB in all, sent base64 as {mime_type, data};
+ * a message may be images alone.
  */
 (function (root) {
   'use strict';
@@ -20,14 +23,12 @@
     // --- sending ------------------------------------------------------------------------------
     function submit() {
       const content = ui.composer.value;
-      if (!content.trim()) {
-        if (attached.length) showError('Add a message to send with the images.');
-        return;
-      }
+      if (!content.trim() && !attached.length) return;
       if (content.trim().startsWith('/')) {
         if (attached.length) { showError('Commands cannot carry images; remove them or send a message.'); return; }
         // Commands act on the dialog on screen (another tab may have switched the chat's active one).
         if (!ctx.sendFrame(ctx.store.command(content.trim()))) return;
+        ctx.store.echoCommand(content);
       } else {
         const media = attached.map(({ mime_type, data }) => ({ mime_type, data }));
         ctx.sendMessage(ctx.store.addPending(content, media));
@@ -81,8 +82,8 @@
         }
         if (e.key === 'Escape') { e.preventDefault(); e.stopPropagation(); popup.dismissed = true; updatePopup(); return; }
         const c = popup.matches[popup.index];
-        const exact = c && !c.args && ui.composer.value.trim().toLowerCase() === c.name;
-        if (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey && !exact)) { e.preventDefault(); applyCompletion(); return; }
+        if (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey && !c.instant)) { e.preventDefault(); applyCompletion(); return; }
+        if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); ui.composer.value = c.name; submit(); return; }
       }
       if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); submit(); }
     }
@@ -102,6 +103,17 @@
       });
     }
 
+    /** The file's image type by its bytes, or null when it is not an image PicoBot can send or
+     *  does not decode (a .png holding text). */
+    async function imageType(file) {
+      try {
+        const type = View.sniffImage(new Uint8Array(await file.slice(0, 16).arrayBuffer()));
+        if (!type) return null;
+        if (root.createImageBitmap) (await root.createImageBitmap(file)).close();
+        return type;
+      } catch (err) { return null; }
+    }
+
     async function addFiles(files) {
       showError('');
       for (const file of Array.from(files || [])) {
@@ -115,9 +127,14 @@
           showError(`“${file.name || 'image'}” is too big: images may be 5 MiB in all per message.`);
           continue;
         }
+        const type = await imageType(file);
+        if (!type) {
+          showError(`“${file.name || 'file'}” is not a readable PNG, JPEG, GIF or WebP image.`);
+          continue;
+        }
         try {
           const data = await readBase64(file);
-          attached.push({ mime_type: file.type, data, size: file.size, url: URL.createObjectURL(file), name: file.name });
+          attached.push({ mime_type: type, data, size: file.size, url: URL.createObjectURL(file), name: file.name });
         } catch (err) { showError(`Could not read “${file.name}”.`); }
       }
       renderAttachments();

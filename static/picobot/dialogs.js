@@ -99,6 +99,8 @@
       d.last_active_at = Math.max(d.last_active_at || 0, ...rows.map((r) => r.created_at || 0));
       // message_count counts user messages (DESIGN §3), as the server's `sessions` does.
       d.message_count = (d.message_count || 0) + rows.filter((r) => r.role === 'user').length;
+      const first = !d.preview && rows.find((r) => r.role === 'user' && r.content);
+      if (first) d.preview = first.content.replace(/\s+/g, ' ').trim().slice(0, 100); // as the server's
       this.dialogs = [d, ...this.dialogs.filter((x) => x !== d)];
     }
   }

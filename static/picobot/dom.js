@@ -68,23 +68,27 @@
     }
     button.dataset.copied = ok ? 'yes' : 'no';
     button.setAttribute('aria-label', ok ? 'Copied' : 'Copy failed');
-    setText(button, ok ? '✓' : '!');
+    button.replaceChildren(icon(ok ? 'check' : 'alert'));
     clearTimeout(button._timer);
     button._timer = setTimeout(() => {
-      delete button.dataset.copied; button.setAttribute('aria-label', 'Copy'); setText(button, '⧉');
+      delete button.dataset.copied; button.setAttribute('aria-label', 'Copy'); button.replaceChildren(icon('copy'));
     }, 1500);
     return ok;
   }
 
   function copyButton(getText) {
     const b = h('button', { type: 'button', className: 'msg-action copy-btn', 'data-testid': 'copy',
-      'aria-label': 'Copy', title: 'Copy', text: '⧉' });
+      'aria-label': 'Copy', title: 'Copy' }, icon('copy'));
     b.addEventListener('click', () => copyText(b, getText()));
     return b;
   }
 
-  /** A small line icon (SVG built in the DOM: no emoji font needed, nothing inline to allow). */
+  /** A small line icon (SVG built in the DOM: no emoji or symbol font needed, nothing inline to
+   *  allow). Paths are separated by "|". */
   const ICONS = {
+    copy: 'M9 9h11v11H9z|M5 15H4V4h11v1',
+    check: 'M5 12l5 5 9-10',
+    alert: 'M12 7v6|M12 17h.01',
     trash: 'M4 7h16M10 11v6M14 11v6M6 7l1 13h10l1-13M9 7V4h6v3',
     clip: 'M21 11.5l-8.5 8.5a5 5 0 01-7-7L14 4.5a3.3 3.3 0 014.7 4.7l-8.6 8.6a1.7 1.7 0 01-2.4-2.4L15.5 7.6',
   };
@@ -96,9 +100,11 @@
       stroke: 'currentColor', 'stroke-width': '2', 'stroke-linecap': 'round', 'stroke-linejoin': 'round', 'aria-hidden': 'true' })) {
       svg.setAttribute(k, v);
     }
-    const path = document.createElementNS(ns, 'path');
-    path.setAttribute('d', ICONS[name]);
-    svg.append(path);
+    for (const d of ICONS[name].split('|')) {
+      const path = document.createElementNS(ns, 'path');
+      path.setAttribute('d', d);
+      svg.append(path);
+    }
     return svg;
   }
 

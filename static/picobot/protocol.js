@@ -55,6 +55,7 @@
       this.known = new Map(); // session_id → the latest `sessions` item or `session_changed` of it
       this.seenNotices = [];
       this.readyCount = 0;
+      this.online = false; // signed in on an open socket: set by `ready`, cleared by app.js on a drop
     }
 
     session(id) {
@@ -118,6 +119,11 @@
       return f;
     }
 
+    /** Show a typed command in its dialog (a system line, not history) just before its answer. */
+    echoCommand(content, sessionId) {
+      this._systemLine(sessionId || this.activeSessionId, { kind: 'command', level: 'info', text: content.trim() });
+    }
+
     /** The `history` frame for the page above the oldest row shown, or null if none/in flight. */
     requestOlder() {
       const s = this.activeSession;
@@ -130,7 +136,7 @@
 
     on_ready(f, fx) {
       this.user = f.user; this.provider = f.provider || {}; this.chatId = f.chat_id;
-      this.readyCount += 1;
+      this.readyCount += 1; this.online = true;
       const running = Array.isArray(f.running) ? f.running : [];
       const runningIds = new Set(running.map((t) => t.id));
       // After a reconnect everything we hold may be behind: refetch history lazily, and drop

@@ -10,6 +10,7 @@
   const { h, reconcile } = Dom;
   const View = root.PicoBot.View;
   const SEARCH_DELAY_MS = 250;
+  const DEFAULT_TITLE = 'New chat'; // until auto-titling names it, the preview tells dialogs apart
 
   function create(ctx, ui) {
     const { store } = ctx;
@@ -49,7 +50,8 @@
       const unread = store.unread.has(d.session_id);
       const active = d.session_id === store.activeSessionId;
       const meta = `${View.timeLabels(d.last_active_at).short}${d.message_count ? ` · ${d.message_count} msg` : ''}`;
-      const sig = JSON.stringify([d.title, active, unread, meta, editing]);
+      const preview = (!d.title || d.title === DEFAULT_TITLE) && d.preview ? d.preview : '';
+      const sig = JSON.stringify([d.title, active, unread, meta, editing, preview]);
       if (li._sig === sig) return;
       li._sig = sig;
       li.classList.toggle('active', active);
@@ -72,7 +74,9 @@
       }
       const btn = h('button', { type: 'button', className: 'session-item', 'data-testid': 'session-item',
         'data-action': 'open', 'data-session-id': d.session_id, 'aria-current': active ? 'true' : null, title },
-      h('span', { className: 'session-title', text: title }), h('span', { className: 'session-meta', text: meta }));
+      h('span', { className: 'session-title', text: title }),
+      preview ? h('span', { className: 'session-preview', 'data-testid': 'session-preview', text: preview }) : null,
+      h('span', { className: 'session-meta', text: meta }));
       const mark = unread ? h('span', { className: 'unread-mark', 'data-testid': 'unread-mark', title: 'New messages', 'aria-label': 'unread' }) : '';
       const del = h('button', { type: 'button', className: 'icon-action', 'data-action': 'delete', 'data-testid': 'delete-dialog', 'aria-label': `Delete ${title}`, title: 'Delete' });
       del.append(Dom.icon('trash'));

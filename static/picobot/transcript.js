@@ -11,7 +11,9 @@
   const { h, setText, truncate, argsText, renderRichText, reconcile, copyButton } = root.PicoBot.Dom;
   const View = root.PicoBot.View;
   const PHASES = { queued: 'Queued…', compacting: 'Compacting history…', reasoning: 'Thinking…',
-    responding: 'Writing…', acting: 'Running tools…', finalizing: 'Finalizing…' };
+    responding: 'Writing…', acting: 'Running tools…', finalizing: 'Finalizing…', reconnecting: 'Reconnecting…' };
+  const CUT_OFF = { answer: 'Cut off at the model\'s output limit.',
+    thinking: 'The model stopped at its output limit while thinking; no answer.' };
   const TOOL_ICONS = { running: '◌', completed: '✓', failed: '✗', cancelled: '–' };
   const TOOL_STATES = { running: 'running…', completed: 'done', failed: 'failed', cancelled: 'not run' };
 
@@ -33,7 +35,7 @@
     // --- user messages ------------------------------------------------------------------------
     function buildUser(it) {
       const el = shell('user');
-      const bubble = h('div', { className: 'bubble', text: it.text });
+      const bubble = h('div', { className: 'bubble', text: it.text, hidden: !it.text }); // images alone: no empty bubble
       const thumbs = h('div', { className: 'thumbs', 'data-testid': 'message-images' });
       const meta = h('span', { className: 'msg-meta' });
       el._text = it.text;
@@ -61,7 +63,9 @@
         dismiss.addEventListener('click', () => { store.discardPending(it.clientMsgId); ctx.scheduleRender(); });
         const why = h('span', { className: 'error-text', title: it.errorCode || '',
           text: `Not sent — ${View.friendlyError(it.errorCode, it.error)}` });
-        meta.replaceChildren(why, ' ', retry, ' ', dismiss);
+        // A refusal of the message itself (bad image, too long) would come back on a resend.
+        if (View.retryable(it.errorCode)) meta.replaceChildren(why, ' ', retry, ' ', dismiss);
+        else meta.replaceChildren(why, ' ', dismiss);
       } else meta.replaceChildren();
     }
 
@@ -110,6 +114,7 @@
       updateNote(el.querySelector('.turn-note'), turn);
       const phase = el.querySelector('.phase');
       phase.hidden = !turn.running;
+      phase.classList.toggle('phase-offline', turn.phase === 'reconnecting');
       setText(phase, turn.running ? PHASES[turn.phase] || 'Working…' : '');
       const time = el.querySelector('.msg-time');
       time.hidden = turn.running;
@@ -119,7 +124,7 @@
 
     function updateNote(box, turn) {
       const hasAnswer = turn.blocks.some((b) => b.type === 'assistant' && b.text);
-      const sig = JSON.stringify([turn.note, turn.canRetry, turn.retried, turn.running, hasAnswer]);
+      const sig = JSON.stringify([turn.note, turn.canRetry, turn.retried, turn.running, hasAnswer, turn.cutOff]);
       if (box._sig === sig) return;
       box._sig = sig;
       const parts = [];
@@ -133,7 +138,10 @@
         } else if (turn.retried) {
           parts.push(h('span', { className: 'muted retried', 'data-testid': 'retried', text: '↻ Retried' }));
         }
-      } else if (!turn.running && !hasAnswer && !turn.blocks.length) {
+      }
+      if (turn.cutOff) {
+        parts.push(h('p', { className: 'notice muted', 'data-testid': 'cut-off', 'data-where': turn.cutOff, text: CUT_OFF[turn.cutOff] }));
+      } else if (!turn.note && !turn.running && !hasAnswer && !turn.blocks.length) {
         parts.push(h('p', { className: 'notice', 'data-testid': 'no-answer', text: 'The model returned no answer.' }));
       }
       box.replaceChildren(...parts);
@@ -190,6 +198,9 @@
 
     // --- system lines -------------------------------------------------------------------------
     function buildSystem({ line }) {
+      if (line.kind === 'command') {
+        return h('div', { className: 'command-echo', 'data-testid': 'command-echo', role: 'note' }, h('code', { text: line.text }));
+      }
       const el = h('div', { className: `system-line system-${line.kind} level-${line.level || 'info'}`,
         'data-testid': 'system-line', 'data-kind': line.kind, 'data-level': line.level || 'info', role: 'note' });
       const body = h('div', { className: 'system-body' });

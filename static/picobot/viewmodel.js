@@ -12,7 +12,9 @@
 
   const DAY_MS = 86400000;
 
-  /** The slash commands (PROTOCOL.md "Slash commands") for completion: [name, args, summary]. */
+  /** The slash commands (PROTOCOL.md "Slash commands") for completion: [name, args, summary].
+   *  `instant`: Enter on it in the popup sends it at once; the others complete to "name " and wait. */
+  const INSTANT = new Set(['/new', '/sessions', '/compact', '/info', '/stop', '/help']);
   const COMMANDS = [
     ['/new', '[title]', 'Start a new dialog'],
     ['/sessions', '', 'List your dialogs'],
@@ -23,7 +25,7 @@
     ['/info', '', 'About this dialog: ids, counts, model, usage'],
     ['/stop', '', 'Stop the running turn'],
     ['/help', '', 'List the commands'],
-  ].map(([name, args, summary]) => ({ name, args, summary }));
+  ].map(([name, args, summary]) => ({ name, args, summary, instant: INSTANT.has(name) }));
 
   /** Commands matching what the composer holds: only while it is a lone `/word`. */
   function completions(text) {
@@ -69,15 +71,24 @@
     });
   }
 
-  /** `retried`: its Retry was used (wasRetried): the note shows "Retried" instead. */
-  function liveTurn(t, userText, retried = false) {
+  /** Where a turn stopped at the model's output limit (`truncated`, PROTOCOL §1): 'answer' when it
+   *  has answer text, 'thinking' when it has none; null otherwise. */
+  function cutOff(truncated, blocks) {
+    if (!truncated) return null;
+    return blocks.some((b) => b.type === 'assistant' && b.text) ? 'answer' : 'thinking';
+  }
+
+  /** `retried`: its Retry was used (wasRetried): the note shows "Retried" instead. `offline`: the
+   *  connection is down, so a running turn's progress is unknown until it is back. */
+  function liveTurn(t, userText, retried = false, offline = false) {
     const blocks = (t.blocks || []).filter((b) => ['reasoning', 'assistant', 'tool'].includes(b.type));
     const note = t.status === 'failed' || t.status === 'cancelled'
       ? noteView({ status: t.status, error: root.PicoBot.errorText(t.error) }) : null;
     const retry = !!(note && note.retry && userText);
-    return { id: t.id, status: t.status, phase: t.phase || '', running: t.status === 'running',
+    const running = t.status === 'running';
+    return { id: t.id, status: t.status, phase: running && offline ? 'reconnecting' : t.phase || '', running,
       blocks: keyBlocks(blocks), note, canRetry: retry && !retried, retried: retry && retried,
-      messageId: null, at: t.seenAt || null, committed: false };
+      cutOff: running ? null : cutOff(t.truncated, blocks), messageId: null, at: t.seenAt || null, committed: false };
   }
 
   /** A committed turn from its assistant/tool rows (results joined to their calls). */
@@ -105,8 +116,9 @@
     const nv = noteView(note);
     const last = rows.filter((r) => r.role === 'assistant').pop();
     const retry = !!(nv && nv.retry && userRow);
+    const truncated = rows.some((r) => r.role === 'assistant' && r.truncated);
     return { id, status: nv ? nv.status : 'completed', phase: '', running: false, blocks: keyBlocks(blocks),
-      note: nv, canRetry: retry && !retried, retried: retry && retried, messageId: last ? last.id : null,
+      note: nv, cutOff: cutOff(truncated, blocks), canRetry: retry && !retried, retried: retry && retried, messageId: last ? last.id : null,
       at: rows.length ? rows[rows.length - 1].created_at : (userRow && userRow.created_at), committed: true };
   }
 
@@ -201,7 +213,7 @@
     if (s.turn) {
       const own = msgs.find((m) => m.role === 'user' && m.turn_id === liveId) || mine.find((p) => p.turnId === liveId);
       out.push({ kind: 'turn', key: 't:' + liveId, seq: Infinity,
-        turn: liveTurn(s.turn, own && own.content, wasRetried(msgs, mine, own)) });
+        turn: liveTurn(s.turn, own && own.content, wasRetried(msgs, mine, own), store.online === false) });
     }
     for (const p of mine) if (!liveId || p.turnId !== liveId) out.push(userFromPending(p));
     for (const line of s.system) placeLine(out, line);
@@ -231,6 +243,23 @@
     unauthorized: 'You are signed out. Reload the page to sign in again.',
     client_msg_id_in_use: 'This message was already sent to another dialog.',
   };
+
+  /** Refusals a resend cannot change (the same message would be refused again): no Retry. */
+  const PERMANENT = new Set(['invalid_media', 'content_too_long', 'frame_too_large', 'invalid_frame']);
+  function retryable(code) { return !PERMANENT.has(code); }
+
+  /** The image type of `bytes` (a Uint8Array of the file's first 12 bytes or more) by its magic
+   *  bytes, as the server checks them (conversations/agent/media.py), or null. */
+  function sniffImage(bytes) {
+    const b = bytes || [];
+    const starts = (sig) => sig.every((x, i) => b[i] === x);
+    const ascii = (from, text) => [...text].every((ch, i) => b[from + i] === ch.charCodeAt(0));
+    if (starts([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])) return 'image/png';
+    if (starts([0xff, 0xd8, 0xff])) return 'image/jpeg';
+    if (ascii(0, 'GIF87a') || ascii(0, 'GIF89a')) return 'image/gif';
+    if (ascii(0, 'RIFF') && ascii(8, 'WEBP')) return 'image/webp';
+    return null;
+  }
 
   function friendlyError(code, message, ref) {
     let text = FRIENDLY[code];
@@ -300,6 +329,6 @@
 
   root.PicoBot = Object.assign(root.PicoBot || {}, {
     View: { items, liveTurn, committedTurn, outcomeText, noteView, friendlyError, dateGroup, groupDialogs,
-      providerLabel, timeLabels, helpLines, noticeMarkdown, completions, COMMANDS },
+      providerLabel, timeLabels, helpLines, noticeMarkdown, completions, COMMANDS, retryable, sniffImage },
   });
 })(typeof window !== 'undefined' ? window : globalThis);

@@ -331,3 +331,123 @@ async def test_labels_completion_and_friendly_errors(page: Any) -> None:
     assert got["errors"][0].startswith("That dialog") and "not_found" not in got["errors"][0]
     assert got["errors"][1] == "Unknown command /x; type /help for the list"
     assert got["errors"][2].endswith("(reference ab12)") and "internal_error" not in got["errors"][2]
+
+
+def running_turn(turn_id: str, **extra: Any) -> dict:
+    return {
+        "id": turn_id,
+        "session_id": A,
+        "message_id": "m1",
+        "revision": 1,
+        "status": "running",
+        "phase": "responding",
+        "usage": None,
+        "error": None,
+        "blocks": [],
+        **extra,
+    }
+
+
+async def test_a_turn_cut_off_at_the_output_limit_says_so_live_and_from_history(page: Any) -> None:
+    answer = [{"type": "assistant", "id": "a", "iteration": 0, "text": "Half an ans"}]
+    thought = [{"type": "reasoning", "id": "r", "iteration": 0, "text": "hmm"}]
+    live = [
+        running_turn("t1", status="completed", revision=5, blocks=answer, truncated=True),
+        running_turn("t2", status="completed", revision=5, blocks=thought, truncated=True),
+        running_turn("t3", status="running", revision=5, blocks=answer, truncated=True),
+        running_turn("t4", status="completed", revision=5, blocks=answer),  # an older server: no field
+    ]
+    rows = [
+        row(1, "user", "h1"),
+        row(2, "assistant", "h1", content="Half", truncated=True),
+        row(3, "user", "h2"),
+        row(4, "assistant", "h2", content="", reasoning="thinking", truncated=True),
+        row(5, "user", "h3"),
+        row(6, "assistant", "h3", content="Whole"),
+    ]
+    got = await run(
+        page,
+        """([live, ready, hist]) => {
+          const fromLive = live.map((t) => PicoBot.View.liveTurn(t, 'q').cutOff);
+          const s = new PicoBot.ChatStore();
+          s.apply(ready); s.apply(hist);
+          const fromRows = s.viewItems().filter((i) => i.kind === 'turn').map((i) => i.turn.cutOff);
+          return {fromLive, fromRows};
+        }""",
+        [live, READY, history(A, *rows)],
+    )
+    assert got["fromLive"] == ["answer", "thinking", None, None], "said once the turn ended"
+    assert got["fromRows"] == ["answer", "thinking", None]
+
+
+async def test_a_running_turn_shows_reconnecting_while_the_socket_is_down(page: Any) -> None:
+    got = await run(
+        page,
+        """([ready, hist, turn]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready); s.apply(hist); s.apply({type: 'turn_updated', turn});
+          const phase = () => s.viewItems().find((i) => i.kind === 'turn').turn.phase;
+          const out = [phase()];
+          s.online = false; out.push(phase());
+          s.apply(Object.assign({}, ready, {running: [turn]})); out.push(phase());
+          return out;
+        }""",
+        [READY, history(A, row(1, "user", "t1")), running_turn("t1")],
+    )
+    assert got == ["responding", "reconnecting", "responding"]
+
+
+async def test_a_typed_command_is_echoed_just_before_its_answer(page: Any) -> None:
+    got = await run(
+        page,
+        """([ready, hist]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready); s.apply(hist);
+          const shown = () => s.viewItems().map((i) => i.kind === 'system' ? `${i.line.kind}:${i.line.text}` : i.kind);
+          for (const cmd of ['/info', '/rename']) {
+            const f = s.command(cmd); s.echoCommand(cmd);
+            s.apply({type: 'error', code: 'usage', message: 'usage: ' + cmd, client_msg_id: f.client_msg_id});
+          }
+          return shown();
+        }""",
+        [READY, history(A, row(1, "user", "t1"), row(2, "assistant", "t1"))],
+    )
+    assert got == [
+        "user",
+        "turn",
+        "command:/info",
+        "error:usage: /info",
+        "command:/rename",
+        "error:usage: /rename",
+    ]
+
+
+async def test_completion_sends_argumentless_commands_and_images_are_checked_by_their_bytes(
+    page: Any,
+) -> None:
+    await load(page)
+    got = await page.evaluate(
+        """() => {
+          const V = PicoBot.View;
+          const instant = Object.fromEntries(V.COMMANDS.map((c) => [c.name, c.instant]));
+          const bytes = (text) => new Uint8Array([...text].map((c) => c.charCodeAt(0)));
+          const sniff = [
+            new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0]), new Uint8Array([0xff, 0xd8, 0xff, 0xe0]),
+            bytes('GIF89a....'), bytes('RIFF\\0\\0\\0\\0WEBPVP8 '), bytes('hello, I am text'), new Uint8Array([]),
+          ].map(V.sniffImage);
+          return {instant, sniff, retry: ['invalid_media', 'content_too_long', 'inbox_full', 'internal_error'].map(V.retryable)};
+        }"""
+    )
+    assert got["instant"] == {
+        "/new": True,
+        "/sessions": True,
+        "/switch": False,
+        "/rename": False,
+        "/delete": False,
+        "/compact": True,
+        "/info": True,
+        "/stop": True,
+        "/help": True,
+    }
+    assert got["sniff"] == ["image/png", "image/jpeg", "image/gif", "image/webp", None, None]
+    assert got["retry"] == [False, False, True, True], "a refused image never gets a Retry"

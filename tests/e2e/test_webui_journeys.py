@@ -39,6 +39,8 @@ TIME_QUESTION = "What time is it?"
 STORY = "Tell me a long story"
 FLAKY = "Will this fail?"
 KEEP_GOING = "Keep going for a while"
+MANY_LINES = "Write many lines"
+LINES_TEXT = "\n\n".join(f"Line {n} of a long answer." for n in range(1, 61))
 STORY_TEXT = " ".join(f"word{n}" for n in range(200))
 
 
@@ -65,12 +67,14 @@ class ScriptedLLM:
         body = request.json() or {}
         text = last_user_text(body)
         tool_results = [m for m in body.get("messages", []) if m.get("role") == "tool"]
-        asked = next((q for q in (TIME_QUESTION, STORY, KEEP_GOING, FLAKY) if q in text), text)
+        asked = next((q for q in (TIME_QUESTION, STORY, KEEP_GOING, FLAKY, MANY_LINES) if q in text), text)
         self.asked[asked] += 1
         if asked == TIME_QUESTION:
             return paced(answer_pieces() if tool_results else tool_call_pieces(), 0.25)
         if asked in (STORY, KEEP_GOING):
             return paced(split_events(sse_body(openai_events(STORY_TEXT, reasoning="Let me think."))), 0.25)
+        if asked == MANY_LINES:
+            return paced(split_events(sse_body(openai_events(LINES_TEXT))), 0.04)
         if asked == FLAKY and self.asked[FLAKY] == 1:
             error = b'{"error": {"message": "upstream exploded", "type": "server_error"}}'
             return SSEResponse(500, {"content-type": "application/json"}, [error], chunked=False)
@@ -378,13 +382,20 @@ async def test_on_a_360px_phone_help_leaves_the_header_and_composer_visible(
     await expect(page.get_by_test_id("command-completion")).to_be_visible()
     await expect(page.get_by_test_id("completion-item")).to_have_text(re.compile(r"^/help"))
     await shot(page, "phone-command-completion")
-    await page.get_by_test_id("composer").press("Enter")  # completes to /help
-    await expect(page.get_by_test_id("composer")).to_have_value("/help")
-    await page.get_by_test_id("composer").press("Enter")
+    composer = page.get_by_test_id("composer")
+    assert await composer.evaluate("(el) => el.scrollHeight <= el.clientHeight + 1"), "the placeholder fits"
+    await composer.press("Enter")  # /help takes no argument: sent at once
     help_line = page.get_by_test_id("system-line").filter(has_text="/switch")
     await expect(help_line).to_be_visible()
+    await expect(composer).to_have_value("")
+    await composer.fill("/ren")
+    await composer.press("Enter")  # /rename needs a title: completed, not sent
+    await expect(composer).to_have_value("/rename ")
+    await composer.fill("")
     await send(page, "/nonsense")
     await expect(page.get_by_test_id("system-line").filter(has_text="Unknown command")).to_be_visible()
+    echoes = page.get_by_test_id("command-echo")
+    await expect(echoes).to_have_text(["/help", "/nonsense"])
     await shot(page, "phone-after-help")
 
     width = await page.evaluate("document.documentElement.scrollWidth")
@@ -399,6 +410,16 @@ async def test_on_a_360px_phone_help_leaves_the_header_and_composer_visible(
                  return el === top || el.contains(top); }"""
         )
         assert hit, f"{testid} is covered"
+
+    # The drawer names the user and the model and has the way out.
+    await page.get_by_test_id("sidebar-toggle").click()
+    for testid in ("user", "provider", "logout"):
+        await expect(page.get_by_test_id(testid)).to_be_in_viewport()
+    await expect(page.get_by_test_id("user")).to_have_text("alice")
+    await page.wait_for_timeout(300)  # the drawer's slide
+    await shot(page, "phone-drawer-with-log-out")
+    await page.get_by_test_id("logout").click()
+    await expect(page.get_by_test_id("login-username")).to_be_visible()
     assert page.errors == []
 
 
@@ -432,6 +453,11 @@ async def test_images_attach_as_thumbnails_and_too_big_or_not_an_image_is_refuse
     big = {"name": "huge.png", "mimeType": "image/png", "buffer": tiny_png() + b"\0" * (5 * 1024 * 1024)}
     await files.set_input_files([big])
     await expect(error).to_contain_text("too big")
+    fake = {"name": "fake.png", "mimeType": "image/png", "buffer": b"just some text, not a picture"}
+    await files.set_input_files([fake])
+    await expect(error).to_contain_text("not a readable PNG, JPEG, GIF or WebP image")
+    await expect(page.get_by_test_id("attachment")).to_have_count(0)
+    await shot(page, "fake-image-refused")
     await files.set_input_files([{"name": "dot.png", "mimeType": "image/png", "buffer": tiny_png()}])
     await expect(page.get_by_test_id("attachment")).to_have_count(1)
     await expect(error).to_be_hidden()
@@ -469,4 +495,49 @@ async def test_images_attach_as_thumbnails_and_too_big_or_not_an_image_is_refuse
     assert full.status == 200 and full.headers["content-type"] == "image/png"
     assert await full.body() == tiny_png()
     await shot(page, "image-after-reload")
+
+    # Images alone: sent with no text, answered, and the dialog is told apart by its preview.
+    await files.set_input_files([{"name": "dot.png", "mimeType": "image/png", "buffer": tiny_png()}])
+    await page.get_by_test_id("send").click()
+    only = page.locator('article[data-role="user"]').last
+    await expect(only.locator("img.thumb")).to_have_count(1)
+    await expect(only).to_have_attribute("data-message-id", re.compile(r".+"), timeout=TIMEOUT_MS)
+    await expect(page.locator('article[data-role="assistant"]').last).to_have_attribute(
+        "data-message-id", re.compile(r".+"), timeout=TIMEOUT_MS
+    )
+    await expect(page.get_by_test_id("session-preview")).to_have_text("What is in this picture?")
+    copy = page.locator('article[data-role="assistant"]').last.get_by_test_id("copy")
+    await expect(copy.locator("svg")).to_have_count(1)
+    await shot(page, "image-only-message-answered")
+    await page.set_viewport_size({"width": 360, "height": 740})
+    await page.wait_for_timeout(300)  # the sidebar slides away
+    await shot(page, "phone-image-only-message")
+    assert page.errors == []
+
+
+async def test_newest_while_an_answer_streams_lands_at_the_bottom_and_keeps_following(
+    llm_server: tuple[ServeProcess, ScriptedLLM], data_dir: Path, page: Any
+) -> None:
+    from playwright.async_api import expect
+
+    server, _ = llm_server
+    await page.set_viewport_size({"width": 1280, "height": 600})
+    await log_in(page, server, await token_for(data_dir))
+    await send(page, MANY_LINES)
+    card = turn_with(page, MANY_LINES)
+    await expect(card.get_by_test_id("answer")).to_contain_text("Line 20", timeout=TIMEOUT_MS)
+    scroller = page.get_by_test_id("messages")
+    await scroller.evaluate("(el) => { el.scrollTop = 0; }")
+    jump = page.get_by_test_id("jump-to-newest")
+    await expect(jump).to_be_visible()
+    await shot(page, "scrolled-up-while-streaming")
+    await jump.click()
+    assert await card.get_attribute("data-status") == "running", "clicked while it streams"
+    await expect(card).to_have_attribute("data-status", "completed", timeout=TIMEOUT_MS)
+    await expect(card.get_by_test_id("answer")).to_contain_text("Line 60")
+    await page.wait_for_timeout(300)
+    gap = await scroller.evaluate("(el) => el.scrollHeight - el.scrollTop - el.clientHeight")
+    assert gap < 2, f"{gap} px above the bottom"
+    await expect(jump).to_be_hidden()
+    await shot(page, "followed-to-the-end")
     assert page.errors == []
