@@ -181,8 +181,11 @@ async def test_a_200_with_a_json_error_body_is_a_bad_response_not_an_empty_answe
         turn, committed = await run_turn(await connect(await make_token()))
         assert len(server.recorded) == 1
     assert turn["status"] == "failed"
-    # Not a 4xx: the provider's own words stay in the log.
-    assert "http_error" in turn["error"] and "temporarily unavailable" not in turn["error"]
+    # SC-20: the provider's own words reach the user, after the kind, before the ref.
+    assert turn["error"].startswith(
+        "The model provider sent an unexpected answer (http_error): "
+        "The upstream model is temporarily unavailable (ref "
+    )
     assert [m["role"] for m in committed["messages"]] == ["user"]
     await assert_only_the_user_message_is_stored("http_error")
 
@@ -286,7 +289,9 @@ async def test_5xx_wording_says_server_error_and_keeps_overloaded_for_503_and_52
         await start_worker(provider_for(server, max_retries=0))
         turn, _ = await run_turn(await connect(await make_token()))
     assert turn["status"] == "failed"
-    assert turn["error"].startswith(f"The model provider {lead} ({kind}, HTTP {status}) (ref ")
-    assert "upstream said no" not in turn["error"], "a 5xx never shows the provider's own message"
+    # A JSON error body's message is shown for a 5xx too (issue 14), after the kind and status.
+    assert turn["error"].startswith(
+        f"The model provider {lead} ({kind}, HTTP {status}): upstream said no (ref "
+    )
     assert ("overloaded" in turn["error"]) is (kind == "overloaded")
     await assert_only_the_user_message_is_stored(kind)
