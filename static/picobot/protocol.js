@@ -100,11 +100,19 @@
 
     discardPending(clientMsgId) { this.pending = this.pending.filter((x) => x.client_msg_id !== clientMsgId); }
 
-    /** Retry of a failed turn: the same user text again as a new message (a new client_msg_id). */
-    retryTurn(turnId) {
+    /** What a failed turn's Retry resends: {content, media: [{mime_type, url}]} of its user row,
+     *  or null. The caller fetches the images and sends `addPending(content, media)` — a new
+     *  message with a new client_msg_id. */
+    retrySource(turnId) {
       const s = this.activeSession;
       const row = s && s.messages.find((m) => m.turn_id === turnId && m.role === 'user');
-      return row ? this.addPending(row.content) : null;
+      return row ? { content: row.content, media: Array.isArray(row.media) ? row.media : [] } : null;
+    }
+
+    /** Retry of a failed turn: its user text (and `media`, the fetched images) as a new message. */
+    retryTurn(turnId, media) {
+      const src = this.retrySource(turnId);
+      return src ? this.addPending(src.content, media) : null;
     }
 
     /** A slash command for `sessionId` (default: the dialog on screen). It gets no ack and never

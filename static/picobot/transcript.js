@@ -29,8 +29,27 @@
     return h('article', Object.assign({ className: `msg msg-${role}`, 'data-testid': 'message', 'data-role': role }, extra));
   }
 
+  /** An image of a history row (`{mime_type, url}`) as the `message` frame's `{mime_type, data}`. */
+  async function fetchImage(m) {
+    const r = await fetch(m.url, { credentials: 'same-origin' });
+    if (!r.ok) throw new Error(`HTTP ${r.status}`);
+    const bytes = new Uint8Array(await r.arrayBuffer());
+    let bin = '';
+    for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+    return { mime_type: m.mime_type, data: btoa(bin) };
+  }
+
   function create(ctx, list) {
     const { store } = ctx;
+
+    /** Resend a failed turn's message with its images (fetched back from the server). */
+    function retryTurn(turnId, button) {
+      const src = store.retrySource(turnId);
+      if (!src) return;
+      Promise.all(src.media.map(fetchImage)).then(
+        (media) => ctx.sendMessage(store.retryTurn(turnId, media)),
+        () => { button.disabled = false; ctx.toast('warning', 'The images of that message could not be loaded; try again.'); });
+    }
 
     // --- user messages ------------------------------------------------------------------------
     function buildUser(it) {
@@ -133,7 +152,7 @@
           'data-status': turn.note.status, role: 'status', text: turn.note.text }));
         if (turn.canRetry) {
           const retry = h('button', { type: 'button', className: 'btn btn-small', 'data-testid': 'retry-turn', text: '↻ Retry' });
-          retry.addEventListener('click', () => { retry.disabled = true; ctx.sendMessage(store.retryTurn(turn.id)); });
+          retry.addEventListener('click', () => { retry.disabled = true; retryTurn(turn.id, retry); });
           parts.push(retry);
         } else if (turn.retried) {
           parts.push(h('span', { className: 'muted retried', 'data-testid': 'retried', text: '↻ Retried' }));

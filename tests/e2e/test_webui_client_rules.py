@@ -226,8 +226,30 @@ async def test_retry_of_a_failed_turn_sends_its_text_as_a_new_message(page: Any)
     )
     first, second, none = frames
     assert first["content"] == second["content"] == "hello?" and first["session_id"] == A
+    assert "media" not in first, "a message without images is resent without media"
     assert first["client_msg_id"] != second["client_msg_id"], "every retry is a new message"
     assert none is None
+
+
+async def test_retry_of_a_failed_turn_with_images_names_them_and_resends_them(page: Any) -> None:
+    media = [{"mime_type": "image/png", "url": "/api/dialogs/x/messages/m1/media/0"}]
+    source, frame = await run(
+        page,
+        """([ready, hist]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready); s.apply(hist);
+          const fetched = [{mime_type: 'image/png', data: 'iVBORw0KGgo='}];
+          return [s.retrySource('t1'), s.retryTurn('t1', fetched)];
+        }""",
+        [
+            READY,
+            history(
+                A, row(1, "user", "t1", content="", media=media, outcome={"status": "failed", "error": "x"})
+            ),
+        ],
+    )
+    assert source == {"content": "", "media": media}, "the images to fetch back are the row's"
+    assert frame["media"] == [{"mime_type": "image/png", "data": "iVBORw0KGgo="}] and frame["content"] == ""
 
 
 async def test_a_turn_keeps_its_keys_from_live_snapshot_to_committed_rows(page: Any) -> None:

@@ -62,12 +62,18 @@ class ScriptedLLM:
 
     def __init__(self) -> None:
         self.asked: Counter[str] = Counter()
+        self.images: list[int] = []  # images in the last user message of each request
 
     async def __call__(self, request: RecordedRequest) -> SSEResponse:
         body = request.json() or {}
         text = last_user_text(body)
         tool_results = [m for m in body.get("messages", []) if m.get("role") == "tool"]
         asked = next((q for q in (TIME_QUESTION, STORY, KEEP_GOING, FLAKY, MANY_LINES) if q in text), text)
+        users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+        parts = users[-1].get("content") if users else None
+        self.images.append(
+            sum(1 for p in parts if p.get("type") == "image_url") if isinstance(parts, list) else 0
+        )
         self.asked[asked] += 1
         if asked == TIME_QUESTION:
             return paced(answer_pieces() if tool_results else tool_call_pieces(), 0.25)
@@ -540,4 +546,30 @@ async def test_newest_while_an_answer_streams_lands_at_the_bottom_and_keeps_foll
     assert gap < 2, f"{gap} px above the bottom"
     await expect(jump).to_be_hidden()
     await shot(page, "followed-to-the-end")
+    assert page.errors == []
+
+
+async def test_retry_of_a_failed_turn_with_an_image_resends_the_image(
+    llm_server: tuple[ServeProcess, ScriptedLLM], data_dir: Path, page: Any
+) -> None:
+    """A failed turn's Retry sends its text and its images again (fetched back by their URL)."""
+    from playwright.async_api import expect
+
+    server, script = llm_server
+    await log_in(page, server, await token_for(data_dir))
+    files = page.get_by_test_id("file-input")
+    await files.set_input_files([{"name": "dot.png", "mimeType": "image/png", "buffer": tiny_png()}])
+    await send(page, FLAKY)
+    failed = turn_with(page, FLAKY)
+    await expect(failed.get_by_test_id("turn-error")).to_contain_text("Failed", timeout=TIMEOUT_MS)
+    await failed.get_by_test_id("retry-turn").click()
+    await expect(page.locator('article[data-role="assistant"]').last).to_contain_text(
+        "Recovered: here is the answer.", timeout=TIMEOUT_MS
+    )
+    await shot(page, "image-turn-retried")
+    retried = page.locator('article[data-role="user"]', has_text=FLAKY)
+    await expect(retried).to_have_count(2)
+    await expect(retried.last.locator("img.thumb")).to_have_count(1)
+    assert script.asked[FLAKY] == 2
+    assert script.images[-1] == 1, "the retry carried the image to the model"
     assert page.errors == []
