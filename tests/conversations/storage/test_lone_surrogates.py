@@ -334,7 +334,12 @@ async def test_a_turn_with_a_lone_surrogate_in_a_call_completes_and_the_next_one
 async def test_a_provider_error_message_with_a_lone_surrogate_is_shown_as_a_replacement(
     connect, start_worker, caplog
 ):
-    error = AuthenticationError("bad key \ud800 given", http_status=401, provider_code="invalid_api_key")
+    error = AuthenticationError(
+        "bad key \ud800 given",
+        http_status=401,
+        provider_code="invalid_api_key",
+        provider_message="bad key \ud800 given",
+    )
     provider = ScriptedProvider([[TextDelta("partial \ud83d"), error], script_text("second")])
     client = await start(connect, start_worker, provider)
     first = await finished(client)
