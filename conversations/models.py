@@ -199,6 +199,9 @@ class Message(models.Model):
     completion_status = models.CharField(
         max_length=16, choices=CompletionStatus.choices, default=CompletionStatus.COMPLETED
     )
+    # An assistant row whose response stopped at the provider's output limit (PROTOCOL §1
+    # "History message"): its answer is cut off even though the turn completed.
+    truncated = models.BooleanField(default=False)
     source = models.JSONField(default=dict, blank=True)
     created_at = models.BigIntegerField(default=now_ms)
 

@@ -9,7 +9,9 @@
     {"type": "assistant", "id", "iteration", "text"}
     {"type": "tool", "id": <tool_call_id>, "iteration", "name", "arguments", "status", "preview"}
 
-plus ``"empty_answer": true`` on a completed turn that produced no answer text (seed 003 §7.4).
+plus ``"empty_answer": true`` on a completed turn that produced no answer text (seed 003 §7.4),
+and ``"truncated": true`` on a completed turn whose last model response stopped at the output
+limit (PROTOCOL §1).
 ``segments`` (not on the wire) numbers the text runs; the rules for revisions, segments and tool
 arguments are in ``delivery/README.md``. A leaf: imports nothing else of ``delivery``.
 
@@ -74,6 +76,8 @@ class TurnSnapshot:
         usage: Provider usage as given to ``complete()``, else None.
         error: The failure message, or the cancel reason; None otherwise.
         empty_answer: True on a completed turn without any answer text (seed 003 §7.4).
+        truncated: True on a completed turn whose last model response stopped at the provider's
+            output limit (``length``/``max_tokens``): its answer is cut off.
     """
 
     id: str
@@ -86,6 +90,7 @@ class TurnSnapshot:
     usage: dict[str, Any] | None
     error: str | None
     empty_answer: bool = False
+    truncated: bool = False
     segments: tuple[int, ...] = ()
     """Segment number of each block (aligned with ``blocks``; ``delivery/README.md``). Not
     part of the wire object. Empty on a hand-built snapshot: then tool blocks are the only
@@ -111,6 +116,8 @@ class TurnSnapshot:
         }
         if self.empty_answer:
             turn["empty_answer"] = True
+        if self.truncated:
+            turn["truncated"] = True
         return turn
 
     def segments_or_derived(self) -> tuple[int, ...]:

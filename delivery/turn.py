@@ -159,6 +159,7 @@ class TurnController:
         self._status = TurnStatus.RUNNING
         self._phase = TurnPhase.QUEUED
         self._usage: dict[str, Any] | None = None
+        self._truncated = False
         self._error: str | None = None
         self._snapshot: TurnSnapshot | None = None
         self.cell = LatestSnapshotCell(self)
@@ -249,17 +250,20 @@ class TurnController:
         """The model is done and the session is committing (phase ``finalizing``)."""
         return self.set_phase(TurnPhase.FINALIZING)
 
-    def complete(self, usage: dict[str, Any] | None = None) -> bool:
+    def complete(self, usage: dict[str, Any] | None = None, *, truncated: bool = False) -> bool:
         """Marks the turn completed. Call only after the turn's rows are committed (seed 003 §14).
 
         A turn without answer text completes too, with ``empty_answer`` set (seed 003 §7.4).
 
         Args:
             usage: Provider token usage as a JSON-ready dict (copied), or None.
+            truncated: The turn's last model response stopped at the output limit.
 
         Returns:
             True, or False when the turn was already terminal (nothing changes).
         """
+        if self._status is TurnStatus.RUNNING:
+            self._truncated = truncated
         return self._finish(TurnStatus.COMPLETED, error=None, usage=usage)
 
     def cancel(self, reason: str | None = None) -> bool:
@@ -286,6 +290,7 @@ class TurnController:
             usage=self._usage,
             error=self._error,
             empty_answer=self._status is TurnStatus.COMPLETED and not self._has_answer,
+            truncated=self._truncated,
             segments=tuple(block.segment for block in self._blocks),
         )
         self._snapshot = snap

@@ -128,6 +128,18 @@ NORMAL_FINISH_REASONS = frozenset({"stop", "end_turn", "stop_sequence", "eos", "
 unchanged (``chunks.Done``), so this list names the native spellings."""
 
 
+OUTPUT_LIMIT_FINISH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
+"""Finish reasons (lowercased) of an answer cut off at the output token limit: ``length``
+(OpenAI-compatible servers), ``max_tokens`` (Anthropic's ``stop_reason``, Gemini's
+``MAX_TOKENS``), ``max_output_tokens`` (OpenAI Responses' incomplete reason)."""
+
+
+def hit_output_limit(finish_reason: str | None) -> bool:
+    """Whether a provider-native finish reason says the answer stopped at the output limit
+    (:data:`OUTPUT_LIMIT_FINISH_REASONS`); False for None."""
+    return isinstance(finish_reason, str) and finish_reason.lower() in OUTPUT_LIMIT_FINISH_REASONS
+
+
 @dataclass(slots=True)
 class AssistantResponse:
     """The assembled result of one provider call.
@@ -149,6 +161,12 @@ class AssistantResponse:
     finish_reason: str | None
     provider_state: dict[str, Any] | None
     error: ProviderError | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the answer was cut off at the output token limit (``length``/``max_tokens``:
+        :func:`hit_output_limit`); a failed stream is never truncated, it failed."""
+        return self.error is None and hit_output_limit(self.finish_reason)
 
     @property
     def finished_normally(self) -> bool:

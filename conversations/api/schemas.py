@@ -153,6 +153,11 @@ class HistoryMessage(Schema):
     turn_id: str | None
     iteration: int
     completion_status: str = Field(..., description="completed, cancelled or interrupted")
+    truncated: bool = Field(
+        False,
+        description="assistant messages only: the model's response stopped at the provider's output "
+        "limit, so its answer (or its reasoning, when it has no content) is cut off",
+    )
     created_at: int
     outcome: TurnOutcomeOut | None = Field(
         None,

@@ -59,6 +59,7 @@ def rebuilt_terminal(state: dict) -> tuple[int, str]:
         first_revision=notify.RECOVERY_REVISION,
     )
     last_completion = "completed"
+    truncated = False
 
     def apply(event: object) -> None:
         with contextlib.suppress(TurnEventError):  # rows a repair reordered: shown as far as they go
@@ -76,6 +77,7 @@ def rebuilt_terminal(state: dict) -> tuple[int, str]:
                 arguments = call.get("arguments")
                 apply(ToolStarted(iteration, str(call.get("id")), str(call.get("name")), arguments or {}))
             last_completion = row.get("completion_status") or "completed"
+            truncated = bool(row.get("truncated"))
         elif row["role"] == "tool" and row.get("tool_call_id"):
             apply(
                 ToolFinished(
@@ -93,7 +95,7 @@ def rebuilt_terminal(state: dict) -> tuple[int, str]:
     elif outcome == InboxMessage.Outcome.FAILED:
         controller.fail(state.get("error") or "This answer failed.")
     else:
-        controller.complete(None)
+        controller.complete(None, truncated=truncated)
     view = PresentationPolicy.websocket().present(controller.snapshot())
     return view.revision, serialize_snapshot(view, view.policy)
 

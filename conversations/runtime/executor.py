@@ -378,7 +378,7 @@ class DialogExecutor:
         elif ending.failure is not None:
             controller.fail(ending.error)
         else:
-            controller.complete(ending.usage)
+            controller.complete(ending.usage, truncated=ending.truncated)
         return commit
 
     def _drop_stale(self, start: storage.TurnStart, controller: TurnController, when: str) -> None:

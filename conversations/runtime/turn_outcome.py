@@ -28,6 +28,7 @@ from conversations.context.turn_input import ContextPreparationError
 from conversations.models import InboxMessage, Message
 from conversations.runtime.turn_rows import complete_tool_chains, turn_rows
 from providers.errors import ContextOverflowError
+from providers.types import hit_output_limit
 
 
 class TurnCrashedError(Exception):
@@ -132,6 +133,8 @@ class TurnEnding:
             (``conversations.chat.reconcile`` rebuilds the snapshot from it); "" when completed.
         error: The failure as the user reads it; "" without a failure.
         failure: The typed failure, the provider's error included; None when there was none.
+        truncated: The turn completed and its last model response stopped at the output limit
+            (``providers.types.hit_output_limit``): its answer is cut off (PROTOCOL §1).
     """
 
     rows: list[dict]
@@ -140,6 +143,7 @@ class TurnEnding:
     shown_error: str
     error: str
     failure: TurnFailure | None
+    truncated: bool = False
 
 
 def turn_ending(
@@ -159,7 +163,9 @@ def turn_ending(
     tool calls without a result get an error result. Failure (§14.2): the partial answer text
     is kept as ``interrupted``. A provider error the loop returned is a failure too; a context
     overflow it could not recover from is worded as such (seed 000 §7.2). Every failure is worded
-    by ``presenter`` (seed 000 §13).
+    by ``presenter`` (seed 000 §13). A completed turn whose last response stopped at the output
+    limit is ``truncated``; its last assistant row is kept even with reasoning alone (the loop
+    keeps every complete response), so the cut is visible after a reload.
     """
     messages = complete_tool_chains(result.messages)
     status = Message.CompletionStatus.COMPLETED
@@ -183,11 +189,13 @@ def turn_ending(
         outcome, shown_error = InboxMessage.Outcome.FAILED, error
     else:
         outcome, shown_error = InboxMessage.Outcome.COMPLETED, ""
+    truncated = outcome == InboxMessage.Outcome.COMPLETED and hit_output_limit(result.finish_reason)
     return TurnEnding(
-        rows=turn_rows(messages, start.turn_id, start.reply_message_id, status),
+        rows=turn_rows(messages, start.turn_id, start.reply_message_id, status, truncated=truncated),
         usage=result.usage.to_dict(),
         outcome=outcome,
         shown_error=shown_error,
         error=error,
         failure=failure,
+        truncated=truncated,
     )

@@ -24,8 +24,12 @@ def _tool_call_row(call: ToolUseBlock) -> dict:
     return row
 
 
-def turn_rows(messages: list[TurnMessage], turn_id: str, reply_message_id: str, status: str) -> list[dict]:
-    """Message field dicts for ``storage.commit_turn``; the last assistant row gets the reply id."""
+def turn_rows(
+    messages: list[TurnMessage], turn_id: str, reply_message_id: str, status: str, *, truncated: bool = False
+) -> list[dict]:
+    """Message field dicts for ``storage.commit_turn``; the last assistant row gets the reply id,
+    ``status`` and ``truncated`` (its response stopped at the output limit), the others
+    ``completed`` and not truncated."""
     rows: list[dict] = []
     last_assistant = max((i for i, m in enumerate(messages) if m.message.role == "assistant"), default=None)
     for index, item in enumerate(messages):
@@ -41,6 +45,7 @@ def turn_rows(messages: list[TurnMessage], turn_id: str, reply_message_id: str, 
                 if index == last_assistant
                 else Message.CompletionStatus.COMPLETED,
             }
+            row["truncated"] = truncated and index == last_assistant
             if index == last_assistant:
                 row["id"] = reply_message_id
         else:

@@ -66,6 +66,7 @@ PROTOCOL_FIELDS = (
     "turn_id",
     "iteration",
     "completion_status",
+    "truncated",
     "created_at",
     "outcome",
     "media",
@@ -193,6 +194,7 @@ def _history_fields(row: Message) -> dict:
         "turn_id": str(row.turn_id) if row.turn_id else None,
         "iteration": row.iteration,
         "completion_status": row.completion_status,
+        "truncated": row.truncated,
         "created_at": row.created_at,
     }
 

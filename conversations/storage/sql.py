@@ -137,7 +137,7 @@ def json_value(value: Any) -> Any:
 
 _HISTORY_COLUMNS = (
     "id, seq, role, content, reasoning_content, tool_calls, tool_call_id, tool_name, is_error, turn_id, "
-    "iteration, completion_status, created_at, provider_state, media_refs"
+    "iteration, completion_status, truncated, created_at, provider_state, media_refs"
 )
 
 
@@ -155,6 +155,7 @@ def _history_row(row: tuple) -> dict:
         turn_id,
         iteration,
         completion_status,
+        truncated,
         created_at,
         provider_state,
         media_refs,
@@ -173,6 +174,7 @@ def _history_row(row: tuple) -> dict:
         "turn_id": str(turn) if turn else None,
         "iteration": iteration,
         "completion_status": completion_status,
+        "truncated": bool(truncated),
         "created_at": created_at,
         "provider_state": json_value(provider_state),
         "media_refs": json_value(media_refs) or [],

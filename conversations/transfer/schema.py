@@ -47,7 +47,8 @@ DIALOG_FIELDS = (
 )  # fmt: skip
 MESSAGE_FIELDS = (
     "id", "seq", "role", "content", "reasoning_content", "provider_state", "tool_calls", "tool_call_id",
-    "tool_name", "is_error", "media_refs", "turn_id", "iteration", "completion_status", "source", "created_at",
+    "tool_name", "is_error", "media_refs", "turn_id", "iteration", "completion_status", "truncated", "source",
+    "created_at",
 )  # fmt: skip
 
 MAX_TOOL_ID_CHARS = 512
@@ -220,6 +221,7 @@ class MessageIn(_Strict):
     turn_id: CanonicalUuid | None = Field(None, description=_UUID_WHAT + ", or null")
     iteration: _column(Message, "iteration") = None
     completion_status: Literal[STATUSES] = Field(None, description=f"one of {list(STATUSES)}")
+    truncated: Flag = None  # absent in exports made before the column: the default, False
     source: FreeObject = None
     created_at: _column(Message, "created_at") = None
 

@@ -107,3 +107,11 @@ async def test_think_tags_can_be_turned_off_per_model() -> None:
     )
     result, _ = await run_stream(provider)
     assert result.text.startswith("<think>") and result.reasoning is None
+
+
+@pytest.mark.parametrize(("case_id", "truncated"), [("SC-11", True), ("SC-05", True), ("SC-01", False)])
+async def test_an_answer_stopped_at_the_output_limit_is_truncated(case_id: str, truncated: bool) -> None:
+    case = load_case(case_id)
+    provider = make_provider(case_id, transport=mock_transport(case.status, case.headers, [case.body]))
+    result, _ = await run_stream(provider)
+    assert result.truncated is truncated and result.finished_normally is not truncated
