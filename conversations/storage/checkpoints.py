@@ -22,10 +22,11 @@ second one; a row whose turn already has that row commits nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from conversations.models import Dialog, InboxMessage, Message, now_ms
 from conversations.storage import sql
@@ -54,22 +55,34 @@ def write_checkpoints(worker_id: str, writes: Iterable[CheckpointWrite]) -> int:
 
     A checkpoint is written only where the row is still ``started`` and the dialog's lease is
     still ``(worker_id, epoch)`` (DESIGN §2: a stale owner writes nothing; a turn that ended or
-    was taken over meanwhile keeps what its end wrote). Returns how many rows were written.
+    was taken over meanwhile keeps what its end wrote). One hand-written statement run for every
+    turn (``executemany``; the ORM would compile an UPDATE per turn under the GIL the event loop
+    needs, DESIGN §5). Returns how many rows were written.
 
     Raises:
         DatabaseError: the write failed (the caller logs it; the next period tries again).
     """
-    written = 0
-    with transaction.atomic():
-        for item in writes:
-            written += InboxMessage.objects.filter(
-                pk=item.inbox_id,
-                status=InboxMessage.Status.STARTED,
-                dialog_id=item.dialog_id,
-                dialog__lease_owner=worker_id,
-                dialog__lease_epoch=item.epoch,
-            ).update(checkpoint=scrub_text(item.checkpoint))
-    return written
+    statement = (
+        f"UPDATE {sql.INBOX} SET checkpoint = %s WHERE id = %s AND status = %s AND dialog_id IN "
+        f"(SELECT id FROM {sql.DIALOG} WHERE id = %s AND lease_owner = %s AND lease_epoch = %s)"
+    )
+    started = InboxMessage.Status.STARTED
+    params = [
+        [
+            json.dumps(scrub_text(item.checkpoint), ensure_ascii=False),
+            sql.uuid_param(item.inbox_id),
+            started,
+            item.dialog_id,
+            worker_id,
+            item.epoch,
+        ]
+        for item in writes
+    ]
+    if not params:
+        return 0
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(statement, params)
+        return max(cursor.rowcount, 0)
 
 
 def commit_checkpoint(dialog: Dialog, row: InboxMessage) -> Message | None:

@@ -44,6 +44,8 @@ STORAGE_TESTS = [
     "tests/conversations/transfer/test_import_exact.py",
     "tests/conversations/storage/test_message_media.py",  # the image types come from a JSON expression per vendor
     "tests/conversations/api/test_message_media.py",
+    "tests/conversations/storage/test_turn_checkpoints.py",  # one executemany UPDATE with a JSON parameter
+    "tests/conversations/runtime/test_checkpoint_recovery.py",
 ]
 
 
