@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import Func, IntegerField, OuterRef, Q, Subquery
 from django.db.models.functions import Substr
 
 from conversations.models import ChatState, Dialog, InboxMessage, Message
@@ -19,10 +19,32 @@ PREVIEW_CHARS = 100
 PREVIEW_SCAN = 400  # characters read per dialog: enough for 100 once whitespace is collapsed
 
 
-def preview_text(text: str | None) -> str:
+class JsonListLength(Func):
+    """The number of items of a JSON list column (0 for anything else), read in the database:
+    SQLite ``json_array_length``, PostgreSQL ``jsonb_array_length`` (a row's images are never
+    transferred to count them)."""
+
+    arity = 1
+    output_field = IntegerField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        template = "COALESCE(json_array_length(%(expressions)s), 0)"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        template = (
+            "(CASE WHEN jsonb_typeof(%(expressions)s) = 'array' "
+            "THEN jsonb_array_length(%(expressions)s) ELSE 0 END)"
+        )
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+def preview_text(text: str | None, images: int = 0) -> str:
     """A dialog's first user message for a list: whitespace collapsed, at most 100 characters
-    (an ellipsis marks a cut), "" for none."""
+    (an ellipsis marks a cut); "Image" / "N images" for a message of images alone; "" for none."""
     flat = " ".join((text or "").split())
+    if not flat and images:
+        return "Image" if images == 1 else f"{images} images"
     return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1].rstrip() + "…"
 
 
@@ -36,22 +58,28 @@ def sessions_page(
 ) -> dict:
     """A page of the chat's dialogs for the ``sessions`` frame (PROTOCOL §1), most recent first.
 
-    ``query`` keeps the dialogs whose title contains it, case-insensitively (Django's
-    ``icontains``: SQLite folds ASCII letters only). Returns ``{items, has_more, offset}`` plus
+    ``query`` keeps the dialogs whose title or first user message (its first ``PREVIEW_SCAN``
+    characters) contains it, case-insensitively (Django's ``icontains``: SQLite folds ASCII
+    letters only). Returns ``{items, has_more, offset}`` plus
     ``query`` when one was given; ``has_more`` says a page at ``offset + limit`` is not empty.
     Ordered by ``-last_active_at`` then id, so paging is stable among equal times. Each item's
-    ``preview`` (the first user message, ``preview_text``) comes in the same query, a subquery.
+    ``preview`` (the first user message, ``preview_text``: its text's head and its number of
+    images, never the image data) comes in the same query, as subqueries.
     """
     active = active_dialog(owner, channel, chat_id)
     rows = Dialog.objects.filter(channel=channel, chat_id=chat_id, owner=owner, deleted_at__isnull=True)
-    if query:
-        rows = rows.filter(title__icontains=query)
     first_user = Message.objects.filter(dialog=OuterRef("pk"), role=Message.Role.USER).order_by("seq")
-    rows = rows.annotate(first_text=Subquery(first_user.values(head=Substr("content", 1, PREVIEW_SCAN))[:1]))
+    rows = rows.annotate(
+        first_text=Subquery(first_user.values(head=Substr("content", 1, PREVIEW_SCAN))[:1]),
+        first_images=Subquery(first_user.values(n=JsonListLength("media_refs"))[:1]),
+    )
+    if query:
+        rows = rows.filter(Q(title__icontains=query) | Q(first_text__icontains=query))
     page = list(rows.order_by("-last_active_at", "id")[offset : offset + limit + 1])
     answer: dict = {
         "items": [
-            {**dialog_summary(d, active.id), "preview": preview_text(d.first_text)} for d in page[:limit]
+            {**dialog_summary(d, active.id), "preview": preview_text(d.first_text, d.first_images or 0)}
+            for d in page[:limit]
         ],
         "has_more": len(page) > limit,
         "offset": offset,

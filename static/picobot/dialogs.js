@@ -2,7 +2,7 @@
  * `session_changed`). No DOM here; loaded after protocol.js, it adds these methods to ChatStore.
  *
  * The list holds the dialogs loaded so far, most recent first: the first page, then further
- * pages as the sidebar scrolls (`offset` = what is loaded), all filtered by the server-side title
+ * pages as the sidebar scrolls (`offset` = what is loaded), all filtered by the server-side
  * `query`. Our `sessions` requests are answered in order on one connection, so a FIFO tells the
  * sidebar's answers from a typed `/sessions` (shown in the transcript, then the sidebar refreshed).
  */
@@ -39,7 +39,7 @@
       return f;
     }
 
-    /** Search the sidebar by title (server side); returns the request for the first page. */
+    /** Search the sidebar by title or first message (server side); returns the request for the first page. */
     setQuery(query) {
       this.dialogList.query = String(query || '').trim();
       return this.requestDialogs(false);

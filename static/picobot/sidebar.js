@@ -1,5 +1,5 @@
 /* PicoBot WebUI — the dialog sidebar: every dialog of the chat, paged as the list scrolls,
- * searched by title on the server, grouped by date, with unread marks, inline rename, delete with
+ * searched by title or first message on the server, grouped by date, with unread marks, inline rename, delete with
  * a confirm, and new. Changes go through the slash commands' control path (`/switch`, `/rename`,
  * `/delete`, `/new` as `message` frames naming the dialog's session_id), like typing them.
  */

@@ -152,3 +152,59 @@ async def test_sessions_items_preview_the_first_user_message_in_one_query(connec
         return len(queries)
 
     assert await count_queries(100) == await count_queries(1), "no query per dialog"
+
+
+@database_sync_to_async
+def add_image_row(session_id: str, text: str, images: int) -> None:
+    from conversations.models import Message
+
+    media = [{"mime_type": "image/png", "data": "iVBORw0KGgo="} for _ in range(images)]
+    dialog = Dialog.objects.get(pk=session_id)
+    Message.objects.create(dialog=dialog, seq=1, role=Message.Role.USER, content=text, media_refs=media)
+
+
+async def test_sessions_query_matches_the_title_or_the_first_user_message(connect):
+    client = await connect(await make_token())
+    ready = await client.until("ready")
+    ids = await add_dialogs(ready["active_session_id"], ["New chat", "Rome notes", "New chat", "New chat"])
+    await add_user_rows(ids[0], ["Plan a TRIP to Paris", "and then rome"])
+    await add_user_rows(ids[2], ["taxes for 2024"])
+
+    found = await sessions(client, query="rome")
+    assert [i["session_id"] for i in found["items"]] == [ids[1]], "a later message is not searched"
+    found = await sessions(client, query="trip to")
+    assert [i["session_id"] for i in found["items"]] == [ids[0]] and found["query"] == "trip to"
+    assert found["items"][0]["preview"] == "Plan a TRIP to Paris"
+    paged = await sessions(client, query="o", limit=1, offset=1)  # Paris, Rome notes, taxes for
+    assert [i["session_id"] for i in paged["items"]] == [ids[1]] and paged["has_more"] is True
+
+
+async def test_a_first_message_of_images_alone_is_previewed_as_images_in_one_query(connect):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from conversations.storage.dialog_reads import sessions_page
+
+    client = await connect(await make_token())
+    ready = await client.until("ready")
+    one, three, captioned, blank = await add_dialogs(ready["active_session_id"], ["New chat"] * 4)
+    await add_image_row(one, "", 1)
+    await add_image_row(three, " \n ", 3)
+    await add_image_row(captioned, "What is this?", 2)
+    await add_image_row(blank, "", 0)
+
+    items = {i["session_id"]: i["preview"] for i in (await sessions(client, limit=100))["items"]}
+    assert [items[s] for s in (one, three, captioned, blank)] == ["Image", "3 images", "What is this?", ""]
+    assert [i["session_id"] for i in (await sessions(client, query="image"))["items"]] == [], (
+        "the words of the preview are not the message's text"
+    )
+
+    @database_sync_to_async
+    def count_queries(**kw) -> int:
+        first = Dialog.objects.get(pk=ready["active_session_id"])
+        with CaptureQueriesContext(connection) as queries:
+            sessions_page(first.owner, first.channel, first.chat_id, **kw)
+        return len(queries)
+
+    assert await count_queries(limit=100) == await count_queries(limit=1)
+    assert await count_queries(limit=100, query="x") == await count_queries(limit=1)
