@@ -573,3 +573,37 @@ async def test_retry_of_a_failed_turn_with_an_image_resends_the_image(
     assert script.asked[FLAKY] == 2
     assert script.images[-1] == 1, "the retry carried the image to the model"
     assert page.errors == []
+
+
+async def test_on_a_touch_phone_every_dialog_row_shows_rename_and_delete_beside_its_title(
+    replay_server: ServeProcess, data_dir: Path, page: Any
+) -> None:
+    from playwright.async_api import expect
+
+    token = await token_for(data_dir)
+    for title in ("A rather long dialog title about the trip to Rome", "Taxes", "Groceries"):
+        await asyncio.to_thread(create_dialog, replay_server, token, title)
+    cdp = await page.context.new_cdp_session(page)
+    await cdp.send("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 5})
+    await page.set_viewport_size({"width": 360, "height": 740})
+    await log_in(page, replay_server, token)
+    assert await page.evaluate("matchMedia('(hover: none)').matches")
+    await page.get_by_test_id("sidebar-toggle").click()
+    rows = page.get_by_test_id("session-row")
+    await expect(rows).to_have_count(3)
+    await page.wait_for_timeout(300)  # the drawer's slide
+    await shot(page, "touch-phone-dialog-actions")
+    for i in range(3):
+        row = rows.nth(i)
+        await expect(row.get_by_test_id("rename-dialog")).to_be_visible()
+        await expect(row.get_by_test_id("delete-dialog")).to_be_visible()
+        title, actions = await row.evaluate(
+            """(el) => [el.querySelector('.session-title').getBoundingClientRect(),
+                        el.querySelector('.session-actions').getBoundingClientRect()].map((r) => [r.left, r.right, r.width])"""
+        )
+        assert title[1] <= actions[0] + 0.5, f"row {i}: the actions cover the title"
+        assert title[2] >= 120, f"row {i}: the title is squeezed to {title[2]} px"
+    # Rename works from a row that is not the active one.
+    await rows.nth(2).get_by_test_id("rename-dialog").click()
+    await expect(page.get_by_test_id("rename-input")).to_be_visible()
+    assert page.errors == []
