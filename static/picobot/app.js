@@ -31,7 +31,8 @@
   let renderQueued = false;
   let pendingScroll = { bottom: false, prepended: false };
 
-  const ctx = { store, sendFrame, sendMessage, scheduleRender, setSidebar, toast, switchTo: (d) => sidebar.switchTo(d) };
+  const ctx = { store, sendFrame, sendMessage, scheduleRender, setSidebar, toast, switchTo: (d) => sidebar.switchTo(d),
+    focusComposer: () => composer.focus() };
   const transcript = Transcript.create(ctx, ui.list);
   const sidebar = Sidebar.create(ctx, ui);
   const composer = Composer.create(ctx, ui);

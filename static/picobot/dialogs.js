@@ -10,6 +10,15 @@
   'use strict';
 
   const DIALOG_PAGE = 20; // sidebar page size (the server allows up to 100)
+  const DEFAULT_TITLE = 'New chat'; // until auto-titling names it, the preview tells dialogs apart
+
+  /** A sidebar preview as the server makes it (dialog_reads.preview_text): whitespace collapsed,
+   *  at most 100 characters (… marks a cut), "Image" / "N images" for images alone. */
+  function previewOf(text, images = 0) {
+    const flat = String(text || '').replace(/\s+/g, ' ').trim();
+    if (!flat && images) return images === 1 ? 'Image' : `${images} images`;
+    return flat.length <= 100 ? flat : flat.slice(0, 99).trimEnd() + '…';
+  }
 
   /** Merge one `sessions` answer into the loaded sidebar list (most recent first): offset 0
    *  replaces the list, a later page appends the dialogs not listed yet (activity may have moved
@@ -64,7 +73,45 @@
       fx.render = true;
     }
 
+    /** False when "+ New" has nothing to do: the dialog on screen is still empty (no history,
+     *  nothing pending, no turn) and keeps the default title — the composer is focused instead. */
+    newDialogNeeded() {
+      const s = this.activeSession;
+      const d = this.activeDialog;
+      if (!s || !s.loaded || !d || s.messages.length || s.hasMore || s.turn) return true;
+      if (this.pending.some((p) => root.PicoBot.sameSession(p, s.id, this.activeSessionId))) return true;
+      return !!d.title && d.title !== DEFAULT_TITLE;
+    }
+
+    /** A typed `/rename` or `/new` is answered by `session_changed` alone: say what it did under
+     *  the command line (the sidebar's own rename and new echo nothing, so expect nothing). */
+    _answerTyped(f) {
+      if (f.deleted) return;
+      for (const [id, e] of this.typedAnswers) {
+        let text = null;
+        if (e.kind === 'rename' && f.session_id === e.sessionId) text = `Renamed to “${f.title || ''}”.`;
+        else if (e.kind === 'new' && f.active && f.session_id !== e.sessionId) text = 'New dialog started.';
+        if (!text) continue;
+        this.typedAnswers.delete(id);
+        this._systemLine(e.sessionId, { kind: 'notice', level: 'info', text });
+        return;
+      }
+    }
+
+    /** A message sent into a dialog shows in its sidebar item at once (its ack, or its turn's
+     *  start): the count as its commit makes it, and the preview when the item had none. Counted
+     *  once: its commit then adds nothing for it. */
+    _noteSent(p, sessionId, fx) {
+      const d = this.dialogs.find((x) => x.session_id === sessionId);
+      if (!p || !d || this.sentCounted.has(p.client_msg_id)) return;
+      this.sentCounted.add(p.client_msg_id);
+      d.message_count = (d.message_count || 0) + 1;
+      if (!d.preview) d.preview = previewOf(p.content, p.media ? p.media.length : 0);
+      fx.render = true;
+    }
+
     on_session_changed(f, fx) {
+      this._answerTyped(f);
       if (f.deleted) {
         this.dialogs = this.dialogs.filter((d) => d.session_id !== f.session_id);
         this.sessions.delete(f.session_id);
@@ -97,10 +144,11 @@
         return;
       }
       d.last_active_at = Math.max(d.last_active_at || 0, ...rows.map((r) => r.created_at || 0));
-      // message_count counts user messages (DESIGN §3), as the server's `sessions` does.
-      d.message_count = (d.message_count || 0) + rows.filter((r) => r.role === 'user').length;
-      const first = !d.preview && rows.find((r) => r.role === 'user' && r.content);
-      if (first) d.preview = first.content.replace(/\s+/g, ' ').trim().slice(0, 100); // as the server's
+      // message_count counts user messages (DESIGN §3), as the server's `sessions` does; those
+      // counted when sent (_noteSent) are not counted again.
+      const users = rows.filter((r) => r.role === 'user');
+      d.message_count = (d.message_count || 0) + users.filter((r) => !this.sentCounted.has(this.clientIds.get(r.id))).length;
+      if (!d.preview && users.length) d.preview = previewOf(users[0].content, (users[0].media || []).length);
       this.dialogs = [d, ...this.dialogs.filter((x) => x !== d)];
     }
   }
@@ -109,5 +157,5 @@
   for (const name of Object.getOwnPropertyNames(DialogListRules.prototype)) {
     if (name !== 'constructor') Object.defineProperty(target, name, Object.getOwnPropertyDescriptor(DialogListRules.prototype, name));
   }
-  root.PicoBot = Object.assign(root.PicoBot, { mergeDialogPage, titleMatches, DIALOG_PAGE });
+  root.PicoBot = Object.assign(root.PicoBot, { mergeDialogPage, titleMatches, previewOf, DIALOG_PAGE, DEFAULT_TITLE });
 })(typeof window !== 'undefined' ? window : globalThis);

@@ -52,6 +52,9 @@
       this.clientIds = new Map(); // message_id → client_msg_id: a committed row keeps its element
       this.media = new Map(); // message_id → images this page sent with it: shown as sent, also once committed
       this.commands = new Map(); // client_msg_id of a command → the dialog it was typed in
+      this.lastCommand = null; // the latest command() frame, for echoCommand
+      this.typedAnswers = new Map(); // client_msg_id of a typed /rename or /new → {kind, sessionId}
+      this.sentCounted = new Set(); // client_msg_ids already counted in the sidebar (dialogs.js)
       this.known = new Map(); // session_id → the latest `sessions` item or `session_changed` of it
       this.seenNotices = [];
       this.readyCount = 0;
@@ -124,12 +127,20 @@
       this.commands.set(f.client_msg_id, target);
       if (this.commands.size > 100) this.commands.delete(this.commands.keys().next().value);
       if (/^\/sessions\b/i.test(content.trim())) this.sessionsAsked.push('command');
+      this.lastCommand = f;
       return f;
     }
 
     /** Show a typed command in its dialog (a system line, not history) just before its answer. */
     echoCommand(content, sessionId) {
-      this._systemLine(sessionId || this.activeSessionId, { kind: 'command', level: 'info', text: content.trim() });
+      const where = sessionId || this.activeSessionId;
+      this._systemLine(where, { kind: 'command', level: 'info', text: content.trim() });
+      // Its answer is a bare session_changed (dialogs.js _answerTyped says what it did).
+      const c = this.lastCommand;
+      const kind = /^\/rename\s+\S/i.test(content.trim()) ? 'rename' : /^\/new\b/i.test(content.trim()) ? 'new' : null;
+      if (!kind || !c || c.content.trim() !== content.trim()) return;
+      this.typedAnswers.set(c.client_msg_id, { kind, sessionId: where });
+      if (this.typedAnswers.size > 20) this.typedAnswers.delete(this.typedAnswers.keys().next().value);
     }
 
     /** The `history` frame for the page above the oldest row shown, or null if none/in flight. */
@@ -169,6 +180,7 @@
         queued: f.queued || 0 });
       this.clientIds.set(f.message_id, p.client_msg_id);
       if (p.media) this.media.set(f.message_id, p.media);
+      this._noteSent(p, f.session_id, fx);
       if (this.session(f.session_id).ids.has(f.message_id)) this._dropPending(p);
       fx.render = true;
     }
@@ -236,6 +248,7 @@
     }
 
     on_error(f, fx) {
+      if (f.client_msg_id) this.typedAnswers.delete(f.client_msg_id);
       const p = f.client_msg_id && this.pending.find((x) => x.client_msg_id === f.client_msg_id);
       if (p) {
         p.status = 'failed'; p.error = f.message || f.code || 'error'; p.errorCode = f.code; fx.render = true;
@@ -293,7 +306,7 @@
         if (cur && (cur.status === 'failed' || cur.status === 'cancelled')) s.notes.set(cur.id, noteOf(cur));
         // Bind the oldest unbound message of this dialog to the new turn so it renders above it.
         const p = this.pending.find((x) => sameSession(x, s.id, this.activeSessionId) && !x.turnId && x.status !== 'failed');
-        if (p) p.turnId = t.id;
+        if (p) { p.turnId = t.id; this._noteSent(p, t.session_id, fx); }
         t.seenAt = Date.now();
       } else t.seenAt = cur.seenAt;
       s.turn = t;

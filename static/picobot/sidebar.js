@@ -10,7 +10,7 @@
   const { h, reconcile } = Dom;
   const View = root.PicoBot.View;
   const SEARCH_DELAY_MS = 250;
-  const DEFAULT_TITLE = 'New chat'; // until auto-titling names it, the preview tells dialogs apart
+  const DEFAULT_TITLE = root.PicoBot.DEFAULT_TITLE; // until auto-titling names it, the preview tells dialogs apart
 
   function create(ctx, ui) {
     const { store } = ctx;
@@ -146,7 +146,12 @@
         ctx.sendFrame(store.setQuery(''));
       }
     });
-    ui.newDialog.addEventListener('click', () => { ctx.setSidebar(false); command('/new'); });
+    // A dialog still empty and untitled is the new one: never pile up empty "New chat"s.
+    ui.newDialog.addEventListener('click', () => {
+      ctx.setSidebar(false);
+      if (store.newDialogNeeded()) command('/new');
+      else ctx.focusComposer();
+    });
 
     return { render, switchTo, busy, refreshTimes: () => { for (const li of ui.sessions.children) li._sig = null; render(); } };
   }

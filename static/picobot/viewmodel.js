@@ -44,6 +44,8 @@
     return `${label}: ${e}`;
   }
 
+  const KEPT_AT_RESTART = 'Interrupted by a server restart — the answer is kept as of shortly before the restart.';
+
   /** {status, text, retry} for a turn outcome, or null when it completed. */
   function noteView(note) {
     if (!note || !note.status || note.status === 'completed') return null;
@@ -113,7 +115,13 @@
           arguments: {}, status: r.is_error ? 'failed' : 'completed', preview: r.content });
       }
     }
-    const nv = noteView(note);
+    let nv = noteView(note);
+    // A restart keeps the answer as of the last checkpoint (PICOBOT_TURN_CHECKPOINT_SECONDS), so
+    // its last seconds are missing: say so when the user row's outcome and a kept answer agree.
+    const kept = rows.some((r) => r.role === 'assistant' && r.completion_status === 'interrupted');
+    if (nv && nv.status === 'interrupted' && kept && userRow && userRow.outcome && noteView(userRow.outcome)?.status === 'interrupted') {
+      nv = Object.assign({}, nv, { text: KEPT_AT_RESTART });
+    }
     const last = rows.filter((r) => r.role === 'assistant').pop();
     const retry = !!(nv && nv.retry && userRow);
     const truncated = rows.some((r) => r.role === 'assistant' && r.truncated);

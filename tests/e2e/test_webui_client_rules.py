@@ -473,3 +473,134 @@ async def test_completion_sends_argumentless_commands_and_images_are_checked_by_
     }
     assert got["sniff"] == ["image/png", "image/jpeg", "image/gif", "image/webp", None, None]
     assert got["retry"] == [False, False, True, True], "a refused image never gets a Retry"
+
+
+async def test_a_message_sent_shows_its_preview_and_count_in_the_sidebar_at_once(page: Any) -> None:
+    text = "  Plan   a\ntrip\tto " + "Rome " * 40
+    got = await run(
+        page,
+        """([ready, a, b, text, turn, turnB]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready);
+          s.apply({type: 'sessions', items: [a, b], has_more: false, offset: 0});
+          s.apply({type: 'session_history', session_id: a.session_id, history_revision: 0, messages: [], has_more: false});
+          const item = (id) => { const d = s.dialogs.find((x) => x.session_id === id); return [d.preview, d.message_count]; };
+          const out = {};
+          const f = s.addPending(text);
+          out.sent = item(a.session_id);
+          const fx = s.apply({type: 'ack', client_msg_id: f.client_msg_id, message_id: 'm1', session_id: a.session_id, queued: 0});
+          out.acked = item(a.session_id); out.render = fx.render;
+          s.apply({type: 'ack', client_msg_id: f.client_msg_id, message_id: 'm1', session_id: a.session_id, queued: 0});
+          s.apply({type: 'turn_updated', turn});
+          out.started = item(a.session_id);
+          s.apply({type: 'turn_committed', session_id: a.session_id, history_revision: 2, messages: [
+            {id: 'm1', seq: 1, role: 'user', content: text, turn_id: turn.id, created_at: 1},
+            {id: 'm2', seq: 2, role: 'assistant', content: 'ok', turn_id: turn.id, created_at: 2}]});
+          out.committed = item(a.session_id);
+          // A message whose turn starts before its ack arrives; images alone.
+          s.apply({type: 'session_changed', session_id: b.session_id, dialog_id: b.dialog_id, title: 'New chat', active: true});
+          s.apply({type: 'session_history', session_id: b.session_id, history_revision: 0, messages: [], has_more: false});
+          s.addPending('', [{mime_type: 'image/png', data: 'x'}, {mime_type: 'image/png', data: 'y'}]);
+          s.apply({type: 'turn_updated', turn: turnB});
+          out.imagesStarted = item(b.session_id);
+          out.same = PicoBot.previewOf(text);
+          return out;
+        }""",
+        [
+            READY,
+            {**dialog(A, "New chat", True), "preview": ""},
+            {**dialog(B, "New chat"), "preview": ""},
+            text,
+            running_turn("t1"),
+            running_turn("t2", session_id=B, message_id="m9"),
+        ],
+    )
+    preview = got["acked"][0]
+    assert got["sent"] == ["", 0], "nothing before the server took it"
+    assert preview.startswith("Plan a trip to Rome Rome") and preview.endswith("…") and len(preview) <= 100
+    assert got["acked"] == [preview, 1] and got["render"] is True
+    assert got["started"] == [preview, 1] and got["committed"] == [preview, 1], "counted once"
+    assert got["imagesStarted"] == ["2 images", 1]
+    assert got["same"] == preview
+
+
+async def test_new_only_when_the_dialog_on_screen_is_not_an_empty_new_chat(page: Any) -> None:
+    got = await run(
+        page,
+        """([ready, a, hist]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready);
+          const out = [s.newDialogNeeded()]; // history not loaded yet: unknown, so /new
+          s.apply({type: 'sessions', items: [a], has_more: false, offset: 0});
+          s.apply({type: 'session_history', session_id: a.session_id, history_revision: 0, messages: [], has_more: false});
+          out.push(s.newDialogNeeded());
+          const f = s.addPending('hi'); out.push(s.newDialogNeeded());
+          s.discardPending(f.client_msg_id); out.push(s.newDialogNeeded());
+          s.apply({type: 'session_changed', session_id: a.session_id, dialog_id: a.dialog_id, title: 'Taxes', active: true});
+          out.push(s.newDialogNeeded());
+          s.apply({type: 'session_changed', session_id: a.session_id, dialog_id: a.dialog_id, title: 'New chat', active: true});
+          s.apply(hist); out.push(s.newDialogNeeded());
+          return out;
+        }""",
+        [READY, {**dialog(A, "New chat", True), "preview": ""}, history(A, row(1, "user", "t1"))],
+    )
+    assert got == [True, False, True, False, True, True]
+
+
+async def test_a_typed_rename_or_new_says_what_it_did_and_the_sidebar_s_says_nothing(page: Any) -> None:
+    got = await run(
+        page,
+        """([ready, hist]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready); s.apply(hist);
+          const a = ready.active_session_id;
+          const lines = (id) => s.session(id).system.map((l) => `${l.kind}:${l.text}`);
+          const typed = (cmd) => { const f = s.command(cmd); s.echoCommand(cmd); return f; };
+          const changed = (title, extra) => s.apply(Object.assign({type: 'session_changed', session_id: a, dialog_id: 'aaaa1111', title, active: true}, extra || {}));
+          typed('/rename  Trip to Rome '); changed('Trip to Rome');
+          s.command('/rename Sidebar one', a); changed('Sidebar one'); // the sidebar's inline rename
+          const bad = typed('/rename x'); s.apply({type: 'error', code: 'usage', message: 'no', client_msg_id: bad.client_msg_id});
+          changed('Another tab');
+          typed('/new');
+          s.apply({type: 'session_changed', session_id: 'cli_chat:1:cccc3333', dialog_id: 'cccc3333', title: 'New chat', active: true});
+          return {a: lines(a), fresh: lines('cli_chat:1:cccc3333')};
+        }""",
+        [READY, history(A, row(1, "user", "t1"), row(2, "assistant", "t1"))],
+    )
+    assert got["a"] == [
+        "command:/rename  Trip to Rome",
+        "notice:Renamed to “Trip to Rome”.",
+        "command:/rename x",
+        "error:no",
+        "command:/new",
+        "notice:New dialog started.",
+    ]
+    assert got["fresh"] == []
+
+
+async def test_an_answer_kept_at_a_restart_says_its_last_seconds_are_missing(page: Any) -> None:
+    interrupted = {"status": "interrupted", "error": "interrupted by a server restart"}
+    notes = await run(
+        page,
+        """([ready, hist]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready); s.apply(hist);
+          return s.viewItems().filter((i) => i.kind === 'turn').map((i) => i.turn.note && i.turn.note.text);
+        }""",
+        [
+            READY,
+            history(
+                A,
+                row(1, "user", "t1", outcome=interrupted),
+                row(2, "assistant", "t1", content="half an ans", completion_status="interrupted"),
+                row(3, "user", "t2", outcome=interrupted),
+                row(4, "user", "t3"),
+                row(5, "assistant", "t3", content="cut", completion_status="interrupted"),
+            ),
+        ],
+    )
+    assert notes == [
+        "Interrupted by a server restart — the answer is kept as of shortly before the restart.",
+        "Interrupted by a server restart",
+        "Interrupted",
+    ]
