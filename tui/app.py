@@ -187,7 +187,10 @@ class ChatApp(App[None]):
             text = f"no PicoBot WebSocket at {self.connection.url} ({s.detail}): check --url"
         else:
             text = {"connecting": "connecting…", "connected": "connected", "closed": "disconnected"}[s.kind]
-        widget = self.query_one("#conn", Static)
+        found = self.query("#conn")
+        if not found:
+            return  # the app is closing: the connection reports "closed" after the screen went
+        widget = found.first(Static)
         widget.update(Text(f"● {text}"))
         widget.set_class(s.kind != "connected", "bad")
 

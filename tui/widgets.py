@@ -134,15 +134,17 @@ class TextLine(ItemView):
 
 
 class TurnView(ItemView):
-    """The live turn: a phase line, then its blocks (reasoning, tool lines, answer) by block id."""
+    """The live turn: its blocks (reasoning, tool lines, answer) by block id, then its status
+    line (the phase, "reconnecting…", how it ended) under the newest line, where a reader
+    following the stream looks (above the blocks a long answer scrolled it out of view)."""
 
     def compose(self):  # type: ignore[override]
-        self.phase = Static(classes="phase")
-        yield self.phase
         self.blocks = Vertical(classes="blocks")
         yield self.blocks
         self.cut_off = Static(classes="cut-off")
         yield self.cut_off
+        self.phase = Static(classes="phase")
+        yield self.phase
 
     def on_mount(self) -> None:
         self.show(self.item)
