@@ -6,8 +6,8 @@ Esc or Ctrl+C stops the running turn (a second Ctrl+C within QUIT_WINDOW s, or o
 runs, quits), F2 opens the dialog list (``tui.dialog_list``), PageUp/PageDown scroll the
 transcript and PageUp at its top loads older messages (``history`` with ``before_seq``), Ctrl+R
 sends a refused message again (same ``client_msg_id``) or retries a failed turn (its text as a new
-message), Ctrl+D dismisses a refused message, Tab or → takes the command completion offered while
-typing ``/…``.
+message), Ctrl+D dismisses a refused message; while ``/…`` is typed ↑/↓ pick a command, Tab or → take it
+and Enter takes it too (``ChatInput``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.suggester import SuggestFromList
 from textual.widgets import Footer, Input, Static
 
 from tui.connection import ChatConnection, ConnectionState
@@ -40,7 +39,21 @@ COMMANDS = [  # PROTOCOL §1 "Slash commands"
     ("/info", "about this dialog"),
     ("/stop", "stop the running turn"),
 ]
-COMMAND_NAMES = [usage.split()[0] for usage, _ in COMMANDS]
+
+
+def completions(value: str) -> list[tuple[str, str]]:
+    """The commands offered while typing ``value``: a ``/`` prefix of their name, no space yet."""
+    if not value.startswith("/") or " " in value:
+        return []
+    return [(u, d) for u, d in COMMANDS if u.split()[0].startswith(value)]
+
+
+def completed(usage: str) -> str:
+    """What taking a command puts in the message line: its name, then a space when it takes an
+    argument (``/rename `` waits for the title; ``/help`` is complete)."""
+    name, *args = usage.split()
+    return f"{name} " if args else name
+
 
 CSS = """
 #header { height: 1; background: $primary; color: $text; padding: 0 1; }
@@ -66,14 +79,53 @@ Collapsible.reasoning Contents { padding: 0 0 0 2; }
 
 
 class ChatInput(Input):
-    """The message line; Tab takes the command completion (as → does)."""
+    """The message line and its command completion (as the WebUI's): while ``/…`` is typed the
+    matching commands are listed under the transcript, ↑/↓ move the highlight, Tab or → take
+    it (``completed``), Enter takes it too — sent at once when the command has no argument,
+    else left as ``/name `` for the argument."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("tab", "complete", "Complete", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("tab", "complete", "Complete", show=False),
+        Binding("down", "move(1)", show=False),
+        Binding("up", "move(-1)", show=False),
+    ]
+    matches: list[tuple[str, str]] = []
+    index = 0
+
+    def offer(self, matches: list[tuple[str, str]]) -> None:
+        """Show ``matches`` (``completions`` of the value), the first highlighted."""
+        self.matches, self.index = matches, 0
+        self._draw()
+
+    def _draw(self) -> None:
+        box = self.screen.query_one("#completions", Static)
+        lines = [
+            Text(f"{u:<22} {d}", style="reverse" if n == self.index else "")
+            for n, (u, d) in enumerate(self.matches)
+        ]
+        box.update(Text("\n").join(lines))
+        box.set_class(bool(self.matches), "open")
+        # The dimmed rest of the highlighted command after the cursor (→ takes it, as Tab).
+        self._suggestion = completed(self.matches[self.index][0]) if self.matches else ""
+
+    def action_move(self, step: int) -> None:
+        if self.matches:
+            self.index = (self.index + step) % len(self.matches)
+            self._draw()
 
     def action_complete(self) -> None:
-        if self._suggestion:
-            self.value = self._suggestion
+        if self.matches:
+            self.value = completed(self.matches[self.index][0])
             self.cursor_position = len(self.value)
+
+    async def action_submit(self) -> None:
+        if self.matches:
+            text = completed(self.matches[self.index][0])
+            self.value = text.strip()  # a command without an argument: sent as it is
+            if text.endswith(" "):
+                self.action_complete()  # one with an argument waits for it
+                return
+        await super().action_submit()
 
 
 class ChatApp(App[None]):
@@ -111,9 +163,7 @@ class ChatApp(App[None]):
         yield Static(id="conn")
         yield Transcript(id="transcript")
         yield Static(id="completions")
-        yield ChatInput(
-            placeholder="Message, or / for commands", id="input", suggester=SuggestFromList(COMMAND_NAMES)
-        )
+        yield ChatInput(placeholder="Message, or / for commands", id="input")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -197,13 +247,8 @@ class ChatApp(App[None]):
     # --- input --------------------------------------------------------------------------------
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        value = event.value
-        box = self.query_one("#completions", Static)
-        matches = [
-            (u, d) for u, d in COMMANDS if value.startswith("/") and " " not in value and u.startswith(value)
-        ]
-        box.update(Text("\n".join(f"{u:<22} {d}" for u, d in matches)))
-        box.set_class(bool(matches), "open")
+        if isinstance(event.input, ChatInput):
+            event.input.offer(completions(event.value))
 
     async def on_input_submitted(self, event: Input.Submitted) -> None:
         text = event.value.strip()

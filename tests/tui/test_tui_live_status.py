@@ -1,6 +1,7 @@
 """The live turn's status line and command completion, by Textual's pilot against the real
 ``manage.py serve`` (issue 14): the phase is shown under the newest streamed line while an answer
-runs, "reconnecting…" while the server is down (killed mid-turn: ``ServeProcess`` keeps its port).
+runs, "reconnecting…" while the server is down (killed mid-turn: ``ServeProcess`` keeps its port);
+a command that takes an argument completes to ``/name `` and Enter takes the highlighted command.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from textual.widget import Widget
+from textual.widgets import Input
 
-from tests.tui.conftest import ServeProcess, start_server, until
-from tests.tui.test_tui_live import app_for, is_idle, send
+from tests.tui.conftest import ServeProcess, start_server, static_text, transcript_text, until
+from tests.tui.test_tui_live import SIZE, app_for, is_idle, send
 from tui.app import ChatApp
 from tui.view import PHASES
 from tui.widgets import Transcript, TurnView
@@ -77,3 +79,31 @@ async def test_a_running_answer_says_reconnecting_while_the_server_is_down(tmp_p
             assert status_line(app) is None
     finally:
         await server.stop()
+
+
+async def test_a_command_with_an_argument_completes_with_a_space_and_enter_takes_the_highlight(
+    served: tuple[ServeProcess, str],
+):
+    server, token = served
+    app = app_for(server, token)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.store.active and app.store.active.loaded, "the history")
+        field = app.query_one("#input", Input)
+        await pilot.press("slash", "r", "e", "n", "tab")
+        assert field.value == "/rename ", "a command that takes an argument gets a space"
+        await pilot.press(*"TUI named", "enter")
+        await until(pilot, lambda: app.store.active_title == "TUI named", "the renamed dialog")
+        assert "unknown command" not in transcript_text(app)
+
+        # Enter on a partial command with the list open: one with an argument waits for it ...
+        await pilot.press("slash", "d", "e", "l", "enter")
+        assert field.value == "/delete "
+        assert not app.query_one("#completions").has_class("open")
+        field.value = ""
+        # ... ↓ moves the highlight, and a command without an argument is sent at once.
+        await pilot.press("slash", "s")
+        await until(pilot, lambda: "/switch" in static_text(app, "#completions"), "the completion list")
+        await pilot.press("down", "down", "enter")  # /sessions, /switch, /stop: the third
+        assert field.value == ""
+        await pilot.press("slash", "i", "n", "enter")
+        await until(pilot, lambda: "tokens used:" in transcript_text(app), "the /info answer, sent at once")
