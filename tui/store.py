@@ -69,8 +69,10 @@ class ChatStore:
 
     def send_text(self, text: str) -> dict[str, Any]:
         """The frame for what the user typed: a slash command (no pending bookkeeping: commands
-        get no ``ack``) or a user message recorded as pending, to the active dialog."""
+        get no ``ack``; echoed as a "› /cmd" line, not persisted, before its answer) or a user
+        message recorded as pending, to the active dialog."""
         if text.lstrip().startswith("/"):
+            self._add_line("command", f"› {text.strip()}", None)
             return self.command(text)
         p = Pending(str(uuid.uuid4()), text, self.active_session_id)
         self.pending.append(p)

@@ -255,3 +255,17 @@ def test_session_changed_switches_and_a_deleted_dialog_is_dropped_with_its_turn(
 )
 def test_provider_label_is_de_duplicated(provider: dict[str, str], label: str):
     assert provider_label(provider) == label
+
+
+def test_a_typed_command_is_echoed_just_before_its_answer_and_not_sent_as_a_message():
+    store = loaded(row(1), row(2, "assistant"))
+    assert store.send_text(" /help ") == {"type": "message", "content": " /help ", "session_id": SID}
+    store.apply({"type": "notification", "level": "info", "content": "Commands: …", "id": "n1"})
+    items = transcript(store)
+    assert [(i.kind, getattr(i.data, "text", None)) for i in items[-2:]] == [
+        ("line", "› /help"),
+        ("line", "Commands: …"),
+    ]
+    assert not store.pending and items[-2].data.level not in ("warning", "error")
+    store.command("/switch d2")  # a command from the dialog list (F2) is not typed: no echo
+    assert sum(i.kind == "line" for i in transcript(store)) == 2
