@@ -88,7 +88,8 @@ def test_a_typed_sessions_answer_goes_to_the_transcript_and_the_list_page_does_n
     store.apply(page(0, 1, has_more=False, query="Dialog"))
     store.apply(store.send_text("/sessions") and page(0, 1, 2, has_more=True))
     lines = [i.data.text for i in transcript(store) if i.kind == "line"]
-    assert len(lines) == 1 and "d2  Dialog 02" in lines[0] and "F2" in lines[0]
+    assert len(lines) == 2 and lines[0] == "› /sessions"  # the typed command, then its answer
+    assert "d2  Dialog 02" in lines[1] and "F2" in lines[1]
     assert store.titles["cli_chat:1:d2"] == "Dialog 02"
 
 
