@@ -234,7 +234,9 @@ class ChatApp(App[None]):
         elif s.kind == "refused":
             text = "token refused: check --token / PICOBOT_TOKEN, or run createtoken USER --save"
         elif s.kind == "not_found":
-            text = f"no PicoBot WebSocket at {self.connection.url} ({s.detail}): check --url"
+            # 403/404 only say the path is wrong ("HTTP 403" would read as a login problem).
+            why = "" if s.status in (403, 404) else f" ({s.detail})"
+            text = f"no PicoBot WebSocket at {self.connection.url}{why}: check --url"
         else:
             text = {"connecting": "connecting…", "connected": "connected", "closed": "disconnected"}[s.kind]
         found = self.query("#conn")

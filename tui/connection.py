@@ -12,7 +12,7 @@ WebSocket path, and an HTTP server 404 or 200). After each reconnect the server'
 the store resync by revision.
 
 States reported to ``on_state``: connecting, connected, reconnecting (``retry_in`` seconds,
-``detail`` = why), refused, not_found (``detail`` = "HTTP <status>"), closed.
+``detail`` = why), refused, not_found (``detail`` = "HTTP <status>", ``status``), closed.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class ConnectionState:
     retry_in: float = 0.0
     attempt: int = 0
     detail: str = ""
+    status: int = 0  # the HTTP status answered instead of the upgrade (refused, not_found)
 
 
 def backoff_delay(attempt: int, rng: Callable[[], float] = random.random) -> float:
@@ -100,7 +101,7 @@ class ChatConnection:
                 status = exc.response.status_code
                 verdict = handshake_verdict(self.url, status)
                 if verdict != "retry":
-                    self.on_state(ConnectionState(verdict, detail=f"HTTP {status}"))
+                    self.on_state(ConnectionState(verdict, detail=f"HTTP {status}", status=status))
                     return
                 reason = f"HTTP {status}"
             except InvalidURI as exc:
