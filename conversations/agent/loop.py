@@ -176,8 +176,8 @@ class AgentLoop:
         with its reasoning; complete responses are already in ``result.messages``. Without answer
         text (whitespace is none) it is None — after a failure, reasoning alone is no answer and
         is not kept (seed 003 §14.2) — unless ``reasoning_alone``: a stopped turn keeps the
-        reasoning it showed as an assistant message without text (issue 14 over seed 003
-        §14.1's first version: ``/stop`` keeps what was shown). None when nothing was shown.
+        reasoning it showed as an assistant message without text (``/stop`` keeps what was
+        shown: agent/README.md "Cancel"). None when nothing was shown.
         """
         if self._streaming is None:
             return None

@@ -157,7 +157,7 @@ def turn_ending(
 ) -> TurnEnding:
     """The ending of a turn that is still its owner's (seed 003 §14).
 
-    Cancel (§14.1, as issue 14 extends it): what was shown is kept — the partial answer, or the
+    Cancel (§14.1; agent/README.md "Cancel"): what was shown is kept — the partial answer, or the
     reasoning alone (``AgentLoop.partial_message(reasoning_alone=True)``) — and the turn's last
     assistant row is ``cancelled`` (the partial, or the response whose tool calls were stopped);
     tool calls without a result get an error result. Failure (§14.2): the partial answer text

@@ -6,37 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Func, IntegerField, OuterRef, Q, Subquery
+from django.db.models import OuterRef, Q, Subquery
 from django.db.models.functions import Substr
 
 from conversations.models import ChatState, Dialog, InboxMessage, Message
 from conversations.storage.dialogs import active_dialog, dialog_for_user
-from conversations.storage.media import media_types, without_media_data
+from conversations.storage.media import JsonListLength, media_types, without_media_data
 from conversations.storage.outcomes import user_outcomes
 from conversations.storage.shapes import dialog_summary, message_to_protocol
 
 PREVIEW_CHARS = 100
 PREVIEW_SCAN = 400  # characters read per dialog: enough for 100 once whitespace is collapsed
-
-
-class JsonListLength(Func):
-    """The number of items of a JSON list column (0 for anything else), read in the database:
-    SQLite ``json_array_length``, PostgreSQL ``jsonb_array_length`` (a row's images are never
-    transferred to count them)."""
-
-    arity = 1
-    output_field = IntegerField()
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        template = "COALESCE(json_array_length(%(expressions)s), 0)"
-        return self.as_sql(compiler, connection, template=template, **extra)
-
-    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        template = (
-            "(CASE WHEN jsonb_typeof(%(expressions)s) = 'array' "
-            "THEN jsonb_array_length(%(expressions)s) ELSE 0 END)"
-        )
-        return self.as_sql(compiler, connection, template=template, **extra)
 
 
 def preview_text(text: str | None, images: int = 0) -> str:

@@ -4,7 +4,7 @@ bytes for ``GET /api/dialogs/{session_id}/messages/{message_id}/media/{index}`` 
 A user row's ``media_refs`` holds ``[{mime_type, data (base64)}]``, up to 5 MiB decoded
 (``agent.media``). A history page needs only the types (``media`` URLs, PROTOCOL §1), so it reads
 them in the database with one JSON expression per row (:class:`MimeTypes`) and never transfers
-the data; the image route reads the data of one item with JSON key lookups (``KT``).
+the data, as a dialog list counts a row's images (:class:`JsonListLength`); the image route reads the data of one item with JSON key lookups (``KT``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import binascii
 import uuid
 from typing import Any
 
-from django.db.models import Func, JSONField, QuerySet
+from django.db.models import Func, IntegerField, JSONField, QuerySet
 from django.db.models.fields.json import KT
 
 from conversations.agent.media import IMAGE_SIGNATURES, MAX_MEDIA_ITEMS
@@ -40,6 +40,26 @@ class MimeTypes(Func):
 
     def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
         template = "jsonb_path_query_array(%(expressions)s, '$[*].mime_type')"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+class JsonListLength(Func):
+    """The number of items of a JSON list column (0 for anything else), read in the database:
+    SQLite ``json_array_length``, PostgreSQL ``jsonb_array_length`` (a row's images are never
+    transferred to count them)."""
+
+    arity = 1
+    output_field = IntegerField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        template = "COALESCE(json_array_length(%(expressions)s), 0)"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        template = (
+            "(CASE WHEN jsonb_typeof(%(expressions)s) = 'array' "
+            "THEN jsonb_array_length(%(expressions)s) ELSE 0 END)"
+        )
         return self.as_sql(compiler, connection, template=template, **extra)
 
 

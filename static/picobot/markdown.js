@@ -1,4 +1,4 @@
-/* PicoBot WebUI — Markdown for assistant text: markdown-it → DOMPurify → DOM (issue 14).
+/* PicoBot WebUI — Markdown for assistant text: markdown-it → DOMPurify → DOM.
  *
  * PicoBot.Markdown.render(el, text, {streaming}) replaces el's children with `text` rendered.
  * Model output is untrusted: raw HTML shows as text (html: false); links are http(s)/mailto only

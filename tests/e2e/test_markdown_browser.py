@@ -24,7 +24,7 @@ import pytest
 from providers.testing import LocalSSEServer, RecordedRequest, SSEResponse, openai_events, sse_body
 from tests.e2e.artefacts import shot, write_json
 from tests.e2e.markdown_samples import MARKDOWN_ANSWER, PYTHON_CODE, long_answer, xss_answer
-from tests.e2e.serve_process import ServeProcess, manage, openai_env
+from tests.e2e.serve_process import REPO, ServeProcess, manage, openai_env
 
 pytestmark = pytest.mark.e2e
 
@@ -415,3 +415,22 @@ async def test_a_10000_character_answer_streams_without_freezing_the_page(
     )
     assert any(t["duration"] >= 80 for t in await page.evaluate("window.__perf.longtasks"))
     assert page.errors == []
+
+
+async def test_without_the_vendor_libraries_answers_show_as_inert_plain_text(page: Any) -> None:
+    """markdown.js alone (static/vendor/ not fetched): the text shows as it is, as text — no
+    element from the model's markup, nothing run — and a later render still replaces it."""
+    await page.set_content("<!doctype html><title>no vendor</title><div id='answer'></div>")
+    await page.add_script_tag(path=str(REPO / "static" / "picobot" / "markdown.js"))
+    answer = '**bold** <img src=x onerror="window.__ran = 1"> <script>window.__ran = 2</script>'
+    shown = await page.evaluate(
+        """(text) => {
+          const el = document.getElementById('answer');
+          PicoBot.Markdown.render(el, 'first', {streaming: true});
+          PicoBot.Markdown.render(el, text, {streaming: false});
+          return {tags: [...el.querySelectorAll('*')].map((n) => n.tagName + '.' + n.className),
+                  text: el.textContent, ran: window.__ran || 0};
+        }""",
+        answer,
+    )
+    assert shown == {"tags": ["P.plain"], "text": answer, "ran": 0}
