@@ -59,6 +59,7 @@ class OutboundMessage:
         session_id: The dialog it is about, if any.
         turn_id: The turn it is about, if any (for logs; cli_chat clients get it too).
         id: The idempotency key: every copy of this message carries it (a random one by default).
+        reply_to: The platform's id of the message this one answers (Feishu replies in place), if any.
     """
 
     channel: str
@@ -68,6 +69,7 @@ class OutboundMessage:
     session_id: str | None = None
     turn_id: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    reply_to: str | None = None
 
 
 class OutboundStatus(StrEnum):
