@@ -1,0 +1,201 @@
+"""Parsing a verified Feishu event into the message PicoBot answers (FEISHU.md §6).
+
+:func:`parse_event` takes one decoded event body (schema 2.0, as the webhook and the long
+connection deliver it) and returns a :class:`FeishuMessageEvent` for an ``im.message.receive_v1``
+that PicoBot answers, or an :class:`IgnoredEvent` saying why not: another event type, a sender that
+is not a user, a group message that does not mention the bot, a message type without text or
+images, or a malformed event. It never raises.
+
+Text comes from ``text`` messages (``@_user_N`` placeholders resolved: the bot's mention removed,
+others shown as ``@Name``), ``post`` messages (title, paragraphs, links as ``text (url)``, code
+blocks as fences, images collected; a locale-wrapped post is accepted) and ``image`` messages
+(no text). Unknown fields and tags are tolerated.
+
+Pure: no Django, Channels or HTTP client imports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MESSAGE_EVENT", "FeishuMessageEvent", "IgnoredEvent", "is_command", "parse_event"]
+
+MESSAGE_EVENT = "im.message.receive_v1"
+_PLACEHOLDER = re.compile(r"@_user_\d+")
+_SPACES = re.compile(r"[ \t]{2,}")
+
+
+@dataclass(frozen=True)
+class FeishuMessageEvent:
+    """One user message to answer; JSON-ready (``dataclasses.asdict``; ``image_keys`` a tuple).
+
+    Attributes:
+        event_id: ``header.event_id`` (logs; de-duplication is on ``message_id``, FEISHU.md §3).
+        app_id: ``header.app_id`` ("" when absent).
+        message_id: ``om_…``: the de-duplication key and what the answer replies to.
+        chat_id: ``oc_…``: the PicoBot chat id.
+        chat_type: ``"p2p"`` or ``"group"``.
+        sender_open_id: ``ou_…`` of the sender.
+        text: The message's text, mentions of the bot removed, stripped ("" for images alone).
+        image_keys: The ``image_key`` of every image in the message, in order.
+        create_time_ms: When the platform says it was sent (ms since the epoch; 0 when absent).
+        thread_id: The topic thread, if any.
+    """
+
+    event_id: str
+    app_id: str
+    message_id: str
+    chat_id: str
+    chat_type: str
+    sender_open_id: str
+    text: str
+    image_keys: tuple[str, ...] = ()
+    create_time_ms: int = 0
+    thread_id: str = ""
+
+
+@dataclass(frozen=True)
+class IgnoredEvent:
+    """An event PicoBot acknowledges and does not answer. ``reason`` is for the log."""
+
+    event_type: str
+    reason: str
+
+
+def is_command(text: str) -> bool:
+    """Whether ``text`` is a slash command (``/help``, ``/stop`` …; seed 004 §7)."""
+    return text.lstrip().startswith("/")
+
+
+def parse_event(body: Any, *, bot_open_id: str | None) -> FeishuMessageEvent | IgnoredEvent:
+    """The message of one event body, or why it is ignored (see the module docstring).
+
+    Args:
+        body: The decoded event: ``{"schema": "2.0", "header": {...}, "event": {...}}``.
+        bot_open_id: The bot's own open_id (group messages must mention it); None while unknown,
+            which ignores every group message.
+    """
+    if not isinstance(body, dict):
+        return IgnoredEvent("", "not a JSON object")
+    header = _dict(body.get("header"))
+    event_type = _str(header.get("event_type")) or _str(_dict(body.get("event")).get("type"))
+    if event_type != MESSAGE_EVENT:
+        return IgnoredEvent(event_type, "event type not handled")
+    event = _dict(body.get("event"))
+    message = _dict(event.get("message"))
+    sender = _dict(event.get("sender"))
+    message_id, chat_id = _str(message.get("message_id")), _str(message.get("chat_id"))
+    if not message_id or not chat_id:
+        return IgnoredEvent(event_type, "no message_id or chat_id")
+    if _str(sender.get("sender_type")) not in ("", "user"):
+        return IgnoredEvent(event_type, f"sender type {_str(sender.get('sender_type'))!r}")
+    chat_type = _str(message.get("chat_type"))
+    mentions = [m for m in message.get("mentions") or () if isinstance(m, dict)]
+    bot_keys = {_str(m.get("key")) for m in mentions if bot_open_id and _mention_open_id(m) == bot_open_id}
+    if chat_type == "group" and not bot_keys:
+        return IgnoredEvent(event_type, "a group message that does not mention the bot")
+    names = {_str(m.get("key")): _str(m.get("name")) for m in mentions}
+    try:
+        content = json.loads(_str(message.get("content")) or "{}")
+    except ValueError:
+        return IgnoredEvent(event_type, "content is not JSON")
+    message_type = _str(message.get("message_type"))
+    if message_type == "text":
+        text, images = _str(_dict(content).get("text")), []
+    elif message_type == "post":
+        text, images = _post_text(content)
+    elif message_type == "image":
+        key = _str(_dict(content).get("image_key"))
+        text, images = "", [key] if key else []
+    else:
+        return IgnoredEvent(event_type, f"message type {message_type!r} not handled")
+    text = _resolve_mentions(text, names, bot_keys)
+    if not text and not images:
+        return IgnoredEvent(event_type, "nothing to answer (no text, no image)")
+    return FeishuMessageEvent(
+        event_id=_str(header.get("event_id")),
+        app_id=_str(header.get("app_id")),
+        message_id=message_id,
+        chat_id=chat_id,
+        chat_type=chat_type,
+        sender_open_id=_str(_dict(sender.get("sender_id")).get("open_id")),
+        text=text,
+        image_keys=tuple(images),
+        create_time_ms=_int(message.get("create_time")) or _int(header.get("create_time")),
+        thread_id=_str(message.get("thread_id")),
+    )
+
+
+def _resolve_mentions(text: str, names: dict[str, str], bot_keys: set[str]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        key = match.group(0)
+        if key in bot_keys:
+            return ""
+        name = names.get(key)
+        return f"@{name}" if name else key
+
+    resolved = _PLACEHOLDER.sub(replace, text)
+    lines = [_SPACES.sub(" ", line).strip() for line in resolved.split("\n")]
+    return "\n".join(lines).strip()
+
+
+def _post_text(content: Any) -> tuple[str, list[str]]:
+    """The text and image keys of a ``post`` content (FEISHU.md §6), locale-wrapped or not."""
+    post = _dict(content)
+    if "content" not in post:  # {"zh_cn": {...}}: the first locale that has paragraphs
+        post = next((_dict(v) for v in post.values() if isinstance(v, dict) and "content" in v), {})
+    lines: list[str] = []
+    images: list[str] = []
+    title = _str(post.get("title")).strip()
+    if title:
+        lines.append(title)
+    for paragraph in post.get("content") or ():
+        if not isinstance(paragraph, list):
+            continue
+        pieces: list[str] = []
+        for element in paragraph:
+            element = _dict(element)
+            tag = _str(element.get("tag"))
+            if tag in ("text", "md"):
+                pieces.append(_str(element.get("text")))
+            elif tag == "a":
+                label, href = _str(element.get("text")), _str(element.get("href"))
+                pieces.append(f"{label} ({href})" if label and href and label != href else label or href)
+            elif tag == "at":
+                pieces.append(_str(element.get("user_id")) or f"@{_str(element.get('user_name'))}")
+            elif tag == "img":
+                key = _str(element.get("image_key"))
+                if key:
+                    images.append(key)
+            elif tag == "code_block":
+                code = _str(element.get("text")).rstrip("\n")
+                pieces.append(f"\n```{_str(element.get('language')).lower()}\n{code}\n```\n")
+            elif tag == "emotion":
+                pieces.append(f":{_str(element.get('emoji_type'))}:")
+        line = "".join(pieces)
+        if line.strip():
+            lines.append(line.strip("\n"))
+    return "\n".join(lines), images
+
+
+def _mention_open_id(mention: dict) -> str:
+    ident = mention.get("id")
+    return _str(_dict(ident).get("open_id")) if isinstance(ident, dict) else _str(ident)
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
