@@ -9,11 +9,13 @@ chat's group; each ``ChatConsumer`` forwards the text unchanged. ``group_send`` 
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from channels.layers import get_channel_layer
 
+from conversations.runtime import platforms
 from conversations.storage import TURN_INTERRUPTED_ERROR, CommitResult
 from delivery.groups import chat_group
 from delivery.platforms.cli_chat import CliChatSink
@@ -68,9 +70,23 @@ async def publish_frame(
 
 
 async def publish_notification(
-    channel: str, chat_id: str, level: str, content: str, *, session_id: str | None = None
+    channel: str,
+    chat_id: str,
+    level: str,
+    content: str,
+    *,
+    session_id: str | None = None,
+    key: str | None = None,
 ) -> None:
-    """A ``notification`` frame (PROTOCOL §1): system notices, never part of history."""
+    """A ``notification`` frame (PROTOCOL §1): system notices, never part of history.
+
+    A chat of a registered external platform (``runtime.platforms``) gets it as a message of its
+    own, sent once per ``key`` (a random one when None).
+    """
+    adapter = platforms.adapter_for(channel)
+    if adapter is not None:
+        await adapter.notify(chat_id, level, content, key=key or uuid.uuid4().hex, session_id=session_id)
+        return
     frame = {"type": "notification", "level": level, "content": content}
     if session_id:
         frame["session_id"] = session_id
@@ -171,12 +187,24 @@ async def publish_interrupted(turn: dict, committed: CommitResult | None = None)
     """Tell a chat that a turn died with its process: a terminal ``failed`` snapshot, the turn's
     ``turn_committed`` (``committed``: its user row, ``storage.interrupted_commit``), a notice.
 
+    A turn of a registered external platform gets its one final there instead
+    (``PlatformAdapter.interrupted``), with the answer text the takeover committed.
+
     ``turn`` is an item of ``storage.interrupt_started``. Without the terminal snapshot a client
     that saw the turn running would keep its spinner forever; without the ``turn_committed`` it
     would see the next turn's rows before this one's (a gap in ``seq``). Best effort (DESIGN §2):
     it reaches the connections open now; the row's ``notice_sent_at`` stays NULL, so the next
     connection of the chat gets the same notice on ``ready``.
     """
+    adapter = platforms.adapter_for(turn["channel"])
+    if adapter is not None:
+        answer = "".join(
+            str(row.get("content") or "")
+            for row in (committed.messages if committed is not None else [])
+            if row.get("role") == "assistant"
+        )
+        await adapter.interrupted(turn, answer)
+        return
     notice = interrupted_notice(turn)
     sink = CliChatSink(
         get_channel_layer(), group_for(turn["channel"], turn["chat_id"]), inbox_id=turn.get("inbox_id")

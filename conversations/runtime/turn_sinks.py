@@ -6,7 +6,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from conversations import storage
-from conversations.runtime import notify
+from conversations.runtime import notify, platforms
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy
 from delivery.sinks import TurnSink
@@ -28,6 +28,18 @@ async def open_cli_chat_sink(start: storage.TurnStart) -> TurnSink:
     )
 
 
+async def open_turn_sink(start: storage.TurnStart) -> TurnSink:
+    """The worker's sink factory: the registered platform's sink for its chats
+    (``runtime.platforms``), else the cli_chat sink."""
+    adapter = platforms.adapter_for(start.channel)
+    if adapter is not None:
+        return await adapter.open_sink(start)
+    return await open_cli_chat_sink(start)
+
+
 def presentation_for(channel: str) -> PresentationPolicy:
-    """The presentation policy of a platform (seed 003 §11 defaults)."""
-    return PresentationPolicy.websocket() if channel == "cli_chat" else PresentationPolicy.external()
+    """The presentation policy of a platform (seed 003 §11 defaults; a registered platform's own)."""
+    if channel == "cli_chat":
+        return PresentationPolicy.websocket()
+    adapter = platforms.adapter_for(channel)
+    return adapter.presentation if adapter is not None else PresentationPolicy.external()

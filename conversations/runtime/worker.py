@@ -21,6 +21,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from conversations import storage
+from conversations.runtime import platforms
 from conversations.runtime.agent_channel import AGENT_CHANNEL, WORKERS_GROUP
 from conversations.runtime.checkpoints import CheckpointSource, TurnCheckpointer
 from conversations.runtime.consumer_base import dispatch_channels
@@ -32,7 +33,7 @@ from conversations.runtime.sessions import SessionManager, session_manager
 from conversations.runtime.supervisor import TaskSupervisor
 from conversations.runtime.titles import TitleService
 from conversations.runtime.turn_context import SinkFactory, TurnContext
-from conversations.runtime.turn_sinks import open_cli_chat_sink
+from conversations.runtime.turn_sinks import open_turn_sink
 from conversations.runtime.worker_consumer import AgentWorkerConsumer
 from conversations.storage.runner import run_storage
 from conversations.tools import ToolRegistry, default_registry
@@ -66,10 +67,10 @@ class AgentWorker:
         worker_id: This worker's lease owner id.
         provider: The LLM provider (default: the configured one).
         tools: The tool registry (default: the built-in tools).
-        sink_factory: Opens a turn's sink (seed 003 §10.1 ``open_turn``); default: the cli_chat
-            sink. It may raise: the turn is then delivered final-only (seed 000 §5.1).
+        sink_factory: Opens a turn's sink (seed 003 §10.1 ``open_turn``); default: the registered
+            platform's (``runtime.platforms``), else the cli_chat sink. It may raise: the turn is then delivered final-only (seed 000 §5.1).
         outbound: The dispatcher for complete messages (the plain fallbacks); default: one with
-            the cli_chat sender. The worker closes it on ``stop()``.
+            the cli_chat sender and every registered platform's. The worker closes it on ``stop()``.
         sessions: The runtime sessions of the live dialogs (seed 004 §6); default: the process's
             ``session_manager()``. ``start()`` runs its TTL cleanup every
             ``PICOBOT.session_cleanup_minutes`` minutes (seed 004 §6.4).
@@ -88,8 +89,13 @@ class AgentWorker:
         self.worker_id = worker_id
         self.provider = provider or get_provider()
         self.tools = tools or default_registry()
-        self.open_sink: SinkFactory = sink_factory or open_cli_chat_sink
-        self.outbound = outbound or OutboundDispatcher({"cli_chat": CliChatSender(get_channel_layer())})
+        self.open_sink: SinkFactory = sink_factory or open_turn_sink
+        self.outbound = outbound or OutboundDispatcher(
+            {
+                "cli_chat": CliChatSender(get_channel_layer()),
+                **{adapter.channel: adapter.sender for adapter in platforms.adapters()},
+            }
+        )
         self.executors: dict[str, DialogExecutor] = {}
         self.sessions = sessions if sessions is not None else session_manager()
         # Background LLM work of this worker (titles, seed 000 §12): reaped by stop().
@@ -150,6 +156,11 @@ class AgentWorker:
         if cleanup_seconds > 0:  # evicts idle runtime sessions; never dies on an error (seed 004 §6.4)
             self._loops.append(asyncio.ensure_future(self.sessions.run_cleanup(cleanup_seconds)))
         await asyncio.wait_for(self.consumer_ready.wait(), timeout=10)
+        for adapter in platforms.adapters():  # their receivers and recovery loops (runtime.platforms)
+            try:
+                await adapter.start()
+            except Exception:
+                log.exception("platform %s did not start; its chats get no answers", adapter.channel)
 
     async def _group_refresh_loop(self) -> None:
         """Re-join the workers group periodically: layers drop members after ``group_expiry``."""
@@ -207,6 +218,11 @@ class AgentWorker:
         await self.supervisor.close(timeout=min(timeout, 2.0))
         # After the executors: their last fallbacks are already queued and get a short grace.
         await self.outbound.close(timeout=min(timeout, 2.0))
+        for adapter in platforms.adapters():
+            try:
+                await adapter.stop(timeout=min(timeout, 5.0))
+            except Exception:
+                log.exception("platform %s did not stop cleanly", adapter.channel)
 
     def spawn(self, coro: Awaitable) -> asyncio.Task:
         """Run a supervised background task owned by this worker."""
