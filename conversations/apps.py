@@ -6,10 +6,18 @@ from django.apps import AppConfig
 
 
 def settings_secrets() -> tuple[str, ...]:
-    """The LLM API key and Django's SECRET_KEY: redacted from every error text and log line."""
+    """The LLM API key, the Feishu app secret and tokens, and Django's SECRET_KEY: redacted from
+    every error text and log line."""
     from django.conf import settings
 
-    return (settings.PICOBOT.llm_api_key.get_secret_value(), getattr(settings, "SECRET_KEY", "") or "")
+    picobot = settings.PICOBOT
+    return (
+        picobot.llm_api_key.get_secret_value(),
+        picobot.feishu_app_secret.get_secret_value(),
+        picobot.feishu_verification_token.get_secret_value(),
+        picobot.feishu_encrypt_key.get_secret_value(),
+        getattr(settings, "SECRET_KEY", "") or "",
+    )
 
 
 class ConversationsConfig(AppConfig):
@@ -22,3 +30,9 @@ class ConversationsConfig(AppConfig):
         from conversations.agent.log_safety import add_secret_source
 
         add_secret_source(settings_secrets)
+        from django.conf import settings
+
+        if settings.PICOBOT.feishu_mode:  # the Feishu channel (``conversations.feishu.platform``)
+            from conversations.feishu.platform import FeishuConfig, FeishuPlatform, install
+
+            install(FeishuPlatform(FeishuConfig.from_settings(settings.PICOBOT)))

@@ -258,3 +258,56 @@ class Plan(models.Model):
 
     def __str__(self) -> str:
         return f"plan of {self.dialog_id}"
+
+
+class FeishuMessage(models.Model):
+    """One Feishu message the app received (FEISHU.md §3, §6), and how its answer went out.
+
+    The row is the receive de-duplication: unique on ``(app_id, message_id)`` — a database
+    constraint, so a redelivery, concurrent or hours later and in any process, finds it and starts
+    nothing. ``status`` says what became of the message: ``received`` (recorded and acknowledged;
+    its media or command still to handle), ``accepted`` (in its dialog's inbox as ``inbox``),
+    ``answered`` (a command, answered), ``ignored`` (too old, not allowed, nothing to answer —
+    ``note`` says why) or ``refused`` (the dialog's inbox was full; the user was told).
+
+    ``card`` is the answer's delivery state as the turn's sink saved it
+    (``delivery.platforms.feishu.sink.CardState``: card and message ids, the last CardKit
+    ``sequence``, whether the final went out); ``final_delivered_at`` is set once the platform
+    confirmed the final answer. Times are ms since the epoch; ``sent_at`` is the platform's.
+    """
+
+    class Status(models.TextChoices):
+        RECEIVED = "received"
+        ACCEPTED = "accepted"
+        ANSWERED = "answered"
+        IGNORED = "ignored"
+        REFUSED = "refused"
+
+    app_id = models.CharField(max_length=64)
+    message_id = models.CharField(max_length=64)
+    event_id = models.CharField(max_length=64, blank=True, default="")
+    chat_id = models.CharField(max_length=128)
+    chat_type = models.CharField(max_length=16, blank=True, default="")
+    sender_open_id = models.CharField(max_length=64, blank=True, default="")
+    # The parsed message (``conversations.feishu.events.FeishuMessageEvent``) while it waits.
+    event = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RECEIVED)
+    note = models.TextField(blank=True, default="")
+    inbox = models.OneToOneField(
+        InboxMessage, null=True, blank=True, on_delete=models.SET_NULL, related_name="feishu"
+    )
+    sent_at = models.BigIntegerField(default=0)
+    received_at = models.BigIntegerField(default=now_ms)
+    # A process handling a ``received`` row claims it until then (a crashed one's claim lapses).
+    claimed_until = models.BigIntegerField(null=True, blank=True)
+    card = models.JSONField(null=True, blank=True)
+    final_delivered_at = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["app_id", "message_id"], name="feishu_message_once"),
+        ]
+        indexes = [models.Index(fields=["status", "received_at"])]
+
+    def __str__(self) -> str:
+        return f"feishu {self.message_id} ({self.status})"

@@ -321,6 +321,49 @@ class PicoBotSettings(BaseSettings):
         ge=0,
     )
 
+    # --- Feishu (Lark) --------------------------------------------------------------------------
+    feishu_mode: Literal["webhook", "long_connection"] | None = setting(
+        None,
+        "how Feishu events arrive: `webhook` (the platform posts them to `/feishu/events/` on the server "
+        "that serves HTTP) or `long_connection` (the official SDK's WebSocket client, started by `serve` "
+        "and `runagent`; no public URL needed)",
+        shown="*(unset → Feishu off)*",
+    )
+    feishu_app_id: str = setting("", "the Feishu app's App ID (`cli_…`)", max_length=64)
+    feishu_app_secret: SecretStr = setting(SecretStr(""), "the app's App Secret", shown="")
+    feishu_verification_token: SecretStr = setting(
+        SecretStr(""),
+        "the event subscription's Verification Token: every webhook event must carry it (also checked "
+        "with an Encrypt Key)",
+        shown="",
+    )
+    feishu_encrypt_key: SecretStr = setting(
+        SecretStr(""),
+        "the event subscription's Encrypt Key, if one is set: events arrive AES-encrypted and signed "
+        "(`X-Lark-Signature`), and unsigned ones are refused",
+        shown="",
+    )
+    feishu_api_base: str = setting(
+        "https://open.feishu.cn",
+        "the Open API's base URL (`https://open.larksuite.com` for Lark; tests point it at a local fake)",
+    )
+    feishu_streaming: Literal["card", "final_only"] = setting(
+        "card",
+        "`card`: one streaming card per answer, updated in place about twice a second; `final_only`: one "
+        "message with the finished answer",
+    )
+    feishu_allowed_chats: CommaList = setting(
+        [],
+        "comma-separated chat ids (`oc_…`) the bot answers in; others are acknowledged and ignored",
+        shown="*(unset → every chat that can reach the app)*",
+    )
+    feishu_max_event_age_hours: float = setting(
+        12.0,
+        "a message first received more than this many hours after it was sent (a redelivery after an "
+        "outage) is acknowledged and logged, not answered; redeliveries are recognised at least this long",
+        ge=0,
+    )
+
     # --- Django -------------------------------------------------------------------------------
     secret_key: SecretStr = setting(
         SecretStr(""),
@@ -354,7 +397,7 @@ class PicoBotSettings(BaseSettings):
             return {key: value for key, value in data.items() if value != ""}
         return data
 
-    @field_validator("llm_provider", mode="before")
+    @field_validator("llm_provider", "feishu_mode", "feishu_streaming", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
@@ -366,12 +409,13 @@ class PicoBotSettings(BaseSettings):
         "allowed_hosts",
         "csrf_trusted_origins",
         "storage_retry_delays_ms",
+        "feishu_allowed_chats",
         mode="before",
     )(rules.comma_list)
     _known_zone = field_validator("time_zone")(rules.known_zone)
     _origins = field_validator("csrf_trusted_origins")(rules.origins)
     _hosts = field_validator("allowed_hosts")(rules.hosts)
-    _base_url = field_validator("llm_base_url")(rules.http_url)
+    _base_url = field_validator("llm_base_url", "feishu_api_base")(rules.http_url)
 
     @field_validator("llm_api_key")
     @classmethod
@@ -387,6 +431,12 @@ class PicoBotSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        if self.feishu_mode and not (self.feishu_app_id and self.feishu_app_secret.get_secret_value()):
+            raise ValueError("PICOBOT_FEISHU_MODE needs PICOBOT_FEISHU_APP_ID and PICOBOT_FEISHU_APP_SECRET")
+        if self.feishu_mode == "webhook" and not self.feishu_verification_token.get_secret_value():
+            raise ValueError(
+                "PICOBOT_FEISHU_MODE=webhook needs PICOBOT_FEISHU_VERIFICATION_TOKEN (the event subscription's)"
+            )
         if self.lease_renew_seconds >= self.lease_seconds:
             raise ValueError("PICOBOT_LEASE_RENEW_SECONDS must be below PICOBOT_LEASE_SECONDS")
         if self.group_refresh_seconds >= self.group_expiry_seconds:

@@ -1,4 +1,4 @@
-"""URL map: the WebUI, login/logout, the Django admin, the REST API. WebSocket routes live in ``asgi.py``."""
+"""URL map: the WebUI, login/logout, the Django admin, the REST API, the Feishu webhook. WebSocket routes live in ``asgi.py``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from django.urls import path
 
 from conversations.api import api
 from conversations.chat import views
+from conversations.feishu.views import feishu_events
 
 urlpatterns = [
     path("", views.chat_page, name="chat"),
@@ -15,4 +16,5 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("feishu/events/", feishu_events, name="feishu-events"),
 ]
