@@ -88,7 +88,9 @@ async def test_two_stops_at_once_cancel_only_the_running_turn_never_the_next(con
             assert answer.json()["turn_id"] == first_turn, "a stop names the turn it stopped"
         else:
             assert (answer.status_code, answer.json()["code"]) == (409, "not_running")
-    assert one.status_code == 202 and one.json()["acknowledged"] is True
+    # Either request may win the race; at least one stopped the turn and was acknowledged.
+    stopped = [answer for answer in (one, two) if answer.status_code == 202]
+    assert stopped and all(answer.json()["acknowledged"] is True for answer in stopped)
 
     await ws.until("turn_committed", lambda f: f["messages"][0]["id"] == ids[2], timeout=20)
     assert await assistant_statuses(sid) == [
