@@ -21,9 +21,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MESSAGE_EVENT", "FeishuMessageEvent", "IgnoredEvent", "is_command", "parse_event"]
+__all__ = [
+    "MESSAGE_EVENT",
+    "NOT_MENTIONED",
+    "FeishuMessageEvent",
+    "IgnoredEvent",
+    "is_command",
+    "parse_event",
+]
 
 MESSAGE_EVENT = "im.message.receive_v1"
+NOT_MENTIONED = "a group message that does not mention the bot"
 _PLACEHOLDER = re.compile(r"@_user_\d+")
 _SPACES = re.compile(r"[ \t]{2,}")
 
@@ -96,7 +104,7 @@ def parse_event(body: Any, *, bot_open_id: str | None) -> FeishuMessageEvent | I
     mentions = [m for m in message.get("mentions") or () if isinstance(m, dict)]
     bot_keys = {_str(m.get("key")) for m in mentions if bot_open_id and _mention_open_id(m) == bot_open_id}
     if chat_type == "group" and not bot_keys:
-        return IgnoredEvent(event_type, "a group message that does not mention the bot")
+        return IgnoredEvent(event_type, NOT_MENTIONED)
     names = {_str(m.get("key")): _str(m.get("name")) for m in mentions}
     try:
         content = json.loads(_str(message.get("content")) or "{}")

@@ -45,6 +45,8 @@ RECEIVED_GRACE_MS = 10_000  # a ``received`` row this old was not handled by the
 #: Finals are delivered again for this long after their turn ended: within the platform's one-hour
 #: uuid de-duplication (FEISHU.md §7), so a resend never shows a second message.
 FINAL_MAX_AGE_MS = 55 * 60_000
+#: The receive path answers within the platform's 3 s (FEISHU.md §3): the bot info call gets this much.
+BOT_INFO_SECONDS = 1.5
 INTERRUPTED_TEXT = (
     "⚠️ This answer was interrupted by a server restart; send your message again if you still need it."
 )
@@ -118,17 +120,17 @@ class FeishuPlatform:
         self.long_connection: Any = None
 
     # --- identity --------------------------------------------------------------------------
-    async def bot_open_id(self) -> str | None:
+    async def bot_open_id(self, timeout: float = BOT_INFO_SECONDS) -> str | None:
         """The bot's open_id (mentions in groups), from the bot info API once; None while it
-        cannot be had (group messages then count as not mentioning the bot)."""
+        cannot be had within ``timeout`` seconds (asked again next time)."""
         if self._bot_open_id is None:
             self._bot_lock = self._bot_lock or asyncio.Lock()
-            async with self._bot_lock:
-                if self._bot_open_id is None:
-                    try:
+            try:
+                async with asyncio.timeout(timeout), self._bot_lock:
+                    if self._bot_open_id is None:
                         self._bot_open_id = str((await self.api.bot_info()).get("open_id") or "") or None
-                    except FeishuError as exc:
-                        log.warning("feishu bot info unavailable: %s", exc)
+            except (FeishuError, TimeoutError) as exc:
+                log.warning("feishu bot info unavailable: %s", exc or type(exc).__name__)
         return self._bot_open_id
 
     # --- runtime.platforms.PlatformAdapter -------------------------------------------------

@@ -24,7 +24,13 @@ from conversations.agent.inbound import InboundMessage, ReplyTo
 from conversations.agent.media import IMAGE_SIGNATURES, MAX_MEDIA_ITEMS, MediaError, validate_media
 from conversations.feishu import store
 from conversations.feishu.commands import run_command
-from conversations.feishu.events import FeishuMessageEvent, IgnoredEvent, is_command, parse_event
+from conversations.feishu.events import (
+    NOT_MENTIONED,
+    FeishuMessageEvent,
+    IgnoredEvent,
+    is_command,
+    parse_event,
+)
 from conversations.models import FeishuMessage, now_ms
 from conversations.runtime.agent_channel import wake_dialog
 from conversations.storage.runner import run_storage
@@ -33,13 +39,18 @@ from delivery.platforms.feishu.api import FeishuError
 if TYPE_CHECKING:
     from conversations.feishu.platform import FeishuPlatform
 
-__all__ = ["CHANNEL", "FeishuReceiver"]
+__all__ = ["CHANNEL", "BotUnknownError", "FeishuReceiver"]
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "feishu"
 INBOX_FULL_TEXT = "Too many messages are waiting in this dialog; send this one again when the answers came."
 IMAGE_FAILED_TEXT = "(an image of this message could not be loaded)"
+
+
+class BotUnknownError(Exception):
+    """A group message arrived while the bot's own open_id is unknown: it cannot be told whether
+    the bot was mentioned, so the message is not recorded and the platform should deliver it again."""
 
 
 class FeishuReceiver:
@@ -60,8 +71,13 @@ class FeishuReceiver:
 
         Raises:
             DatabaseError: the message could not be recorded (the platform should redeliver).
+            BotUnknownError: a group message while the bot's identity is unknown (the same).
         """
-        parsed = parse_event(event, bot_open_id=await self.platform.bot_open_id())
+        bot_open_id = await self.platform.bot_open_id()
+        parsed = parse_event(event, bot_open_id=bot_open_id)
+        if isinstance(parsed, IgnoredEvent) and parsed.reason == NOT_MENTIONED and bot_open_id is None:
+            # Whether the bot is mentioned cannot be told yet: let the platform deliver it again.
+            raise BotUnknownError("the bot's open_id is not known yet (bot info API unavailable)")
         if isinstance(parsed, IgnoredEvent):
             log.debug("feishu event %s ignored: %s", parsed.event_type, parsed.reason)
             return f"ignored: {parsed.reason}"

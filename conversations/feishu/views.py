@@ -5,7 +5,8 @@ token checks, size and shape limits); a URL verification is answered with its ch
 a verified event goes to the receiver, which records it and returns within the platform's 3 s.
 Anything invalid is answered 400/401/413 with nothing processed; an event type PicoBot does not
 handle is answered 200, so the platform does not retry it. 500 only when the message could not be
-recorded — the platform then delivers it again.
+recorded (503 for a group message while the bot's own open_id is unknown) — the platform then
+delivers it again.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.views.decorators.http import require_POST
 
 from conversations.feishu.envelope import EnvelopeRejected, UrlVerification, open_envelope
 from conversations.feishu.platform import current
+from conversations.feishu.receive import BotUnknownError
 
 log = logging.getLogger(__name__)
 
@@ -48,4 +50,7 @@ async def feishu_events(request: HttpRequest) -> HttpResponse:
     except DatabaseError:
         log.exception("feishu event not recorded; the platform will deliver it again")
         return JsonResponse({"error": "not recorded, deliver again"}, status=500)
+    except BotUnknownError as exc:
+        log.warning("feishu event not recorded: %s; the platform will deliver it again", exc)
+        return JsonResponse({"error": "not recorded, deliver again"}, status=503)
     return JsonResponse({"code": 0})

@@ -93,3 +93,23 @@ async def test_without_the_webhook_mode_the_path_is_not_found():
 
 async def test_only_post_is_allowed(feishu):
     assert (await AsyncClient().get(URL)).status_code == 405
+
+
+async def test_while_the_bot_is_unknown_a_group_message_is_left_for_a_redelivery_and_p2p_goes_on(
+    feishu, monkeypatch
+):
+    from delivery.platforms.feishu.api import FeishuTransportError
+    from tests.conversations.feishu.conftest import GROUP
+
+    async def unreachable():
+        raise FeishuTransportError("GET /open-apis/bot/v3/info: ConnectTimeout")
+
+    monkeypatch.setattr(feishu.api, "bot_info", unreachable)
+    group = message_event("om_g", "hi", chat_id=GROUP, chat_type="group", mention_bot=True)
+    assert (await post(json.dumps(group).encode())).status_code == 503
+    assert await counts() == (0, 0)
+    assert (await post(json.dumps(message_event("om_p", "hi")).encode())).status_code == 200
+    assert await counts() == (1, 1)
+    monkeypatch.undo()
+    assert (await post(json.dumps(group).encode())).status_code == 200  # the redelivery is taken
+    assert await counts() == (2, 2)
