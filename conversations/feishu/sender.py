@@ -16,12 +16,16 @@ The sender is ``idempotent``: every call of one message carries the same uuids.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from delivery.outbound import OutboundMessage
-from delivery.platforms.feishu.api import PERMANENT_SEND_CODES, RECALLED_CODES, FeishuApiError
+from delivery.platforms.feishu.api import (
+    PERMANENT_SEND_CODES,
+    RECALLED_CODES,
+    FeishuApiError,
+    idempotency_uuid,
+)
 from delivery.platforms.feishu.split import split_markdown
 from delivery.sinks import SinkError
 
@@ -29,18 +33,10 @@ if TYPE_CHECKING:
     from delivery.platforms.feishu.api import FeishuApi
     from delivery.platforms.feishu.sink import FeishuTurnSink
 
-__all__ = ["TEXT_BUDGET_BYTES", "FeishuSender", "message_uuid"]
+__all__ = ["TEXT_BUDGET_BYTES", "FeishuSender"]
 
 #: A text message is at most 150 KB (FEISHU.md §7); keep a margin for the JSON around it.
 TEXT_BUDGET_BYTES = 100_000
-MAX_UUID_CHARS = 50
-
-
-def message_uuid(key: str) -> str:
-    """A send ``uuid`` of at most 50 characters for an idempotency key (longer keys are hashed)."""
-    if len(key) <= MAX_UUID_CHARS:
-        return key
-    return "h" + hashlib.sha256(key.encode()).hexdigest()[: MAX_UUID_CHARS - 1]
 
 
 def _utf8_len(text: str) -> int:
@@ -84,7 +80,7 @@ class FeishuSender:
         """Sends ``text`` as text message(s), split at 100 KB on line boundaries (FEISHU.md §7)."""
         parts = split_markdown(text or " ", TEXT_BUDGET_BYTES, _utf8_len) or [" "]
         for index, part in enumerate(parts):
-            uuid = message_uuid(key if index == 0 else f"{key}:{index}")
+            uuid = idempotency_uuid(key if index == 0 else f"{key}:{index}")
             await self._send_one(chat_id, part, uuid=uuid, reply_to=reply_to)
 
     async def _send_one(self, chat_id: str, text: str, *, uuid: str, reply_to: str | None) -> None:

@@ -17,6 +17,7 @@ Pure: no Django, Channels or HTTP client imports.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Protocol
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "STREAMING_CLOSED_CODES",
     "TOKEN_INVALID_CODES",
     "TOO_LARGE_CODES",
+    "idempotency_uuid",
 ]
 
 #: Missing / invalid / bad tenant token: drop the cached token, fetch a new one, retry once.
@@ -57,6 +59,18 @@ TOO_LARGE_CODES = frozenset({230025, 200860, 300305})
 #: Sending to this chat cannot succeed (bot not in the group, user outside the availability,
 #: no permission, the user blocked the bot, missing scope, invalid content).
 PERMANENT_SEND_CODES = frozenset({230001, 230002, 230013, 230035, 230053, 99991672})
+
+
+#: A message ``uuid`` is at most 50 characters (FEISHU.md §7; CardKit allows 64).
+MAX_UUID_CHARS = 50
+
+
+def idempotency_uuid(key: str) -> str:
+    """The ``uuid`` of a send or card call for an idempotency key: the key itself when it fits in
+    :data:`MAX_UUID_CHARS`, else ``"h"`` + a SHA-256 prefix (the same key, the same uuid)."""
+    if len(key) <= MAX_UUID_CHARS:
+        return key
+    return "h" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[: MAX_UUID_CHARS - 1]
 
 
 class FeishuError(Exception):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -47,6 +46,7 @@ from delivery.platforms.feishu.api import (
     FeishuApiError,
     FeishuError,
     FeishuTransportError,
+    idempotency_uuid,
 )
 from delivery.platforms.feishu.cards import (
     ANSWER_ELEMENT,
@@ -80,7 +80,6 @@ UUID_REUSED_CODE = 200770  # a CardKit uuid reused for another operation (§10)
 SERVER_ERROR_CODE = 300120
 DEFAULT_RETRY_AFTER = 1.0
 BUSY_RETRY_AFTER = 0.5
-MAX_UUID_CHARS = 50  # message uuids (CardKit allows 64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,10 +434,7 @@ class FeishuTurnSink:
                 await self._sleep(delay)
 
     def _uuid(self, suffix: str) -> str:
-        key = f"{self.target.turn_id}:{suffix}"
-        if len(key) <= MAX_UUID_CHARS:
-            return key
-        return "h" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[: MAX_UUID_CHARS - 1]
+        return idempotency_uuid(f"{self.target.turn_id}:{suffix}")
 
     async def _save(self) -> None:
         if self.store is not None:
