@@ -47,7 +47,7 @@ __all__ = [
     "render_final",
     "render_markdown",
     "safe_text",
-    "static_card",
+    "post_content",
     "streaming_card",
     "text_size",
 ]
@@ -218,14 +218,11 @@ def streaming_card(text: str) -> dict[str, Any]:
     }
 
 
-def static_card(text: str) -> dict[str, Any]:
-    """An ``interactive`` message's content for a finished text: card JSON 2.0, one markdown
-    element, no CardKit entity (so Markdown renders as on the streaming card)."""
-    return {
-        "schema": "2.0",
-        "config": {"update_multi": True},
-        "body": {"elements": [{"tag": "markdown", "content": text}]},
-    }
+def post_content(text: str) -> dict[str, Any]:
+    """A ``post`` message's content for a finished text: one ``md`` paragraph (send-only; it
+    renders Markdown, FEISHU.md §7). What an answer sends as a message of its own — not a card,
+    so it does not depend on the card machinery that may just have failed."""
+    return {"zh_cn": {"title": "", "content": [[{"tag": "md", "text": text}]]}}
 
 
 def card_reference(card_id: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ shows something; then a CardKit card (``cards.streaming_card``) is created and s
 to the user's message (``uuid = "<turn>:card"``), and each running update sets its answer
 element's full text (FEISHU.md §9). The final (:meth:`FeishuTurnSink.deliver_final`) is split
 into parts (``split.split_markdown``): part 1 goes onto the card, which is then closed; parts
-2.. follow as static card messages (``"<turn>:part<i>"``). Without a usable card — nothing was
+2.. follow as ``post`` messages (one Markdown paragraph each, ``"<turn>:part<i>"``). Without a usable card — nothing was
 ever shown, ``streaming=False``, the card could not be opened, or it can no longer change
 (``CANNOT_UPDATE_CODES``) — the whole final goes as new messages (``"<turn>:final"``, then the
 part uuids). Every message carries a uuid derived from the turn and every card call a fresh
@@ -53,10 +53,10 @@ from delivery.platforms.feishu.cards import (
     CARD_TEXT_BUDGET,
     card_reference,
     has_visible_content,
+    post_content,
     render_final,
     render_markdown,
     safe_text,
-    static_card,
     streaming_card,
     text_size,
 )
@@ -287,7 +287,7 @@ class FeishuTurnSink:
 
     async def _send_part(self, text: str, key: str) -> str:
         try:
-            return await self._waiting(lambda: self._post(static_card(text), self._uuid(key)))
+            return await self._waiting(lambda: self._post("post", post_content(text), self._uuid(key)))
         except FeishuApiError as exc:
             if exc.code in PERMANENT_SEND_CODES or exc.code in TOO_LARGE_CODES:
                 raise SinkError(f"Feishu refused the answer: {exc}", permanent=True) from exc
@@ -321,7 +321,7 @@ class FeishuTurnSink:
         assert self.state.card_id is not None
         content = card_reference(self.state.card_id)
         try:
-            message_id = await self._waiting(lambda: self._post(content, self._uuid("card")))
+            message_id = await self._waiting(lambda: self._post("interactive", content, self._uuid("card")))
         except FeishuApiError as exc:
             raise await self._card_failed(exc, opening=True) from None
         self.state.message_id = message_id
@@ -408,18 +408,19 @@ class FeishuTurnSink:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    async def _post(self, content: dict[str, Any], uuid: str) -> str:
-        """Sends an ``interactive`` message: a reply to ``reply_to``, else (or once it was
-        recalled) to the chat, with the same uuid either way (FEISHU.md §10)."""
+    async def _post(self, msg_type: str, content: dict[str, Any], uuid: str) -> str:
+        """Sends a message (``interactive``: the card; ``post``: a part of the final): a reply to
+        ``reply_to``, else (or once it was recalled) to the chat, with the same uuid either way
+        (FEISHU.md §10)."""
         target = self.target
         if target.reply_to and not self._recalled:
             try:
-                return await self.api.reply_message(target.reply_to, "interactive", content, uuid=uuid)
+                return await self.api.reply_message(target.reply_to, msg_type, content, uuid=uuid)
             except FeishuApiError as exc:
                 if exc.code not in RECALLED_CODES:
                     raise
                 self._recalled = True
-        return await self.api.send_message(target.chat_id, "interactive", content, uuid=uuid)
+        return await self.api.send_message(target.chat_id, msg_type, content, uuid=uuid)
 
     async def _waiting(self, call: Callable[[], Awaitable[Any]]) -> Any:
         """``call()``; during the final, rate limits are waited out (at most ``max_wait`` in all)."""

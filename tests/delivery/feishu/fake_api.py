@@ -3,7 +3,7 @@
 - Messages: ``send_message`` / ``reply_message`` append to a chat; a ``uuid`` seen within the
   last hour returns the first message's id and creates nothing (send and reply share one uuid
   space, an assumption: FEISHU.md §7 leaves it open). Replying to a recalled message: 230011.
-- Content limits: an interactive card ≤ 30 KB of JSON (230025), text ≤ 150 KB (230025).
+- Content limits: an interactive card or a post ≤ 30 KB of JSON (230025), text ≤ 150 KB (230025).
 - CardKit: ``create_card`` validates a card JSON 2.0 (300303 otherwise; 200860 over 30 KB) and
   returns a ``card_id``; a card is sent once (as ``{"type":"card","data":{"card_id":…}}``);
   every card call needs a ``sequence`` above the last one applied on that card (300317); a
@@ -298,6 +298,15 @@ class FakeFeishuApi:
                 raise FeishuApiError(230099, "card content could not be built", http_status=400)
             if _size(content) > CARD_MAX_BYTES:
                 raise FeishuApiError(230025, "card over 30 KB", http_status=400)
+        elif msg_type == "post":
+            paragraphs = content.get("zh_cn", {}).get("content")
+            if not paragraphs or not all(isinstance(p, list) and p for p in paragraphs):
+                raise FeishuApiError(230001, "post content is invalid", http_status=400)
+            for paragraph in paragraphs:
+                for element in paragraph:
+                    _check_content(element.get("text", ""))
+            if _size(content) > CARD_MAX_BYTES:
+                raise FeishuApiError(230025, "post over 30 KB", http_status=400)
         elif msg_type == "text":
             _check_content(content["text"])
             if _size(content) > TEXT_MAX_BYTES:
@@ -321,6 +330,9 @@ class FakeFeishuApi:
             return "\n".join(e["content"] for e in self.cards[message.card_id].elements.values())
         if message.msg_type == "interactive":
             return "\n".join(e["content"] for e in message.content["body"]["elements"])
+        if message.msg_type == "post":
+            paragraphs = message.content["zh_cn"]["content"]
+            return "\n".join("".join(e.get("text", "") for e in paragraph) for paragraph in paragraphs)
         return message.content.get("text", "")
 
 

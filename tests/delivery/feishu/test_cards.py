@@ -17,11 +17,11 @@ from delivery.platforms.feishu.cards import (
     has_visible_content,
     indicator,
     plain_text_content,
+    post_content,
     render_blocks,
     render_final,
     render_markdown,
     safe_text,
-    static_card,
     streaming_card,
     text_size,
 )
@@ -164,11 +164,9 @@ def test_card_json_shapes():
     assert card["schema"] == "2.0"
     assert card["config"]["streaming_mode"] is True and card["config"]["update_multi"] is True
     assert card["body"]["elements"] == [{"tag": "markdown", "element_id": ANSWER_ELEMENT, "content": "hello"}]
-    static = static_card("x")
-    assert static["body"]["elements"] == [{"tag": "markdown", "content": "x"}]
-    assert "streaming_mode" not in static["config"]
+    assert post_content("x") == {"zh_cn": {"title": "", "content": [[{"tag": "md", "text": "x"}]]}}
     assert card_reference("c1") == {"type": "card", "data": {"card_id": "c1"}}
-    full = static_card("汉" * (CARD_TEXT_BUDGET // 3 - 2))
+    full = post_content("汉" * (CARD_TEXT_BUDGET // 3 - 2))
     assert len(json.dumps(full, ensure_ascii=False).encode()) <= 30 * 1024
 
 

@@ -132,7 +132,7 @@ async def test_without_streaming_only_the_final_goes_out_as_a_new_message(api, u
     (bot,) = api.bot_messages(CHAT)
     assert bot.card_id is None and bot.text == "The answer is 42." and bot.reply_to == user
     assert api.ops("reply_message")[0][1]["uuid"] == "t1:final"
-    assert api.ops("reply_message")[0][1]["msg_type"] == "interactive"
+    assert api.ops("reply_message")[0][1]["msg_type"] == "post"  # a message, not a card
 
 
 # -- 2. the card never opens --------------------------------------------------------------------
