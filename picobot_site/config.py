@@ -364,6 +364,14 @@ class PicoBotSettings(BaseSettings):
         ge=0,
     )
 
+    feishu_recovery_seconds: float = setting(
+        15.0,
+        "how often each agent worker delivers again the Feishu answers whose final the platform has not "
+        "confirmed (the process died between the platform's acceptance and its own record, or every "
+        "attempt failed): those whose turn ended two periods ago, with the same idempotency keys",
+        gt=0,
+    )
+
     # --- Django -------------------------------------------------------------------------------
     secret_key: SecretStr = setting(
         SecretStr(""),

@@ -7,7 +7,7 @@ messages (command answers, notices), and — in the processes that run the agent
 ``runagent``: ``start()``/``stop()`` are called by the worker) — the recovery loop and, in the
 long-connection mode, the SDK's client.
 
-The recovery loop (every :data:`SCAN_SECONDS`) makes a dead process's work finish elsewhere:
+The recovery loop (every ``PICOBOT_FEISHU_RECOVERY_SECONDS``) makes a dead process's work finish elsewhere:
 ``received`` messages nobody handled (a command or images, recorded and acknowledged just before a
 crash) are handled, and answers whose turn ended but whose final the platform never confirmed are
 delivered again — onto their card, or as their own message with the same idempotency keys, so a
@@ -39,9 +39,8 @@ __all__ = ["FeishuConfig", "FeishuPlatform", "current", "install", "uninstall"]
 
 log = logging.getLogger(__name__)
 
-SCAN_SECONDS = 15.0
-SETTLED_MS = 30_000  # a turn ended this long ago and still no confirmed final: deliver it again
-RECEIVED_GRACE_MS = 10_000  # a ``received`` row this old was not handled by the process that got it
+#: A ``received`` row this old was not handled by the process that got it (a command, images).
+RECEIVED_GRACE_MS = 10_000
 #: Finals are delivered again for this long after their turn ended: within the platform's one-hour
 #: uuid de-duplication (FEISHU.md §7), so a resend never shows a second message.
 FINAL_MAX_AGE_MS = 55 * 60_000
@@ -65,6 +64,7 @@ class FeishuConfig:
     streaming: str = "card"
     allowed_chats: tuple[str, ...] = ()
     max_event_age_hours: float = 12.0
+    recovery_seconds: float = 15.0
 
     @classmethod
     def from_settings(cls, picobot: Any) -> FeishuConfig:
@@ -78,6 +78,7 @@ class FeishuConfig:
             streaming=picobot.feishu_streaming,
             allowed_chats=tuple(picobot.feishu_allowed_chats),
             max_event_age_hours=picobot.feishu_max_event_age_hours,
+            recovery_seconds=picobot.feishu_recovery_seconds,
         )
 
     def __repr__(self) -> str:  # never the secrets
@@ -118,6 +119,9 @@ class FeishuPlatform:
         self._tasks: set[asyncio.Task] = set()
         self._scan: asyncio.Task | None = None
         self.long_connection: Any = None
+        # An answer whose turn ended this long ago and whose final is still not confirmed is
+        # delivered again by the scan (two periods: the live process's own retries come first).
+        self.settled_ms = int(2_000 * config.recovery_seconds)
 
     # --- identity --------------------------------------------------------------------------
     async def bot_open_id(self, timeout: float = BOT_INFO_SECONDS) -> str | None:
@@ -288,7 +292,7 @@ class FeishuPlatform:
         for row in await run_storage(store.claim_received, older_than_ms=RECEIVED_GRACE_MS):
             await self.receiver.process(event=row)
         finals = await run_storage(
-            store.claim_undelivered_finals, settled_ms=SETTLED_MS, max_age_ms=FINAL_MAX_AGE_MS
+            store.claim_undelivered_finals, settled_ms=self.settled_ms, max_age_ms=FINAL_MAX_AGE_MS
         )
         for row in finals:
             if row["turn_id"]:
@@ -298,11 +302,13 @@ class FeishuPlatform:
 
     async def _scan_loop(self) -> None:
         while True:
-            await asyncio.sleep(SCAN_SECONDS)
+            await asyncio.sleep(self.config.recovery_seconds)
             try:
                 await self.scan_once()
             except Exception:
-                log.exception("feishu recovery scan failed (tried again in %.0f s)", SCAN_SECONDS)
+                log.exception(
+                    "feishu recovery scan failed (tried again in %.0f s)", self.config.recovery_seconds
+                )
 
 
 def final_text(answer: str, outcome: str, error: str) -> str:

@@ -200,7 +200,7 @@ async def test_killed_after_the_platform_accepted_the_final_the_restart_shows_it
 
     uninstall()
     second = make_platform(feishu_server, streaming=streaming)  # the restarted process
-    monkeypatch.setattr(platform_module, "SETTLED_MS", 0)
+    second.settled_ms = 0
     try:
         await asyncio.sleep(0.01)
         await second.scan_once()
@@ -275,7 +275,7 @@ async def test_a_chat_that_refuses_the_answer_is_recorded_once_and_not_retried_f
         await asyncio.sleep(0.05)
     (failure,) = await failures()
     assert failure["channel"] == "feishu" and failure["chat_id"] == CHAT
-    monkeypatch.setattr(platform_module, "SETTLED_MS", 0)
+    feishu.settled_ms = 0
     await asyncio.sleep(0.01)
     await feishu.scan_once()  # tries once more, is refused for good, gives up
     tried = len(feishu_server.requests)
