@@ -6,7 +6,9 @@ durably — unique on app + message id, so a redelivery (concurrent, after a res
 starts nothing — puts a plain text message into its dialog's inbox in the same transaction, wakes
 a worker and returns, well inside the platform's 3 s. Commands and messages with images stay
 ``received`` and are handled right after the acknowledgement (:meth:`FeishuReceiver.process`);
-a process that dies first leaves them to the next scan (``FeishuPlatform``'s recovery loop).
+a process that dies first leaves them to the next scan (``FeishuPlatform``'s recovery loop). A
+command is marked answered before it runs: its effect happens at most once, its answers are best
+effort.
 
 ``receive`` raises only when the message could not be recorded: the webhook then answers 500
 and the long connection acks 500, so the platform delivers it again — which is what we want.
@@ -153,8 +155,10 @@ class FeishuReceiver:
     async def _process_row(self, row: dict) -> None:
         event = FeishuMessageEvent(**{**row["event"], "image_keys": tuple(row["event"]["image_keys"])})
         if is_command(event.text):
-            await run_command(event.chat_id, event.message_id, event.text, self.platform.dispatcher())
+            # At most once from here: a command's effect (/new, /delete) must never repeat, so the
+            # row is marked before it runs; a crash before this line leaves it to the scan.
             await run_storage(store.finish_received, row["id"], FeishuMessage.Status.ANSWERED)
+            await run_command(event.chat_id, event.message_id, event.text, self.platform.dispatcher())
             return
         media, missing = await self._fetch_images(event)
         text = event.text

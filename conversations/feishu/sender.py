@@ -26,6 +26,7 @@ from delivery.platforms.feishu.api import (
     FeishuApiError,
     idempotency_uuid,
 )
+from delivery.platforms.feishu.cards import safe_text
 from delivery.platforms.feishu.split import split_markdown
 from delivery.sinks import SinkError
 
@@ -77,8 +78,10 @@ class FeishuSender:
         await self.send_text(message.chat_id, message.text, key=message.id, reply_to=message.reply_to)
 
     async def send_text(self, chat_id: str, text: str, *, key: str, reply_to: str | None = None) -> None:
-        """Sends ``text`` as text message(s), split at 100 KB on line boundaries (FEISHU.md §7)."""
-        parts = split_markdown(text or " ", TEXT_BUDGET_BYTES, _utf8_len) or [" "]
+        """Sends ``text`` as text message(s), split at 100 KB on line boundaries (FEISHU.md §7);
+        ``<at`` tags are neutralised (``cards.safe_text``): a title or a quoted text never
+        mentions anyone."""
+        parts = split_markdown(safe_text(text, empty=" "), TEXT_BUDGET_BYTES, _utf8_len) or [" "]
         for index, part in enumerate(parts):
             uuid = idempotency_uuid(key if index == 0 else f"{key}:{index}")
             await self._send_one(chat_id, part, uuid=uuid, reply_to=reply_to)

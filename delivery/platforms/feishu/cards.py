@@ -42,7 +42,6 @@ __all__ = [
     "card_reference",
     "has_visible_content",
     "indicator",
-    "plain_text_content",
     "render_blocks",
     "render_final",
     "render_markdown",
@@ -89,8 +88,10 @@ def text_size(text: str) -> int:
 
 
 def safe_text(text: str, *, empty: str = NO_ANSWER_TEXT) -> str:
-    """``text`` fit for a card element: surrogates repaired (U+FFFD), NUL replaced, ``<at``
-    tags neutralised (a zero-width space after ``<``), and ``empty`` when nothing visible is left.
+    """``text`` fit for a card element or a message: surrogates repaired (U+FFFD), NUL replaced,
+    ``<at`` tags neutralised (a zero-width space after ``<``: text that quotes a user, a title or
+    the model can never mention people, ``<at user_id="all">`` least of all), and ``empty`` when
+    nothing visible is left.
     """
     text = scrub_text(text)
     if "<" in text:
@@ -230,8 +231,3 @@ def card_reference(card_id: str) -> dict[str, Any]:
     return {"type": "card", "data": {"card_id": card_id}}
 
 
-def plain_text_content(text: str) -> dict[str, Any]:
-    """A ``text`` message's content: ``{"text": ...}``, surrogates repaired and NUL replaced,
-    never empty (" " for a blank text). ``<at>`` tags are kept: the caller's own mentions."""
-    text = scrub_text(text)
-    return {"text": text if text.strip() else " "}

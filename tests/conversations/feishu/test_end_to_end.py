@@ -303,3 +303,48 @@ async def test_a_final_not_confirmed_within_the_uuid_hour_is_given_up_and_record
     found = await row(user)
     assert found.final_delivered_at is None and "not confirmed within 0 min" in found.note
     assert len(await failures()) == 1  # the executor's record of the failed finish; no second one
+
+
+@database_sync_to_async
+def dialog_titles(chat_id: str) -> list[str]:
+    from conversations.models import Dialog
+
+    return sorted(
+        Dialog.objects.filter(chat_id=chat_id, deleted_at__isnull=True).values_list("title", flat=True)
+    )
+
+
+async def test_a_command_has_its_effect_once_even_when_its_answer_hangs_past_the_claim(
+    feishu, feishu_server, start_worker, monkeypatch
+):
+    await start_worker(ScriptedProvider([]))
+    hold = feishu_server.hold(
+        "reply_message", when=lambda kw: "Held title" in json.dumps(kw, ensure_ascii=False)
+    )
+    command = await ask(feishu, feishu_server, "/new Held title")
+    assert await asyncio.to_thread(hold.applied.wait, 15)
+    assert (await row(command)).status == FeishuMessage.Status.ANSWERED  # before its answer went out
+    monkeypatch.setattr(platform_module, "RECEIVED_GRACE_MS", -60_000)
+    await database_sync_to_async(FeishuMessage.objects.filter(message_id=command).update)(claimed_until=0)
+    await feishu.scan_once()  # its claim has lapsed, yet the recovery scan finds nothing to run again
+    hold.release.set()
+    await asyncio.sleep(0.5)
+    assert await dialog_titles(CHAT) == ["Held title"]
+
+
+async def test_command_answers_never_mention_anyone(feishu, feishu_server, start_worker):
+    await start_worker(ScriptedProvider([]))
+    await ask(
+        feishu,
+        feishu_server,
+        '/new <at user_id="all"></at>',
+        chat_id=GROUP,
+        chat_type="group",
+        mention_bot=True,
+    )
+    for _ in range(100):
+        if feishu_server.api.bot_messages(GROUP):
+            break
+        await asyncio.sleep(0.05)
+    texts = [m.text for m in feishu_server.api.bot_messages(GROUP)]
+    assert texts and all("<at" not in text.lower() for text in texts)
