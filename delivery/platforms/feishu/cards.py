@@ -229,5 +229,3 @@ def post_content(text: str) -> dict[str, Any]:
 def card_reference(card_id: str) -> dict[str, Any]:
     """The ``interactive`` content that sends a CardKit entity (FEISHU.md §9 step 2)."""
     return {"type": "card", "data": {"card_id": card_id}}
-
-
