@@ -17,4 +17,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("feishu/events/", feishu_events, name="feishu-events"),
+    path("feishu/events", feishu_events),  # as typed in the console without the slash: no redirect
 ]

@@ -147,7 +147,7 @@ def _same(given: Any, expected: str) -> bool:
 def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
         value = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         raise EnvelopeRejected(400, f"{what} is not JSON") from None
     if not isinstance(value, dict):
         raise EnvelopeRejected(400, f"{what} is not a JSON object")

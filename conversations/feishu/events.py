@@ -4,7 +4,8 @@
 connection deliver it) and returns a :class:`FeishuMessageEvent` for an ``im.message.receive_v1``
 that PicoBot answers, or an :class:`IgnoredEvent` saying why not: another event type, a sender that
 is not a user, a group message that does not mention the bot, a message type without text or
-images, or a malformed event. It never raises.
+images, or a malformed event (ids that are not the platform's included). It never raises. Text is
+scrubbed for storage (lone surrogates repaired, NUL replaced: PostgreSQL cannot hold it).
 
 Text comes from ``text`` messages (``@_user_N`` placeholders resolved: the bot's mention removed,
 others shown as ``@Name``), ``post`` messages (title, paragraphs, links as ``text (url)``, code
@@ -21,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from providers.unicode_text import scrub_text
+
 __all__ = [
     "MESSAGE_EVENT",
     "NOT_MENTIONED",
@@ -32,6 +35,9 @@ __all__ = [
 
 MESSAGE_EVENT = "im.message.receive_v1"
 NOT_MENTIONED = "a group message that does not mention the bot"
+#: The platform's ids are short (``om_`` + 32); a longer one is not the platform's (the row holds 64).
+MAX_ID_CHARS = 64
+_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 _PLACEHOLDER = re.compile(r"@_user_\d+")
 _SPACES = re.compile(r"[ \t]{2,}")
 
@@ -78,6 +84,13 @@ def is_command(text: str) -> bool:
     return text.lstrip().startswith("/")
 
 
+def is_group_event(body: Any) -> bool:
+    """Whether ``body`` is a message event from a group chat (it then needs the bot's open_id)."""
+    if not isinstance(body, dict):
+        return False
+    return _str(_dict(_dict(body.get("event")).get("message")).get("chat_type")) == "group"
+
+
 def parse_event(body: Any, *, bot_open_id: str | None) -> FeishuMessageEvent | IgnoredEvent:
     """The message of one event body, or why it is ignored (see the module docstring).
 
@@ -86,6 +99,13 @@ def parse_event(body: Any, *, bot_open_id: str | None) -> FeishuMessageEvent | I
         bot_open_id: The bot's own open_id (group messages must mention it); None while unknown,
             which ignores every group message.
     """
+    try:
+        return _parse(body, bot_open_id)
+    except (TypeError, ValueError, AttributeError, RecursionError) as exc:  # a shape nobody documents
+        return IgnoredEvent("", f"malformed event ({type(exc).__name__})")
+
+
+def _parse(body: Any, bot_open_id: str | None) -> FeishuMessageEvent | IgnoredEvent:
     if not isinstance(body, dict):
         return IgnoredEvent("", "not a JSON object")
     header = _dict(body.get("header"))
@@ -98,10 +118,12 @@ def parse_event(body: Any, *, bot_open_id: str | None) -> FeishuMessageEvent | I
     message_id, chat_id = _str(message.get("message_id")), _str(message.get("chat_id"))
     if not message_id or not chat_id:
         return IgnoredEvent(event_type, "no message_id or chat_id")
+    if not (_ID.match(message_id) and _ID.match(chat_id)):
+        return IgnoredEvent(event_type, "a message_id or chat_id that is not the platform's")
     if _str(sender.get("sender_type")) not in ("", "user"):
         return IgnoredEvent(event_type, f"sender type {_str(sender.get('sender_type'))!r}")
     chat_type = _str(message.get("chat_type"))
-    mentions = [m for m in message.get("mentions") or () if isinstance(m, dict)]
+    mentions = [m for m in _list(message.get("mentions")) if isinstance(m, dict)]
     bot_keys = {_str(m.get("key")) for m in mentions if bot_open_id and _mention_open_id(m) == bot_open_id}
     if chat_type == "group" and not bot_keys:
         return IgnoredEvent(event_type, NOT_MENTIONED)
@@ -120,20 +142,21 @@ def parse_event(body: Any, *, bot_open_id: str | None) -> FeishuMessageEvent | I
         text, images = "", [key] if key else []
     else:
         return IgnoredEvent(event_type, f"message type {message_type!r} not handled")
-    text = _resolve_mentions(text, names, bot_keys)
+    text = scrub_text(_resolve_mentions(text, names, bot_keys))
+    images = [key for key in images if _ID.match(key)]
     if not text and not images:
         return IgnoredEvent(event_type, "nothing to answer (no text, no image)")
     return FeishuMessageEvent(
-        event_id=_str(header.get("event_id")),
-        app_id=_str(header.get("app_id")),
+        event_id=_str(header.get("event_id"))[:MAX_ID_CHARS],
+        app_id=_str(header.get("app_id"))[:MAX_ID_CHARS],
         message_id=message_id,
         chat_id=chat_id,
         chat_type=chat_type,
-        sender_open_id=_str(_dict(sender.get("sender_id")).get("open_id")),
+        sender_open_id=_str(_dict(sender.get("sender_id")).get("open_id"))[:MAX_ID_CHARS],
         text=text,
         image_keys=tuple(images),
         create_time_ms=_int(message.get("create_time")) or _int(header.get("create_time")),
-        thread_id=_str(message.get("thread_id")),
+        thread_id=_str(message.get("thread_id"))[:MAX_ID_CHARS],
     )
 
 
@@ -160,7 +183,7 @@ def _post_text(content: Any) -> tuple[str, list[str]]:
     title = _str(post.get("title")).strip()
     if title:
         lines.append(title)
-    for paragraph in post.get("content") or ():
+    for paragraph in _list(post.get("content")):
         if not isinstance(paragraph, list):
             continue
         pieces: list[str] = []
@@ -192,6 +215,10 @@ def _post_text(content: Any) -> tuple[str, list[str]]:
 def _mention_open_id(mention: dict) -> str:
     ident = mention.get("id")
     return _str(_dict(ident).get("open_id")) if isinstance(ident, dict) else _str(ident)
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
 
 
 def _dict(value: Any) -> dict:

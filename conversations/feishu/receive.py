@@ -31,6 +31,7 @@ from conversations.feishu.events import (
     FeishuMessageEvent,
     IgnoredEvent,
     is_command,
+    is_group_event,
     parse_event,
 )
 from conversations.models import FeishuMessage, now_ms
@@ -75,7 +76,9 @@ class FeishuReceiver:
             DatabaseError: the message could not be recorded (the platform should redeliver).
             BotUnknownError: a group message while the bot's identity is unknown (the same).
         """
-        bot_open_id = await self.platform.bot_open_id()
+        # Only a group message needs the bot's identity (is it mentioned?): a p2p message never
+        # waits for the bot info API, which may be slow or down.
+        bot_open_id = await self.platform.bot_open_id() if is_group_event(event) else None
         parsed = parse_event(event, bot_open_id=bot_open_id)
         if isinstance(parsed, IgnoredEvent) and parsed.reason == NOT_MENTIONED and bot_open_id is None:
             # Whether the bot is mentioned cannot be told yet: let the platform deliver it again.

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from conversations.feishu.envelope import EnvelopeRejected, UrlVerification, open_envelope
+from conversations.feishu.envelope import MAX_BODY_BYTES, EnvelopeRejected, UrlVerification, open_envelope
 from conversations.feishu.platform import current
 from conversations.feishu.receive import BotUnknownError
 
@@ -34,8 +35,18 @@ async def feishu_events(request: HttpRequest) -> HttpResponse:
         return JsonResponse({"error": "Feishu webhook mode is not enabled"}, status=404)
     headers = {name.lower(): value for name, value in request.headers.items()}
     try:
+        declared = int(headers.get("content-length") or 0)
+    except ValueError:
+        declared = 0
+    try:
+        if declared > MAX_BODY_BYTES:  # refused before reading (Django's own limit answers HTML)
+            raise EnvelopeRejected(413, f"body over {MAX_BODY_BYTES} bytes")
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            raise EnvelopeRejected(413, f"body over {MAX_BODY_BYTES} bytes") from None
         envelope = open_envelope(
-            request.body,
+            body,
             headers,
             verification_token=platform.config.verification_token,
             encrypt_key=platform.config.encrypt_key or None,

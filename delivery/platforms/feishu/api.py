@@ -97,7 +97,8 @@ class FeishuApiError(FeishuError):
         log_id: str | None = None,
         retry_after: float | None = None,
     ) -> None:
-        super().__init__(f"Feishu API error {code}: {msg}" if msg else f"Feishu API error {code}")
+        text = f"Feishu API error {code}: {msg}" if msg else f"Feishu API error {code}"
+        super().__init__(f"{text} (log id {log_id})" if log_id else text)
         self.code = code
         self.msg = msg
         self.http_status = http_status

@@ -50,6 +50,8 @@ async def test_a_message_event_is_recorded_and_queued_in_its_dialog(feishu):
         (b'"just a string"', 400),
         (json.dumps(message_event("om_1", token="forged")).encode(), 401),
         (b"{" + b" " * MAX_BODY_BYTES + b"}", 413),
+        (b"{" + b" " * (3 * 1024 * 1024) + b"}", 413),  # past Django's own 2.5 MiB limit too
+        (b"[" * 100_000 + b"]" * 100_000, 400),  # nested too deep for the JSON parser
     ],
 )
 async def test_invalid_deliveries_are_refused_and_nothing_is_recorded(feishu, body, status):
@@ -68,6 +70,29 @@ async def test_with_an_encrypt_key_a_wrong_signature_is_refused_and_a_right_one_
         assert await counts() == (1, 1)
     finally:
         uninstall()
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda e: e["event"]["message"].update(mentions=5, chat_type="group"),
+        lambda e: e["event"]["message"].update(message_type="post", content=json.dumps({"content": 5})),
+        lambda e: e["event"]["message"].update(message_id="om_" + "x" * 100),
+        lambda e: e["event"].update(message="not an object"),
+    ],
+)
+async def test_malformed_events_with_the_right_token_are_acknowledged_and_ignored(feishu, mutate):
+    event = message_event("om_1")
+    mutate(event)
+    assert (await post(json.dumps(event).encode())).status_code == 200
+    assert await counts() == (0, 0)
+
+
+async def test_the_path_without_its_slash_is_served_too(feishu):
+    response = await AsyncClient().post(
+        URL.rstrip("/"), data=json.dumps(message_event("om_1")).encode(), content_type="application/json"
+    )
+    assert response.status_code == 200 and await counts() == (1, 1)
 
 
 async def test_event_types_not_handled_are_answered_200_so_the_platform_does_not_retry(feishu):
@@ -101,15 +126,19 @@ async def test_while_the_bot_is_unknown_a_group_message_is_left_for_a_redelivery
     from delivery.platforms.feishu.api import FeishuTransportError
     from tests.conversations.feishu.conftest import GROUP
 
+    asked = []
+
     async def unreachable():
+        asked.append(1)
         raise FeishuTransportError("GET /open-apis/bot/v3/info: ConnectTimeout")
 
     monkeypatch.setattr(feishu.api, "bot_info", unreachable)
     group = message_event("om_g", "hi", chat_id=GROUP, chat_type="group", mention_bot=True)
     assert (await post(json.dumps(group).encode())).status_code == 503
     assert await counts() == (0, 0)
+    asked.clear()
     assert (await post(json.dumps(message_event("om_p", "hi")).encode())).status_code == 200
-    assert await counts() == (1, 1)
+    assert await counts() == (1, 1) and asked == []  # a p2p message never waits for the bot info
     monkeypatch.undo()
     assert (await post(json.dumps(group).encode())).status_code == 200  # the redelivery is taken
     assert await counts() == (2, 2)
