@@ -11,7 +11,9 @@ The recovery loop (every ``PICOBOT_FEISHU_RECOVERY_SECONDS``) makes a dead proce
 ``received`` messages nobody handled (a command or images, recorded and acknowledged just before a
 crash) are handled, and answers whose turn ended but whose final the platform never confirmed are
 delivered again — onto their card, or as their own message with the same idempotency keys, so a
-final the platform had already accepted is not shown twice (never zero, never two).
+final the platform had already accepted is not shown twice (never zero, never two). Finals not
+confirmed within the uuid hour are given up (a ``DeliveryFailure``); failures whose final reached
+the user after all are marked resolved.
 """
 
 from __future__ import annotations
@@ -299,6 +301,8 @@ class FeishuPlatform:
                 await self._deliver_again(row["turn_id"], row["answer"], row["outcome"], row["error"])
         if await run_storage(store.give_up_finals, max_age_ms=FINAL_MAX_AGE_MS):
             log.error("feishu: finals not confirmed within the uuid hour were given up (see DeliveryFailure)")
+        # A failure whose final reached the user after all is no loss: the admin shows it resolved.
+        await run_storage(store.resolve_delivered_failures, since_ms=2 * FINAL_MAX_AGE_MS)
 
     async def _scan_loop(self) -> None:
         while True:

@@ -279,3 +279,18 @@ def _give_up(rows: Any, reason: str) -> int:
             )
             count += 1
     return count
+
+
+def resolve_delivered_failures(*, since_ms: int) -> int:
+    """Marks resolved the open ``DeliveryFailure`` rows of Feishu turns whose final the platform
+    confirmed after all (a retry, the fallback or the recovery scan delivered it), for messages
+    received in the last ``since_ms``; returns how many (one UPDATE)."""
+    from delivery.failures import resolve_delivery_failures
+    from delivery.models import DeliveryFailure
+
+    delivered_turns = FeishuMessage.objects.filter(
+        final_delivered_at__isnull=False, received_at__gt=now_ms() - since_ms, inbox__turn_id__isnull=False
+    ).values("inbox__turn_id")
+    return resolve_delivery_failures(
+        DeliveryFailure.objects.filter(channel="feishu", turn_id__in=delivered_turns)
+    )

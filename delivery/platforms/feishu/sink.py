@@ -112,6 +112,8 @@ class CardState:
         parts_sent: How many follow-up parts (part 2 onwards) the platform confirmed.
         card_final: Part 1 of the final is on the card and its streaming was closed.
         final_message_id: The message holding part 1 when the final went as new messages.
+        final_text: The final as first attempted: every later attempt (a retry, the plain
+            fallback, a recovery after a crash) delivers exactly this text.
     """
 
     card_id: str | None = None
@@ -123,6 +125,7 @@ class CardState:
     parts_sent: int = 0
     card_final: bool = False
     final_message_id: str | None = None
+    final_text: str | None = None
 
 
 class CardStateStore(Protocol):
@@ -238,7 +241,9 @@ class FeishuTurnSink:
         """Delivers ``text`` as the turn's one final; idempotent, safe to call again after any error.
 
         Args:
-            text: Markdown of any size (made safe; blank becomes ``NO_ANSWER_TEXT``).
+            text: Markdown of any size (made safe; blank becomes ``NO_ANSWER_TEXT``). Only the
+                first call's text counts (``CardState.final_text``): a retry or the fallback
+                never shows another version of the answer.
 
         Returns:
             When the platform confirmed every part (at once when it already had).
@@ -253,8 +258,11 @@ class FeishuTurnSink:
             return
         self._final, self._waited = True, 0.0
         try:
+            if state.final_text is None:  # the first attempt fixes the final's text
+                state.final_text = text
+                await self._save()
             await self._wait_out_backoff()
-            parts = _final_parts(text)
+            parts = _final_parts(state.final_text)
             on_card = state.card_id is not None and not state.dead
             if on_card:
                 try:
@@ -263,6 +271,8 @@ class FeishuTurnSink:
                     logger.info("turn %s: final goes as a new message: %s", self.target.turn_id, exc)
                     on_card = False
             if not on_card and state.final_message_id is None:
+                if state.card_id is not None and state.message_id is not None:
+                    await self._stop_streaming_quietly()  # the chat list stops saying "generating"
                 state.final_message_id = await self._send_part(parts[0], "final")
                 await self._save()
             for index in range(state.parts_sent + 1, len(parts)):
@@ -368,6 +378,19 @@ class FeishuTurnSink:
         if enabled:
             self.state.streaming_enabled_at = self._clock()
             await self._save()
+
+    async def _stop_streaming_quietly(self) -> None:
+        """One attempt to switch a dead card's streaming off (it may have been re-enabled just
+        before it died); whatever answers, the final goes on as new messages."""
+        card_id = self.state.card_id
+        assert card_id is not None
+        self.state.sequence += 1
+        sequence = self.state.sequence
+        try:
+            await self._save()
+            await self.api.set_streaming(card_id, False, sequence=sequence, uuid=self._uuid(f"m{sequence}"))
+        except FeishuError as exc:
+            logger.debug("turn %s: a dead card's streaming stays on: %s", self.target.turn_id, exc)
 
     def _window_ending(self) -> bool:
         enabled_at = self.state.streaming_enabled_at

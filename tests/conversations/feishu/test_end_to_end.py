@@ -348,3 +348,31 @@ async def test_command_answers_never_mention_anyone(feishu, feishu_server, start
         await asyncio.sleep(0.05)
     texts = [m.text for m in feishu_server.api.bot_messages(GROUP)]
     assert texts and all("<at" not in text.lower() for text in texts)
+
+
+async def test_a_failure_whose_final_the_recovery_delivered_is_shown_resolved(
+    feishu, feishu_server, start_worker
+):
+    # Every close of the card fails while the turn runs: the executor records the failure.
+    failing = feishu_server.api.fail(
+        "set_streaming", None, times=None, when=lambda kw: kw["enabled"] is False
+    )
+    answer = "An answer whose card cannot be closed for a while, slowly enough for the card to open."
+    await start_worker(ScriptedProvider([script_text(answer)], delay=0.1))
+    user = await ask(feishu, feishu_server, "hello")
+    for _ in range(400):
+        if await failures():
+            break
+        await asyncio.sleep(0.05)
+    assert await failures() and (await row(user)).final_delivered_at is None
+    failing.times = 0  # the platform recovers
+    feishu.settled_ms = 0
+    await asyncio.sleep(0.01)
+    await feishu.scan_once()
+    await delivered(user)
+    from delivery.models import DeliveryFailure
+
+    open_rows = await database_sync_to_async(DeliveryFailure.objects.filter(resolved_at__isnull=True).count)()
+    assert open_rows == 0
+    (bot,) = feishu_server.api.bot_messages(CHAT)
+    assert bot.text == answer and not feishu_server.api.is_streaming(bot.card_id)

@@ -198,6 +198,8 @@ async def test_a_final_card_update_that_cannot_apply_goes_as_one_new_message(api
     card = [m for m in api.bot_messages(CHAT) if m.card_id is not None]
     assert card and card[0].text != "Full answer."
     assert sink.state.dead and sink.state.final_delivered
+    if code != 230031:  # its streaming was switched on again before it died: switched off again
+        assert not api.is_streaming(card[0].card_id)
 
 
 async def test_a_close_answering_streaming_closed_counts_as_closed(api, user):
@@ -434,3 +436,15 @@ async def test_deliver_final_with_a_blank_text_says_no_answer(api, user):
     sink = make(api, user)
     await sink.deliver_final("")
     assert [m.text for m in api.bot_messages(CHAT)] == [NO_ANSWER_TEXT]
+
+
+async def test_the_first_final_text_is_the_one_every_later_attempt_delivers(api, user):
+    store = MemoryStore()
+    sink = make(api, user, store, streaming=False)
+    api.fail("reply_message", None)
+    with pytest.raises(FeishuTransportError):
+        await sink.deliver_final("Rendered final with 🔧 `tool` ✓ and the answer.")
+    rebuilt = FeishuTurnSink(api, FeishuTarget("t1", CHAT, user), store, state=CardState(**store.saved["t1"]))
+    await rebuilt.deliver_final("The answer.")  # the plain fallback's shorter text
+    (bot,) = api.bot_messages(CHAT)
+    assert bot.text == "Rendered final with 🔧 `tool` ✓ and the answer."
