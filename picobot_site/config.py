@@ -360,7 +360,8 @@ class PicoBotSettings(BaseSettings):
     feishu_max_event_age_hours: float = setting(
         12.0,
         "a message first received more than this many hours after it was sent (a redelivery after an "
-        "outage) is acknowledged and logged, not answered; redeliveries are recognised at least this long",
+        "outage) is acknowledged and logged, not answered; redeliveries are recognised at least this long; "
+        "`0` answers messages of any age",
         ge=0,
     )
 

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx2
 
@@ -174,7 +175,7 @@ class FeishuClient:
     ) -> str:
         body = await self.call(
             "POST",
-            f"/open-apis/im/v1/messages/{message_id}/reply",
+            f"/open-apis/im/v1/messages/{_segment(message_id)}/reply",
             json_body={"msg_type": msg_type, "content": _content(content), "uuid": uuid},
         )
         return _message_id(body)
@@ -193,7 +194,7 @@ class FeishuClient:
     ) -> None:
         await self.call(
             "PUT",
-            f"/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content",
+            f"/open-apis/cardkit/v1/cards/{_segment(card_id)}/elements/{_segment(element_id)}/content",
             json_body={"content": text, "sequence": sequence, "uuid": uuid},
         )
 
@@ -201,13 +202,13 @@ class FeishuClient:
         settings = _content({"config": {"streaming_mode": enabled}})
         await self.call(
             "PATCH",
-            f"/open-apis/cardkit/v1/cards/{card_id}/settings",
+            f"/open-apis/cardkit/v1/cards/{_segment(card_id)}/settings",
             json_body={"settings": settings, "sequence": sequence, "uuid": uuid},
         )
 
     async def get_resource(self, message_id: str, file_key: str, kind: str) -> tuple[bytes, str]:
         """The bytes of an image or file of a message (≤ 100 MB) and its content type."""
-        path = f"/open-apis/im/v1/messages/{message_id}/resources/{file_key}"
+        path = f"/open-apis/im/v1/messages/{_segment(message_id)}/resources/{_segment(file_key)}"
         for attempt in (1, 2):
             token = await self.tenant_token()
             headers = {"Authorization": f"Bearer {token}"}
@@ -262,6 +263,11 @@ def _message_id(body: dict[str, Any]) -> str:
     if not isinstance(message_id, str) or not message_id:
         raise FeishuTransportError("the message answer has no message_id")
     return message_id
+
+
+def _segment(value: str) -> str:
+    """An id as one URL path segment (ids come from events: never trusted to be plain)."""
+    return quote(value, safe="")
 
 
 def _content(value: dict[str, Any]) -> str:

@@ -3,14 +3,14 @@
 :func:`parse_event` takes one decoded event body (schema 2.0, as the webhook and the long
 connection deliver it) and returns a :class:`FeishuMessageEvent` for an ``im.message.receive_v1``
 that PicoBot answers, or an :class:`IgnoredEvent` saying why not: another event type, a sender that
-is not a user, a group message that does not mention the bot, a message type without text or
-images, or a malformed event (ids that are not the platform's included). It never raises. Text is
+is not a user, a group message that does not mention the bot, no text or image, or a malformed event (ids that are not the platform's included). It never raises. Text is
 scrubbed for storage (lone surrogates repaired, NUL replaced: PostgreSQL cannot hold it).
 
 Text comes from ``text`` messages (``@_user_N`` placeholders resolved: the bot's mention removed,
 others shown as ``@Name``), ``post`` messages (title, paragraphs, links as ``text (url)``, code
 blocks as fences, images collected; a locale-wrapped post is accepted) and ``image`` messages
-(no text). Unknown fields and tags are tolerated.
+(no text). Another message type (a file, audio, a sticker…) is returned with ``unsupported`` set,
+so the user can be told. Unknown fields and tags are tolerated.
 
 Pure: no Django, Channels or HTTP client imports.
 """
@@ -57,6 +57,8 @@ class FeishuMessageEvent:
         image_keys: The ``image_key`` of every image in the message, in order.
         create_time_ms: When the platform says it was sent (ms since the epoch; 0 when absent).
         thread_id: The topic thread, if any.
+        unsupported: The message type when PicoBot cannot read it (a file, a sticker…): the
+            user is told so; "" otherwise.
     """
 
     event_id: str
@@ -69,6 +71,7 @@ class FeishuMessageEvent:
     image_keys: tuple[str, ...] = ()
     create_time_ms: int = 0
     thread_id: str = ""
+    unsupported: str = ""
 
 
 @dataclass(frozen=True)
@@ -141,10 +144,11 @@ def _parse(body: Any, bot_open_id: str | None) -> FeishuMessageEvent | IgnoredEv
         key = _str(_dict(content).get("image_key"))
         text, images = "", [key] if key else []
     else:
-        return IgnoredEvent(event_type, f"message type {message_type!r} not handled")
+        text, images = "", []
     text = scrub_text(_resolve_mentions(text, names, bot_keys))
     images = [key for key in images if _ID.match(key)]
-    if not text and not images:
+    unsupported = "" if message_type in ("text", "post", "image") else message_type[:32] or "unknown"
+    if not text and not images and not unsupported:
         return IgnoredEvent(event_type, "nothing to answer (no text, no image)")
     return FeishuMessageEvent(
         event_id=_str(header.get("event_id"))[:MAX_ID_CHARS],
@@ -157,6 +161,7 @@ def _parse(body: Any, bot_open_id: str | None) -> FeishuMessageEvent | IgnoredEv
         image_keys=tuple(images),
         create_time_ms=_int(message.get("create_time")) or _int(header.get("create_time")),
         thread_id=_str(message.get("thread_id"))[:MAX_ID_CHARS],
+        unsupported=unsupported,
     )
 
 

@@ -150,7 +150,11 @@ class LongConnection:
         self._loop = loop
         try:
             import lark_oapi
+            from lark_oapi.core.log import logger as sdk_logger
             from lark_oapi.ws import client as ws_client
+
+            # The SDK prints through its own stdout handler as well: once is enough (ours).
+            sdk_logger.handlers.clear()
 
             ws_client.loop = loop
             delay = RETRY_FIRST_SECONDS

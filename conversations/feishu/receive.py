@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "feishu"
 INBOX_FULL_TEXT = "Too many messages are waiting in this dialog; send this one again when the answers came."
+UNSUPPORTED_TEXT = "I can read text, rich text and images; this message ({kind}) is not something I can read."
 IMAGE_FAILED_TEXT = "(an image of this message could not be loaded)"
 
 
@@ -93,6 +94,9 @@ class FeishuReceiver:
             ignore = f"first received {age_ms / 3_600_000:.1f} h after it was sent"
         elif config.allowed_chats and parsed.chat_id not in config.allowed_chats:
             ignore = "chat not in PICOBOT_FEISHU_ALLOWED_CHATS"
+        unsupported = ignore is None and bool(parsed.unsupported)
+        if unsupported:
+            ignore = f"message type {parsed.unsupported!r} not handled"
         direct = ignore is None and not is_command(parsed.text) and not parsed.image_keys
         recorded = await run_storage(
             store.record_message,
@@ -114,6 +118,14 @@ class FeishuReceiver:
             return "duplicate"
         if ignore is not None:
             log.info("feishu message %s not answered: %s", parsed.message_id, ignore)
+            if unsupported:
+                await self.platform.notify(
+                    parsed.chat_id,
+                    "info",
+                    UNSUPPORTED_TEXT.format(kind=parsed.unsupported),
+                    key=f"{parsed.message_id}:unsupported",
+                    reply_to=parsed.message_id,
+                )
             return f"ignored: {ignore}"
         if recorded.accepted is not None:
             await self._accepted(parsed, recorded)

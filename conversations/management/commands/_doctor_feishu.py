@@ -6,7 +6,7 @@ import asyncio
 
 from django.conf import settings
 
-from conversations.management.commands._doctor_check import FAIL, OK, Check, safe_url
+from conversations.management.commands._doctor_check import FAIL, OK, WARN, Check, safe_url
 
 _HINTS = {
     10003: "check PICOBOT_FEISHU_APP_ID (the app's App ID, cli_…)",
@@ -58,10 +58,15 @@ def check_feishu(timeout: float) -> list[Check]:
         else "events over the long connection, started by serve and runagent"
     )
     name = bot.get("app_name") or "?"
-    return [
-        Check(
-            OK,
-            "feishu",
-            f"{picobot.feishu_mode}: bot “{name}” ({bot.get('open_id') or 'no open_id'}); {where}",
-        )
-    ]
+    summary = f"{picobot.feishu_mode}: bot “{name}” ({bot.get('open_id') or 'no open_id'}); {where}"
+    local = {"localhost", "127.0.0.1", "[::1]", "::1"}
+    if picobot.feishu_mode == "webhook" and set(picobot.allowed_hosts) <= local:
+        return [
+            Check(
+                WARN,
+                "feishu",
+                f"{summary}, but PICOBOT_ALLOWED_HOSTS names this machine only: Feishu's requests get 400",
+                "add the host name of the Request URL to PICOBOT_ALLOWED_HOSTS",
+            )
+        ]
+    return [Check(OK, "feishu", summary)]

@@ -186,7 +186,8 @@ def render_final(snapshot: TurnSnapshot) -> str:
     - completed without answer text: the blocks (tool lines) and :data:`NO_ANSWER_TEXT`;
     - completed and ``truncated``: the blocks and :data:`TRUNCATED_NOTE`;
     - failed: the blocks and ``"⚠️ This answer failed: <error>"``;
-    - cancelled: the blocks and ``"⏹ Stopped (<reason>)"`` (``"⏹ Stopped."`` without a reason).
+    - cancelled: the blocks and ``"⏹ Stopped (<reason>)"`` (``"⏹ Stopped."`` without a reason
+      other than "stopped").
 
     A running snapshot renders like a completed one. Never empty.
     """
@@ -196,7 +197,8 @@ def render_final(snapshot: TurnSnapshot) -> str:
     if snapshot.status is TurnStatus.FAILED:
         notes.append(f"⚠️ This answer failed: {error}" if error else "⚠️ This answer failed.")
     elif snapshot.status is TurnStatus.CANCELLED:
-        notes.append(f"⏹ Stopped ({error})" if error else "⏹ Stopped.")
+        reason = "" if error.lower().rstrip(".") in ("", "stopped", "cancelled") else error
+        notes.append(f"⏹ Stopped ({reason})" if reason else "⏹ Stopped.")
     else:
         if not snapshot.answer_text().strip():
             notes.append(NO_ANSWER_TEXT)

@@ -29,9 +29,17 @@ def test_feishu_off_is_said(settings):
 
 def test_working_credentials_name_the_bot_and_the_mode(settings, feishu_server):
     use_feishu(settings, feishu_server.url)
+    settings.PICOBOT = settings.PICOBOT.replace(allowed_hosts=["bot.example.com", "localhost"])
     text, _ = doctor("--no-llm-request")
     found = line(text, "feishu")
     assert found.startswith("OK   feishu: webhook: bot “PicoBot” (ou_bot)") and "/feishu/events/" in found
+
+
+def test_a_webhook_on_a_server_that_answers_only_local_names_is_a_warning(settings, feishu_server):
+    use_feishu(settings, feishu_server.url)
+    text, _ = doctor("--no-llm-request")
+    found = line(text, "feishu")
+    assert found.startswith("WARN feishu:") and "PICOBOT_ALLOWED_HOSTS" in found
 
 
 def test_a_refused_secret_fails_with_a_hint_and_never_shows_the_secret(settings, feishu_server):

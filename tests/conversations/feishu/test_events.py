@@ -73,10 +73,6 @@ def test_an_image_message_has_its_key_and_no_text():
     ("mutate", "reason"),
     [
         (lambda e: e["header"].update(event_type="im.chat.member.bot.added_v1"), "event type not handled"),
-        (
-            lambda e: e["event"]["message"].update(message_type="file", content="{}"),
-            "message type 'file' not handled",
-        ),
         (lambda e: e["event"]["message"].update(content="not json"), "content is not JSON"),
         (lambda e: e["event"]["message"].pop("message_id"), "no message_id or chat_id"),
         (lambda e: e["event"]["sender"].update(sender_type="app"), "sender type 'app'"),
@@ -91,6 +87,13 @@ def test_what_is_not_answered_says_why(mutate, reason):
     mutate(event)
     parsed = parse(event)
     assert isinstance(parsed, IgnoredEvent) and parsed.reason == reason
+
+
+def test_a_message_type_without_text_is_returned_as_unsupported_so_the_user_is_told():
+    event = message_event("om_1", message_type="file", content={"file_key": "f_1", "file_name": "a.pdf"})
+    parsed = parse(event)
+    assert isinstance(parsed, FeishuMessageEvent) and parsed.unsupported == "file" and parsed.text == ""
+    assert parse(message_event("om_2", "hi")).unsupported == ""
 
 
 @pytest.mark.parametrize("body", [None, [], "x", {"header": "x", "event": 3}, {"event": {"message": []}}])

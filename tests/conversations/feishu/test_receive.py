@@ -97,3 +97,17 @@ async def test_images_are_fetched_after_the_acknowledgement_and_queued_with_the_
     (row,) = await inbox_rows()
     assert row.content == "what is this?" and len(row.media) == 1 and row.media[0]["mime_type"] == "image/png"
     assert (await feishu_row("om_img")).status == FeishuMessage.Status.ACCEPTED
+
+
+async def test_a_file_gets_one_reply_saying_what_can_be_read_and_no_turn(feishu, feishu_server):
+    user = feishu_server.api.user_message("oc_p2p_chat", "(a file)")
+    event = message_event(user, message_type="file", content={"file_key": "f_1", "file_name": "a.pdf"})
+    assert await feishu.receiver.receive(event) == "ignored: message type 'file' not handled"
+    assert await feishu.receiver.receive(event) == "duplicate"
+    for _ in range(100):
+        if feishu_server.api.bot_messages("oc_p2p_chat"):
+            break
+        await asyncio.sleep(0.05)
+    (reply,) = feishu_server.api.bot_messages("oc_p2p_chat")
+    assert reply.reply_to == user and "text, rich text and images" in reply.text and "(file)" in reply.text
+    assert await inbox_rows() == []

@@ -122,6 +122,10 @@ def test_final_notes_no_answer_failure_stop_and_truncation():
     stopped.apply(TextDelta(0, "Partial"))
     stopped.cancel("stopped by user")
     assert render_final(view(stopped)) == "Partial\n\n⏹ Stopped (stopped by user)"
+    plain_stop = turn()
+    plain_stop.apply(TextDelta(0, "Partial"))
+    plain_stop.cancel("stopped")  # /stop's own reason says nothing new: not "Stopped (stopped)"
+    assert render_final(view(plain_stop)) == "Partial\n\n⏹ Stopped."
     cut = turn()
     cut.apply(TextDelta(0, "Long answer"))
     cut.complete(truncated=True)
