@@ -33,7 +33,8 @@ from conversations.feishu.sender import FeishuSender
 from conversations.storage.runner import run_storage
 from delivery.outbound import OutboundDispatcher, OutboundMessage
 from delivery.platforms.feishu.api import FeishuError
-from delivery.platforms.feishu.sink import CardState, FeishuTarget, FeishuTurnSink
+from delivery.platforms.feishu.sink import FeishuTurnSink
+from delivery.platforms.feishu.state import CardState, FeishuTarget
 from delivery.presentation import PresentationPolicy
 from delivery.sinks import SinkError
 

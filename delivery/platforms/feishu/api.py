@@ -35,7 +35,11 @@ __all__ = [
     "STREAMING_CLOSED_CODES",
     "TOKEN_INVALID_CODES",
     "TOO_LARGE_CODES",
+    "UUID_REUSED_CODE",
     "idempotency_uuid",
+    "is_rate_limited",
+    "is_transient",
+    "retry_after_seconds",
 ]
 
 #: Missing / invalid / bad tenant token: drop the cached token, fetch a new one, retry once.
@@ -48,6 +52,12 @@ SEQUENCE_CODE = 300317
 STREAMING_CLOSED_CODES = frozenset({200850, 300309})
 #: The card entity is missing, expired (14 days), not this app's, or the message is too old.
 CARD_GONE_CODES = frozenset({200740, 200750, 300311, 230031})
+#: A CardKit uuid reused for another operation (§10): a new uuid per distinct operation.
+UUID_REUSED_CODE = 200770
+#: CardKit's server error: retry with backoff, keeping ``sequence`` increasing.
+SERVER_ERROR_CODE = 300120
+DEFAULT_RETRY_AFTER = 1.0
+BUSY_RETRY_AFTER = 0.5
 #: Every code after which the card will not change any more: the final goes as a new message.
 CANNOT_UPDATE_CODES = STREAMING_CLOSED_CODES | CARD_GONE_CODES
 #: The message replied to was recalled or deleted: send to the chat instead (same uuid).
@@ -158,3 +168,23 @@ class FeishuApi(Protocol):
         """``GET /open-apis/im/v1/messages/{message_id}/resources/{file_key}?type=image|file``:
         ``(data, content_type)``."""
         ...
+
+
+def is_rate_limited(exc: FeishuApiError) -> bool:
+    """A frequency limit, or a card held by a user interaction: wait and try again."""
+    return exc.rate_limited or exc.code == INTERACTION_BUSY_CODE
+
+
+def retry_after_seconds(exc: FeishuApiError) -> float:
+    """Seconds to wait before retrying: the platform's reset header, else a default."""
+    if exc.retry_after is not None and exc.retry_after >= 0:
+        return exc.retry_after
+    return BUSY_RETRY_AFTER if exc.code == INTERACTION_BUSY_CODE else DEFAULT_RETRY_AFTER
+
+
+def is_transient(exc: FeishuError) -> bool:
+    """Whether retrying the same call later may succeed."""
+    if isinstance(exc, FeishuTransportError):
+        return True
+    assert isinstance(exc, FeishuApiError)
+    return is_rate_limited(exc) or exc.code == SERVER_ERROR_CODE or (exc.http_status or 0) >= 500

@@ -32,21 +32,22 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from delivery.platforms.feishu.api import (
     CANNOT_UPDATE_CODES,
-    INTERACTION_BUSY_CODE,
     PERMANENT_SEND_CODES,
     RECALLED_CODES,
     SEQUENCE_CODE,
     STREAMING_CLOSED_CODES,
     TOO_LARGE_CODES,
+    UUID_REUSED_CODE,
     FeishuApiError,
     FeishuError,
-    FeishuTransportError,
     idempotency_uuid,
+    is_rate_limited,
+    is_transient,
+    retry_after_seconds,
 )
 from delivery.platforms.feishu.cards import (
     ANSWER_ELEMENT,
@@ -61,6 +62,7 @@ from delivery.platforms.feishu.cards import (
     text_size,
 )
 from delivery.platforms.feishu.split import split_markdown
+from delivery.platforms.feishu.state import CardState, CardStateStore, FeishuTarget
 from delivery.sinks import FinalOnly, LivePolicy, SinkError, Snapshot
 
 if TYPE_CHECKING:
@@ -76,63 +78,6 @@ REENABLE_AFTER = 540.0
 #: How far the sequence jumps after a 300317/200770: the saved counter may lag behind one a
 #: concurrent sink of the same turn used (a finish that timed out while its call was in flight).
 SEQUENCE_SKIP = 64
-UUID_REUSED_CODE = 200770  # a CardKit uuid reused for another operation (§10)
-SERVER_ERROR_CODE = 300120
-DEFAULT_RETRY_AFTER = 1.0
-BUSY_RETRY_AFTER = 0.5
-
-
-@dataclass(frozen=True, slots=True)
-class FeishuTarget:
-    """Where a turn's answer goes.
-
-    Attributes:
-        turn_id: The turn (the prefix of every uuid).
-        chat_id: The chat (``oc_…``), for sends when there is nothing to reply to.
-        reply_to: The user's message (``om_…``): the card and every part reply to it, in groups
-            too. None sends to the chat.
-    """
-
-    turn_id: str
-    chat_id: str
-    reply_to: str | None = None
-
-
-@dataclass(slots=True)
-class CardState:
-    """What was sent for one turn; JSON-ready (``dataclasses.asdict`` / ``CardState(**saved)``).
-
-    Attributes:
-        card_id: The CardKit entity, once created.
-        message_id: The card's message, once sent (None while the send's outcome is unknown).
-        sequence: The last CardKit ``sequence`` used on the card (saved before it is used).
-        streaming_enabled_at: The sink's clock (seconds) when streaming was last enabled.
-        dead: The card can no longer change (or could not be opened): the final goes as messages.
-        final_delivered: The platform confirmed the whole final.
-        parts_sent: How many follow-up parts (part 2 onwards) the platform confirmed.
-        card_final: Part 1 of the final is on the card and its streaming was closed.
-        final_message_id: The message holding part 1 when the final went as new messages.
-        final_text: The final as first attempted: every later attempt (a retry, the plain
-            fallback, a recovery after a crash) delivers exactly this text.
-    """
-
-    card_id: str | None = None
-    message_id: str | None = None
-    sequence: int = 0
-    streaming_enabled_at: float | None = None
-    dead: bool = False
-    final_delivered: bool = False
-    parts_sent: int = 0
-    card_final: bool = False
-    final_message_id: str | None = None
-    final_text: str | None = None
-
-
-class CardStateStore(Protocol):
-    """Persists a turn's :class:`CardState` (e.g. on its ``FeishuMessage`` row). Raising stops
-    the step that wanted to save (the call is not made)."""
-
-    async def save(self, turn_id: str, state: CardState) -> None: ...
 
 
 class _CardDead(Exception):
@@ -221,9 +166,9 @@ class FeishuTurnSink:
             else:
                 await self._set_content(text)
         except FeishuApiError as exc:
-            if not _rate_limited(exc):
+            if not is_rate_limited(exc):
                 raise
-            self._backoff_until = self._clock() + _retry_after(exc)
+            self._backoff_until = self._clock() + retry_after_seconds(exc)
             logger.debug("turn %s: Feishu rate limit, running updates paused: %s", self.target.turn_id, exc)
         except _CardDead as exc:
             raise SinkError(f"the Feishu card cannot be updated: {exc}") from exc
@@ -369,7 +314,7 @@ class FeishuTurnSink:
         try:
             await self._card_call("m", settings)
         except FeishuApiError as exc:
-            if not enabled and (exc.code in CANNOT_UPDATE_CODES or not _transient(exc)):
+            if not enabled and (exc.code in CANNOT_UPDATE_CODES or not is_transient(exc)):
                 # Closed already, or the card cannot change any more: it shows the final the
                 # platform just confirmed, and a retry cannot do better.
                 logger.info("turn %s: card close answered %s; counted as closed", self.target.turn_id, exc)
@@ -421,7 +366,7 @@ class FeishuTurnSink:
         """``exc`` itself, or a :class:`_CardDead` once the card is marked dead: the card cannot
         change (CANNOT_UPDATE_CODES), or a call that retrying cannot fix failed while opening the
         card or delivering the final."""
-        if exc.code in CANNOT_UPDATE_CODES or ((opening or self._final) and not _transient(exc)):
+        if exc.code in CANNOT_UPDATE_CODES or ((opening or self._final) and not is_transient(exc)):
             self.state.dead = True
             await self._save()
             dead = _CardDead(str(exc))
@@ -451,8 +396,8 @@ class FeishuTurnSink:
             try:
                 return await call()
             except FeishuApiError as exc:
-                delay = _retry_after(exc)
-                if not self._final or not _rate_limited(exc) or self._waited + delay > self._max_wait:
+                delay = retry_after_seconds(exc)
+                if not self._final or not is_rate_limited(exc) or self._waited + delay > self._max_wait:
                     raise
                 self._waited += delay
                 await self._sleep(delay)
@@ -468,21 +413,3 @@ class FeishuTurnSink:
 def _final_parts(text: str) -> list[str]:
     parts = [part for part in split_markdown(safe_text(text), CARD_TEXT_BUDGET, text_size) if part.strip()]
     return parts or [safe_text("")]
-
-
-def _rate_limited(exc: FeishuApiError) -> bool:
-    return exc.rate_limited or exc.code == INTERACTION_BUSY_CODE
-
-
-def _retry_after(exc: FeishuApiError) -> float:
-    if exc.retry_after is not None and exc.retry_after >= 0:
-        return exc.retry_after
-    return BUSY_RETRY_AFTER if exc.code == INTERACTION_BUSY_CODE else DEFAULT_RETRY_AFTER
-
-
-def _transient(exc: FeishuError) -> bool:
-    """Whether retrying the same call later may succeed."""
-    if isinstance(exc, FeishuTransportError):
-        return True
-    assert isinstance(exc, FeishuApiError)
-    return _rate_limited(exc) or exc.code == SERVER_ERROR_CODE or (exc.http_status or 0) >= 500
