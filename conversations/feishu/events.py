@@ -55,7 +55,8 @@ class FeishuMessageEvent:
         sender_open_id: ``ou_…`` of the sender.
         text: The message's text, mentions of the bot removed, stripped ("" for images alone).
         image_keys: The ``image_key`` of every image in the message, in order.
-        create_time_ms: When the platform says it was sent (ms since the epoch; 0 when absent).
+        create_time_ms: When the platform says it was sent (ms since the epoch; 0 when absent or
+            implausible: the age check is then skipped).
         thread_id: The topic thread, if any.
         unsupported: The message type when PicoBot cannot read it (a file, a sticker…): the
             user is told so; "" otherwise.
@@ -159,7 +160,7 @@ def _parse(body: Any, bot_open_id: str | None) -> FeishuMessageEvent | IgnoredEv
         sender_open_id=_str(_dict(sender.get("sender_id")).get("open_id"))[:MAX_ID_CHARS],
         text=text,
         image_keys=tuple(images),
-        create_time_ms=_int(message.get("create_time")) or _int(header.get("create_time")),
+        create_time_ms=_ms(message.get("create_time")) or _ms(header.get("create_time")),
         thread_id=_str(message.get("thread_id"))[:MAX_ID_CHARS],
         unsupported=unsupported,
     )
@@ -234,8 +235,11 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _int(value: Any) -> int:
+def _ms(value: Any) -> int:
+    """A millisecond timestamp, or 0 when it is missing or not a plausible one (negative, or past
+    the year 9999: it would not fit the database's integer)."""
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        ms = int(value)
+    except (TypeError, ValueError, OverflowError):
         return 0
+    return ms if 0 < ms < 253_402_300_800_000 else 0

@@ -90,7 +90,11 @@ class FeishuReceiver:
         config = self.platform.config
         age_ms = self.clock_ms() - parsed.create_time_ms
         ignore = None
-        if config.max_event_age_hours and age_ms > config.max_event_age_hours * 3_600_000:
+        if (
+            config.max_event_age_hours
+            and parsed.create_time_ms
+            and age_ms > config.max_event_age_hours * 3_600_000
+        ):
             ignore = f"first received {age_ms / 3_600_000:.1f} h after it was sent"
         elif config.allowed_chats and parsed.chat_id not in config.allowed_chats:
             ignore = "chat not in PICOBOT_FEISHU_ALLOWED_CHATS"

@@ -111,3 +111,11 @@ async def test_a_file_gets_one_reply_saying_what_can_be_read_and_no_turn(feishu,
     (reply,) = feishu_server.api.bot_messages("oc_p2p_chat")
     assert reply.reply_to == user and "text, rich text and images" in reply.text and "(file)" in reply.text
     assert await inbox_rows() == []
+
+
+@pytest.mark.parametrize("sent", ["99999999999999999999999", "-5", "abc", ""])
+async def test_an_implausible_send_time_is_not_an_error_and_the_message_is_answered(feishu, sent):
+    event = message_event("om_t", "hello")
+    event["header"]["create_time"] = event["event"]["message"]["create_time"] = sent
+    assert await feishu.receiver.receive(event) == "accepted"
+    assert (await feishu_row("om_t")).sent_at == 0
