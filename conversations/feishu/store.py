@@ -130,11 +130,6 @@ def finish_received(row_id: int, status: str, note: str = "") -> None:
     FeishuMessage.objects.filter(pk=row_id).update(status=status, note=note, claimed_until=None)
 
 
-def card_state(inbox_id: str) -> dict | None:
-    """The saved card state of the answer to inbox row ``inbox_id``, or None."""
-    return FeishuMessage.objects.filter(inbox_id=inbox_id).values_list("card", flat=True).first()
-
-
 def save_card_state(inbox_id: str, state: dict, *, delivered: bool) -> None:
     """Saves the answer's card state; ``delivered`` stamps ``final_delivered_at`` (once)."""
     FeishuMessage.objects.filter(inbox_id=inbox_id).update(card=state)

@@ -128,18 +128,6 @@ class FeishuTurnSink:
         self._final = False  # inside deliver_final: wait out rate limits, give up on a bad card
         self._waited = 0.0
 
-    @classmethod
-    def from_state(
-        cls,
-        api: FeishuApi,
-        target: FeishuTarget,
-        store: CardStateStore | None,
-        state: CardState,
-        **options: Any,
-    ) -> FeishuTurnSink:
-        """A sink that continues from a saved :class:`CardState` (same card, same uuids)."""
-        return cls(api, target, store, state=state, **options)
-
     # -- TurnSink ----------------------------------------------------------------------------
 
     async def update(self, snapshot: PresentedSnapshot, payload_json: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -119,3 +120,10 @@ async def test_an_implausible_send_time_is_not_an_error_and_the_message_is_answe
     event["header"]["create_time"] = event["event"]["message"]["create_time"] = sent
     assert await feishu.receiver.receive(event) == "accepted"
     assert (await feishu_row("om_t")).sent_at == 0
+
+
+async def test_the_long_connection_handler_acknowledges_a_body_that_is_not_json_and_records_nothing(feishu):
+    await feishu.receive_raw(b"\xff not json")  # returns: the SDK acks 200, nothing to redeliver
+    assert await inbox_rows() == []
+    await feishu.receive_raw(json.dumps(message_event("om_lc", "hi")).encode())
+    assert [row.content for row in await inbox_rows()] == ["hi"]

@@ -356,9 +356,7 @@ async def test_a_sink_rebuilt_from_its_saved_state_finishes_on_the_existing_card
     (bot,) = api.bot_messages(CHAT)
     assert bot.text == "Recovered final." and not api.is_streaming(bot.card_id)
     assert store.saved["t1"]["final_delivered"] is True
-    again = FeishuTurnSink.from_state(
-        api, FeishuTarget("t1", CHAT, user), store, CardState(**store.saved["t1"])
-    )
+    again = FeishuTurnSink(api, FeishuTarget("t1", CHAT, user), store, state=CardState(**store.saved["t1"]))
     calls = len(api.calls)
     await again.deliver_final("Recovered final.")
     assert len(api.calls) == calls
