@@ -7,7 +7,9 @@ is most of the cost of a streamed snapshot. ``LocalChannelLayer`` keeps its inte
 (``capacity``, ``channel_capacity``, ``expiry``, ``group_expiry``) and semantics:
 
 * a full channel raises ``ChannelFull`` on ``send`` and is skipped by ``group_send``;
-* a message older than ``expiry`` is never received, and its channel leaves every group;
+* a message older than ``expiry`` is never received; its channel stays in its groups, as on
+  channels_redis (a consumer that was merely slow is not dead; a dead one leaves its groups by
+  ``group_expiry``, and meanwhile ``capacity`` bounds its queue);
 * a member older than ``group_expiry`` leaves its group (members re-join to stay);
 * every receiver gets its own copy of the message's containers (dicts, lists, tuples); strings,
   numbers and other immutable leaves are shared, as ``deepcopy`` shares them.
@@ -102,7 +104,6 @@ class LocalChannelLayer(InMemoryChannelLayer):
             expires_at, message = await queue.get()
             if expires_at >= time.time():
                 return message
-            self._remove_from_groups(channel)  # as the sweep does for an expired message
 
     def receive_nowait(self, channel: str) -> dict | None:
         """The next unexpired message of ``channel`` if one is queued, else None (never waits):
@@ -112,7 +113,6 @@ class LocalChannelLayer(InMemoryChannelLayer):
             expires_at, message = queue.get_nowait()
             if expires_at >= time.time():
                 return message
-            self._remove_from_groups(channel)
         return None
 
     async def group_send(self, group: str, message: dict) -> None:
@@ -143,15 +143,11 @@ class LocalChannelLayer(InMemoryChannelLayer):
             self._clean_expired()
 
     def _clean_expired(self) -> None:
-        """Drop expired messages (their channels leave every group) and expired group members."""
+        """Drop expired messages (their channels keep their groups) and expired group members."""
         now = time.time()
         for channel, queue in list(self.channels.items()):
-            expired = False
             while not queue.empty() and queue._queue[0][0] < now:  # type: ignore[attr-defined]
                 queue.get_nowait()
-                expired = True
-            if expired:
-                self._remove_from_groups(channel)
             if queue.empty() and not queue._getters:  # type: ignore[attr-defined]  # nobody waits on it
                 del self.channels[channel]
         joined_before = now - self.group_expiry
