@@ -1,0 +1,32 @@
+"""Fault id → the scenario that injects it and returns what it observed (``run_scenario``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.catalog import Fault
+from tests.faults.inprocess import PLANS
+from tests.faults.invariants import Observation
+from tests.faults.rig import Rig
+
+
+def marks_for(fault: Fault) -> list[Any]:
+    """The pytest marks of a fault's cells: ``e2e`` (real ``serve``), ``services`` (Redis)."""
+    if fault.layer == "process":
+        return [pytest.mark.e2e]
+    if fault.id == "layer-redis-down":
+        return [pytest.mark.services]
+    return []
+
+
+async def run_scenario(
+    fault: Fault, *, connect: Any, start_worker: Any, monkeypatch: Any, settings: Any, tmp_path: Path
+) -> Observation:
+    """Run ``fault``'s scenario with the test's fixtures; raises what ended it early."""
+    if fault.id in PLANS:
+        rig = Rig(PLANS[fault.id](), connect, start_worker, monkeypatch, settings)
+        return await rig.run()
+    raise NotImplementedError(fault.id)
