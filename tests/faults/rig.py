@@ -28,7 +28,7 @@ from channels.db import database_sync_to_async
 
 from conversations import storage
 from conversations.models import InboxMessage, Message
-from conversations.tools import Tool, default_registry
+from conversations.tools import default_registry
 from providers.messages import RUNTIME_CONTEXT_MARKER
 from providers.openai_compat import OpenAICompatProvider
 from providers.testing import (
@@ -40,12 +40,13 @@ from providers.testing import (
     sse_body,
 )
 from tests.conversations.conftest import ChatClient, make_token
+from tests.faults import serve_plugin
 from tests.faults.invariants import Observation, Sent
 
 STAMPS = itertools.count()
 """One counter for frames received and commits returned: their order across threads."""
 
-LOOKUP = "lookup"
+LOOKUP = serve_plugin.LOOKUP
 FIRST = Sent("fault-a", "First question: look it up.", watcher=0)
 SECOND = Sent("fault-b", "Second question: look it up again.", watcher=0)
 ANSWER_A = " ".join(f"a{n}" for n in range(40))
@@ -144,21 +145,10 @@ def request_messages(body: dict) -> list[dict]:
 
 
 def lookup_registry() -> Any:
-    """The built-in tools plus ``lookup`` (answers at once)."""
-
-    async def lookup(arguments: dict) -> str:
-        return "The record says 42."
-
+    """The built-in tools plus ``lookup`` (answers at once) and ``slow_tool``: what ``serve``
+    gets from ``serve_plugin``."""
     registry = default_registry([])
-    registry.register(
-        Tool(
-            name=LOOKUP,
-            description="Look the answer up (test tool).",
-            parameters={"type": "object", "properties": {}, "additionalProperties": False},
-            handler=lookup,
-            timeout=5.0,
-        )
-    )
+    serve_plugin.register(registry)
     return registry
 
 

@@ -10,6 +10,7 @@ import pytest
 from tests.faults.catalog import Fault
 from tests.faults.inprocess import PLANS
 from tests.faults.invariants import Observation
+from tests.faults.process import run_killed
 from tests.faults.rig import Rig
 
 
@@ -29,4 +30,6 @@ async def run_scenario(
     if fault.id in PLANS:
         rig = Rig(PLANS[fault.id](), connect, start_worker, monkeypatch, settings)
         return await rig.run()
+    if fault.layer == "process":
+        return await run_killed(fault.id, tmp_path)
     raise NotImplementedError(fault.id)
