@@ -220,7 +220,7 @@ PLANS: dict[str, Any] = {
     "sink-finish-failure": lambda: FaultPlan(
         worker_options={"sink_factory": sink_factory(finish_fails=True)}
     ),
-    "sink-slow-client": lambda: FaultPlan(read_delay=0.02, answer_words=200),
-    "sink-non-reading-client": lambda: FaultPlan(lurker=True, answer_words=400),
+    "sink-slow-client": lambda: FaultPlan(read_delay=0.02, answer_words=200, answer_delay=0.002),
+    "sink-non-reading-client": lambda: FaultPlan(lurker=True, answer_words=400, answer_delay=0.002),
 }
 """Fault id → a fresh plan (plans hold per-run state)."""

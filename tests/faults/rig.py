@@ -103,6 +103,9 @@ class FaultPlan:
         read_delay: seconds the sending client waits before each read (a slow client).
         lurker: connect a second client of the chat that reads nothing until the end.
         answer_words: words of A's default answer (a long one streams many snapshots).
+        answer_delay: seconds between the pieces of A's default answer.
+        during: awaited once A is acknowledged (while A runs), before A's end is awaited.
+        cleanup: awaited at the end, whatever happened.
     """
 
     after_tool: Callable[[int], SSEResponse] | None = None
@@ -113,6 +116,9 @@ class FaultPlan:
     read_delay: float = 0.0
     lurker: bool = False
     answer_words: int = 40
+    answer_delay: float = 0.0
+    during: Callable[[Rig], Awaitable[None]] | None = None
+    cleanup: Callable[[Rig], Awaitable[None]] | None = None
 
 
 def answer_response(text: str, *, delay: float = 0.0) -> SSEResponse:
@@ -223,7 +229,7 @@ class Rig:
             if self.plan.after_tool is not None:
                 return self.plan.after_tool(attempt)
             words = " ".join(f"a{n}" for n in range(self.plan.answer_words))
-            return answer_response(words, delay=0.002 if self.plan.answer_words > 100 else 0.0)
+            return answer_response(words, delay=self.plan.answer_delay)
         return lookup_call(f"call_{turn}_{len(messages)}")
 
     async def client(self, read_delay: float = 0.0) -> RecordingClient:
@@ -273,6 +279,14 @@ class Rig:
 
     async def run(self) -> Observation:
         plan = self.plan
+        try:
+            return await self._run()
+        finally:
+            if plan.cleanup is not None:
+                await plan.cleanup(self)
+
+    async def _run(self) -> Observation:
+        plan = self.plan
         if plan.setup is not None:
             await plan.setup(self)
         tracemalloc.start()
@@ -296,6 +310,8 @@ class Rig:
                 if plan.enter is not None:
                     plan.enter(self)
                 await self.send(sender, FIRST)
+                if plan.during is not None:
+                    await plan.during(self)
                 row_a = await self.row_ended(FIRST)
                 if plan.leave is not None:
                     plan.leave(self)

@@ -11,6 +11,7 @@ from tests.faults.catalog import Fault
 from tests.faults.inprocess import PLANS
 from tests.faults.invariants import Observation
 from tests.faults.process import run_killed
+from tests.faults.redis_outage import PLAN as REDIS_PLAN
 from tests.faults.rig import Rig
 
 
@@ -27,8 +28,9 @@ async def run_scenario(
     fault: Fault, *, connect: Any, start_worker: Any, monkeypatch: Any, settings: Any, tmp_path: Path
 ) -> Observation:
     """Run ``fault``'s scenario with the test's fixtures; raises what ended it early."""
-    if fault.id in PLANS:
-        rig = Rig(PLANS[fault.id](), connect, start_worker, monkeypatch, settings)
+    plans = {**PLANS, **REDIS_PLAN}
+    if fault.id in plans:
+        rig = Rig(plans[fault.id](), connect, start_worker, monkeypatch, settings)
         return await rig.run()
     if fault.layer == "process":
         return await run_killed(fault.id, tmp_path)
