@@ -208,9 +208,16 @@ def no_false_interrupted(obs: Observation) -> None:
                 f"{row['client_msg_id']!r} ended {row['status']}/{row['outcome']}"
             )
     for index, client in enumerate(obs.frames):
-        for _, frame in client:
-            if frame["type"] == "notification" and frame["content"].startswith(INTERRUPTED_NOTICE_START):
-                assert frame.get("turn_id") in obs.killed_turns, f"client {index}: a false restart notice"
+        notices = [
+            frame
+            for _, frame in client
+            if frame["type"] == "notification" and frame["content"].startswith(INTERRUPTED_NOTICE_START)
+        ]
+        for frame in notices:
+            assert frame.get("turn_id") in obs.killed_turns, f"client {index}: a false restart notice"
+        for turn_id in obs.killed_turns:  # a notice may arrive twice, always with its one id (PROTOCOL §1)
+            ids = {frame.get("id") for frame in notices if frame.get("turn_id") == turn_id}
+            assert len(ids) <= 1, f"client {index}: restart notices of {turn_id} with ids {ids}"
         for _, frame in terminal_frames(client):
             if INTERRUPTED_ERROR in (frame["turn"].get("error") or ""):
                 assert frame["turn"]["id"] in obs.killed_turns, f"client {index}: a false interrupted final"

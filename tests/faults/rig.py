@@ -359,6 +359,7 @@ def dumps(obs: Observation) -> str:
                 f["type"]
                 + (":" + f["turn"]["status"] if f["type"] == "turn_updated" else "")
                 + (":" + f.get("content", "")[:50] if f["type"] in ("notification", "error") else "")
+                + (":" + str(f.get("id")) if f["type"] == "notification" else "")
                 for _, f in client
                 if not (f["type"] == "turn_updated" and f["turn"]["status"] == "running")
             ]
