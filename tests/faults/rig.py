@@ -233,8 +233,7 @@ class Rig:
         return lookup_call(f"call_{turn}_{len(messages)}")
 
     async def client(self, read_delay: float = 0.0) -> RecordingClient:
-        from picobot_site.asgi import application  # noqa: F401 - the connect fixture builds on it
-
+        """A new connection of the chat (user alice), once it received ``ready``."""
         base = await self.connect(await make_token())
         client = RecordingClient(base.communicator, read_delay)
         self.clients.append(client)
