@@ -29,6 +29,7 @@ from django.contrib.auth import HASH_SESSION_KEY
 from django.contrib.auth.models import AnonymousUser
 from django.http.request import split_domain_port, validate_host
 
+from conversations.auth import throttle
 from conversations.auth.tokens import (
     SESSION_TOKEN_KEY,
     Credential,
@@ -44,6 +45,9 @@ REVOCATION_CHECK_SECONDS = 2.0
 """How often a process checks the credentials of its open WebSockets (one query for all the
 tokens, one for all the password sessions)."""
 CLOSE_REVOKED = 4401  # = conversations.chat.consumer.CLOSE_UNAUTHORIZED
+CLOSE_TOO_MANY_FAILURES = 4429
+"""Too many failed tokens from the client's address (PROTOCOL §1): retry after the seconds the
+close reason and the ``error`` frame's ``retry_after`` give."""
 
 
 def _header(scope: dict, name: bytes) -> str | None:
@@ -238,7 +242,8 @@ class ChatAuthMiddleware:
     """ASGI middleware setting ``scope["user"]`` and ``scope["auth_method"]`` for WebSockets.
 
     ``auth_method`` is ``"token"``, ``"session"`` or None (anonymous: the consumer refuses it with
-    close code 4401). A token that does not match never falls back to the cookie. A session
+    close code 4401). A token from an address with too many failed tokens is not looked up:
+    ``scope["auth_retry_after"]`` (seconds) makes the consumer close with ``CLOSE_TOO_MANY_FAILURES``. A token that does not match never falls back to the cookie. A session
     logged in with a token that is revoked now is anonymous too; a socket authenticated by a
     token (directly or through such a session) is closed with 4401 when the token is revoked.
     """
@@ -251,7 +256,16 @@ class ChatAuthMiddleware:
         scope = dict(scope)
         raw = token_from_scope(scope)
         if raw is not None:
+            address = throttle.scope_address(scope)
+            retry_after = throttle.token_retry_after(address)
+            if retry_after is not None:  # refused without a lookup (issue 16)
+                scope["user"] = AnonymousUser()
+                scope["auth_method"] = None
+                scope["auth_retry_after"] = retry_after
+                return await self.inner(scope, receive, send)
             token = await database_sync_to_async(live_token)(raw)
+            if token is None:
+                throttle.token_failed(address)
             scope["user"] = token.user if token is not None else AnonymousUser()
             scope["auth_method"] = "token" if token is not None else None
             if token is None or scope.get("type") != "websocket":
