@@ -267,5 +267,6 @@ LOGGING = {
         "django.channels.server": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # a line per login otherwise; lockouts stay
     },
 }

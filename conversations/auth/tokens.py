@@ -3,16 +3,19 @@
 A token is ``"pb_"`` + 43 random URL-safe characters, shown once; only its SHA-256 hash and its
 first ``TOKEN_PREFIX_CHARS`` characters are stored (``ApiToken``). A token is live while it is
 unrevoked and its user active. A credential names what keeps a WebSocket open (``Credential``);
-``dead_credentials`` checks any number of them in at most two queries. ``get_or_create_user``
+``dead_credentials`` checks any number of them in at most three queries. ``get_or_create_user``
 makes the users ``manage.py createtoken`` hands tokens to.
 """
 
 from __future__ import annotations
 
 import secrets
+from importlib import import_module
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
 from conversations.models import ApiToken, now_ms
@@ -73,19 +76,47 @@ def dead_tokens(token_ids: list[int]) -> set[int]:
 
 
 Credential = tuple
-"""What keeps a WebSocket open: ``("token", token_id)`` or ``("session", user_id, session_hash)``."""
+"""What keeps a WebSocket open: ``("token", token_id, session_key | None)`` (a bearer token, or a
+WebUI session logged in with that token) or ``("session", user_id, session_hash, session_key)``
+(a password login)."""
+
+
+def gone_sessions(session_keys: set[str]) -> set[str]:
+    """Which of these session keys name no live session any more (logged out: Django's logout
+    flushes it; expired; deleted). One query with the database engines; a cookie-only engine
+    (``signed_cookies``) keeps nothing on the server, so nothing is known gone."""
+    if not session_keys:
+        return set()
+    engine = settings.SESSION_ENGINE
+    if engine.endswith("signed_cookies"):
+        return set()
+    if engine in ("django.contrib.sessions.backends.db", "django.contrib.sessions.backends.cached_db"):
+        from django.contrib.sessions.models import Session
+
+        live = set(
+            Session.objects.filter(session_key__in=session_keys, expire_date__gt=timezone.now()).values_list(
+                "session_key", flat=True
+            )
+        )
+        return session_keys - live
+    store = import_module(engine).SessionStore
+    return {key for key in session_keys if not store().exists(key)}
 
 
 def dead_credentials(credentials: list[Credential]) -> set[Credential]:
-    """Which of these credentials no longer hold: at most two queries for any number of them.
+    """Which of these credentials no longer hold: at most three queries for any number of them.
 
-    A token is dead when revoked or its user is inactive or gone (``dead_tokens``); a password
-    session when its user is inactive or gone, or its session hash no longer matches (the
-    password changed — Django then also ends the user's HTTP sessions).
+    A token is dead when revoked, expired, or its user is inactive or gone (``dead_tokens``); a
+    password session when its user is inactive or gone, or its session hash no longer matches
+    (the password changed — Django then also ends the user's HTTP sessions); either, when it
+    came with a session key, once that session is gone (``gone_sessions``: logged out in any tab).
     """
-    tokens = [c[1] for c in credentials if c[0] == "token"]
+    token_credentials = [c for c in credentials if c[0] == "token"]
     sessions = [c for c in credentials if c[0] == "session"]
-    dead: set[Credential] = {("token", pk) for pk in dead_tokens(tokens)} if tokens else set()
+    dead_ids = dead_tokens([c[1] for c in token_credentials]) if token_credentials else set()
+    dead: set[Credential] = {c for c in token_credentials if c[1] in dead_ids}
+    gone = gone_sessions({c[-1] for c in credentials if c[-1]})
+    dead.update(c for c in credentials if c[-1] and c[-1] in gone)
     if sessions:
         users = {
             u.pk: u for u in get_user_model().objects.filter(pk__in={c[1] for c in sessions}, is_active=True)
