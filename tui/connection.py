@@ -6,7 +6,8 @@ drop: 0.5 s doubling to 15 s with ±25 % jitter, so a restarted server is not hi
 at once. websockets' keepalive pings drop a half-open connection. A refusal — close code 4401, or
 HTTP 401 (403 on the ``/ws/chat/`` path) at the handshake — ends ``run()`` in the ``refused``
 state: retrying a bad token cannot help. Close code 4429 (too many failed sign-ins from this
-address) waits at least the seconds its reason names before the next try (``close_retry_after``). Any other answer than a WebSocket upgrade at the
+address) waits at least the ``retry_after`` seconds of the ``error`` frame before it (Daphne
+sends no close reason), else those its reason names (``close_retry_after``). Any other answer than a WebSocket upgrade at the
 handshake, but a server error or "too many requests" (408, 429, 5xx: retried), ends it in
 ``not_found``: the URL points at no PicoBot WebSocket (PicoBot itself answers 403 on an unknown
 WebSocket path, and an HTTP server 404 or 200). After each reconnect the server's ``ready`` lets
@@ -153,6 +154,7 @@ class ChatConnection:
             max_size=MAX_FRAME_BYTES,
         ) as ws:
             self.ws = ws
+            retry_after: int | None = None
             self.on_state(ConnectionState("connected"))
             try:
                 async for message in ws:
@@ -161,6 +163,8 @@ class ChatConnection:
                         continue
                     if frame["type"] == "ready":
                         self.attempt = 0
+                    if frame["type"] == "error" and isinstance(frame.get("retry_after"), int):
+                        retry_after = frame["retry_after"]  # before a 4429 (Daphne sends no reason)
                     await self.on_frame(frame)
             except ConnectionClosed:
                 pass
@@ -169,7 +173,9 @@ class ChatConnection:
             code = ws.close_code
         self._wait_at_least = close_retry_after(code, ws.close_reason)
         if code == TOO_MANY_FAILURES_CLOSE:
-            return ws.close_reason or "too many failed sign-ins"
+            if retry_after is not None and retry_after > 0:
+                self._wait_at_least = float(retry_after)
+            return f"too many failed sign-ins; retry in {self._wait_at_least:.0f} s"
         return "refused" if code == UNAUTHORIZED_CLOSE else f"connection closed ({code})"
 
     async def send(self, frame: dict[str, Any]) -> bool:

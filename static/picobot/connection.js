@@ -40,6 +40,8 @@
         if (!frame || typeof frame.type !== 'string') return;
         if (frame.type === 'pong') this.awaitingPong = false;
         if (frame.type === 'ready') this.attempt = 0;
+        // Sent before a 4429 close (Daphne drops close reasons, so the frame carries the wait).
+        if (frame.type === 'error' && Number.isFinite(frame.retry_after)) this.retryAfter = frame.retry_after;
         this.onFrame(frame);
       };
       ws.onclose = (ev) => this._closed(ev.code, ev.reason);
@@ -49,7 +51,12 @@
       clearInterval(this.pingTimer);
       this.ws = null;
       if (code === 4401) { this.onStatus('unauthorized'); this.onUnauthorized(); return; }
-      if (code === 4429) { this._retry(retryAfterMs(reason)); return; }
+      if (code === 4429) {
+        const wait = this.retryAfter ? this.retryAfter * 1000 : retryAfterMs(reason);
+        this.retryAfter = null;
+        this._retry(wait);
+        return;
+      }
       this._retry();
     }
 
