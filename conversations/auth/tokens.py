@@ -2,7 +2,7 @@
 
 A token is ``"pb_"`` + 43 random URL-safe characters, shown once; only its SHA-256 hash and its
 first ``TOKEN_PREFIX_CHARS`` characters are stored (``ApiToken``). A token is live while it is
-unrevoked and its user active. A credential names what keeps a WebSocket open (``Credential``);
+unrevoked, unexpired (``expires_at``) and its user active. A credential names what keeps a WebSocket open (``Credential``);
 ``dead_credentials`` checks any number of them in at most three queries. ``get_or_create_user``
 makes the users ``manage.py createtoken`` hands tokens to.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
@@ -25,23 +26,34 @@ SESSION_TOKEN_KEY = "picobot_api_token_id"
 """Session key holding the id of the API token a WebUI session logged in with (none: a password)."""
 
 
-def create_token(user: Any, name: str = "") -> str:
-    """Create and return a new raw API token for ``user`` (touches the DB; shown once)."""
+def create_token(user: Any, name: str = "", *, expires_at: int | None = None) -> str:
+    """Create and return a new raw API token for ``user`` (touches the DB; shown once);
+    ``expires_at`` (epoch ms) ends it then, None never."""
     raw = "pb_" + secrets.token_urlsafe(32)
     ApiToken.objects.create(
-        user=user, name=name, prefix=raw[:TOKEN_PREFIX_CHARS], token_hash=ApiToken.hash_token(raw)
+        user=user,
+        name=name,
+        prefix=raw[:TOKEN_PREFIX_CHARS],
+        token_hash=ApiToken.hash_token(raw),
+        expires_at=expires_at,
     )
     return raw
 
 
+def _unexpired() -> Q:
+    """Tokens that have not expired now (no ``expires_at``, or one still ahead)."""
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=now_ms())
+
+
 def live_token(raw: str) -> ApiToken | None:
-    """The unrevoked token ``raw`` of an active user (its ``user`` loaded), or None; stamps its
-    ``last_used_at``. Touches the DB."""
+    """The unrevoked, unexpired token ``raw`` of an active user (its ``user`` loaded), or None;
+    stamps its ``last_used_at``. Looked up by its SHA-256 hash: the comparison is the index's,
+    never a character-by-character one of the secret. Touches the DB."""
     if not raw or len(raw) > 200:
         return None
     token = (
         ApiToken.objects.select_related("user")
-        .filter(token_hash=ApiToken.hash_token(raw), revoked_at__isnull=True)
+        .filter(_unexpired(), token_hash=ApiToken.hash_token(raw), revoked_at__isnull=True)
         .first()
     )
     if token is None or not token.user.is_active:
@@ -57,20 +69,22 @@ def user_for_token(raw: str) -> Any | None:
 
 
 def token_is_live(token_id: Any) -> bool:
-    """Whether the token with this id is unrevoked and its user active (one indexed query)."""
+    """Whether the token with this id is unrevoked, unexpired and its user active (one indexed query)."""
     try:
         pk = int(token_id)
     except (TypeError, ValueError):
         return False
-    return ApiToken.objects.filter(pk=pk, revoked_at__isnull=True, user__is_active=True).exists()
+    return ApiToken.objects.filter(
+        _unexpired(), pk=pk, revoked_at__isnull=True, user__is_active=True
+    ).exists()
 
 
 def dead_tokens(token_ids: list[int]) -> set[int]:
-    """Which of these token ids are revoked (or their user deactivated, or gone): one query."""
+    """Which of these token ids are revoked or expired (or their user deactivated, or gone): one query."""
     live = set(
-        ApiToken.objects.filter(pk__in=token_ids, revoked_at__isnull=True, user__is_active=True).values_list(
-            "pk", flat=True
-        )
+        ApiToken.objects.filter(
+            _unexpired(), pk__in=token_ids, revoked_at__isnull=True, user__is_active=True
+        ).values_list("pk", flat=True)
     )
     return set(token_ids) - live
 
