@@ -224,6 +224,8 @@ class ApiToken(models.Model):
     created_at = models.BigIntegerField(default=now_ms)
     last_used_at = models.BigIntegerField(null=True, blank=True)
     revoked_at = models.BigIntegerField(null=True, blank=True)
+    expires_at = models.BigIntegerField(null=True, blank=True)
+    """Epoch ms after which the token is dead everywhere (None: never; issue 16)."""
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

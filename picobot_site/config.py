@@ -373,6 +373,53 @@ class PicoBotSettings(BaseSettings):
         gt=0,
     )
 
+    # --- sign-in and rate limits (issue 16; README "Authentication") ------------------------------
+    login_failure_limit: int = setting(
+        5,
+        "wrong passwords (or tokens as the password) for one account on the WebUI or admin login before "
+        "it is locked; the answer to the last one already says so, later tries are refused (429) unchecked",
+        ge=1,
+    )
+    login_lockout_seconds: float = setting(
+        60.0,
+        "how long a locked login stays locked, and how long a wrong password counts; a try while locked "
+        "starts it again",
+        unit="s",
+        gt=0,
+    )
+    login_lockout_by: Literal["account", "account_and_address"] = setting(
+        "account",
+        "what a lock covers: `account` (from every address), or `account_and_address` (only the address "
+        "that guessed: nobody else can lock a user out, but guesses spread over many addresses are not slowed)",
+    )
+    auth_failures_per_address: int = setting(
+        20,
+        "failed API tokens (REST, WebSocket) from one client address within the window before that address "
+        "is refused (REST 429 `too_many_requests` with `Retry-After`, WebSocket close 4429) without a lookup; "
+        "counted in each server process. `0`: no limit",
+        ge=0,
+    )
+    auth_failure_window_seconds: float = setting(
+        60.0, "the window of `PICOBOT_AUTH_FAILURES_PER_ADDRESS`", unit="s", gt=0
+    )
+    user_messages_per_minute: int = setting(
+        30,
+        "messages (WebSocket `message` frames, REST sends) one user may send per minute before they are "
+        "refused, not stored (`rate_limited` with `retry_after`; REST 429); counted in each server process. "
+        "`0`: no limit",
+        ge=0,
+    )
+    secure_cookies: bool = setting(
+        False,
+        "mark the session and CSRF cookies `Secure` (sent over HTTPS only): set it when PicoBot is served "
+        "over HTTPS, directly or behind a TLS proxy",
+    )
+    trust_forwarded_proto: bool = setting(
+        False,
+        "behind a TLS-terminating proxy that sets `X-Forwarded-Proto: https` (and strips it from clients): "
+        "treat such requests as HTTPS (Django's `SECURE_PROXY_SSL_HEADER`)",
+    )
+
     # --- Django -------------------------------------------------------------------------------
     secret_key: SecretStr = setting(
         SecretStr(""),

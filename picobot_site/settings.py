@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
 
@@ -102,6 +103,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "axes",  # login throttling (README "Authentication")
     "ninja",  # its bundled Swagger UI for /api/docs (no CDN)
     "delivery",
     "conversations",
@@ -123,6 +125,8 @@ MIDDLEWARE = [
     "conversations.auth.middleware.RevokedTokenSessionMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a login axes refused into our lockout page (429, conversations.auth.lockout).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "picobot_site.urls"
@@ -215,10 +219,33 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 AUTHENTICATION_BACKENDS = [
+    # First: a locked-out login is refused before any password is hashed or token looked up.
+    "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     # The WebUI login also accepts an API token as the password (users made by createtoken).
     "conversations.auth.backends.ApiTokenBackend",
 ]
+# Login throttling (django-axes, issue 16): PICOBOT_LOGIN_* in README "Authentication".
+AXES_FAILURE_LIMIT = PICOBOT.login_failure_limit
+AXES_COOLOFF_TIME = timedelta(seconds=PICOBOT.login_lockout_seconds)
+AXES_LOCKOUT_PARAMETERS = (
+    ["username"] if PICOBOT.login_lockout_by == "account" else [["username", "ip_address"]]
+)
+AXES_RESET_ON_SUCCESS = True
+# W006 warns that a lock without the address is dodged by rotating user agents or cookies: ours
+# counts every try on the account whatever they send (and PICOBOT_LOGIN_LOCKOUT_BY adds it).
+SILENCED_SYSTEM_CHECKS = ["axes.W006"]
+AXES_DISABLE_ACCESS_LOG = True  # no row per successful login (nothing would ever delete them)
+AXES_LOCKOUT_CALLABLE = "conversations.auth.lockout.lockout_response"
+AXES_VERBOSE = False
+# Session and CSRF cookies: HttpOnly session, SameSite=Lax, Secure over HTTPS. The CSRF cookie
+# stays readable by the WebUI's script (it sends it back as X-CSRFToken).
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = PICOBOT.secure_cookies
+if PICOBOT.trust_forwarded_proto:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
@@ -243,5 +270,6 @@ LOGGING = {
         "django.channels.server": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # a line per login otherwise; lockouts stay
     },
 }

@@ -39,6 +39,16 @@ def _fresh_channel_layer() -> object:
     channel_layers.backends = {}
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> object:
+    """Each test starts with no failed sign-ins and no messages counted (per-process limiters)."""
+    from conversations.auth.throttle import reset_limits
+
+    reset_limits()
+    yield
+    reset_limits()
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup: None) -> object:
     """pytest-django's test database, plus: the storage threads' connections close before it is

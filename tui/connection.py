@@ -5,7 +5,9 @@ the system's CA store for TLS), hands every JSON frame to ``on_frame`` and recon
 drop: 0.5 s doubling to 15 s with ±25 % jitter, so a restarted server is not hit by every client
 at once. websockets' keepalive pings drop a half-open connection. A refusal — close code 4401, or
 HTTP 401 (403 on the ``/ws/chat/`` path) at the handshake — ends ``run()`` in the ``refused``
-state: retrying a bad token cannot help. Any other answer than a WebSocket upgrade at the
+state: retrying a bad token cannot help. Close code 4429 (too many failed sign-ins from this
+address) waits at least the ``retry_after`` seconds of the ``error`` frame before it (Daphne
+sends no close reason), else those its reason names (``close_retry_after``). Any other answer than a WebSocket upgrade at the
 handshake, but a server error or "too many requests" (408, 429, 5xx: retried), ends it in
 ``not_found``: the URL points at no PicoBot WebSocket (PicoBot itself answers 403 on an unknown
 WebSocket path, and an HTTP server 404 or 200). After each reconnect the server's ``ready`` lets
@@ -21,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +34,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
 UNAUTHORIZED_CLOSE = 4401
+TOO_MANY_FAILURES_CLOSE = 4429
 MAX_FRAME_BYTES = 9 * 1024 * 1024  # server frames are at most 8 MiB (PROTOCOL §1)
 BASE_DELAY = 0.5
 MAX_DELAY = 15.0
@@ -48,6 +52,15 @@ class ConnectionState:
 def backoff_delay(attempt: int, rng: Callable[[], float] = random.random) -> float:
     """Seconds before reconnect ``attempt`` (0-based): 0.5 s × 2^attempt, at most 15 s, ±25 %."""
     return min(MAX_DELAY, BASE_DELAY * 2**attempt) * (0.75 + rng() * 0.5)
+
+
+def close_retry_after(code: int | None, reason: str | None) -> float:
+    """Seconds to wait at least before reconnecting after a close: for 4429 the ``retry in N s``
+    of its reason (60 when it names none), else 0 (PROTOCOL §1)."""
+    if code != TOO_MANY_FAILURES_CLOSE:
+        return 0.0
+    match = re.search(r"retry in (\d+) s", reason or "")
+    return float(match.group(1)) if match else 60.0
 
 
 def handshake_verdict(url: str, status: int) -> str:
@@ -89,6 +102,7 @@ class ChatConnection:
         self.attempt = 0
         self._closing = False
         self._wakeup = asyncio.Event()
+        self._wait_at_least = 0.0  # seconds the last close asked for (4429)
 
     async def run(self) -> None:
         """Connect, read, reconnect; returns when refused or closed. Never raises for network
@@ -118,7 +132,8 @@ class ChatConnection:
                 return
             if self._closing:
                 break
-            delay = backoff_delay(self.attempt, self.rng)
+            delay = max(backoff_delay(self.attempt, self.rng), self._wait_at_least)
+            self._wait_at_least = 0.0
             self.attempt += 1
             self.on_state(
                 ConnectionState("reconnecting", retry_in=delay, attempt=self.attempt, detail=reason)
@@ -139,6 +154,7 @@ class ChatConnection:
             max_size=MAX_FRAME_BYTES,
         ) as ws:
             self.ws = ws
+            retry_after: int | None = None
             self.on_state(ConnectionState("connected"))
             try:
                 async for message in ws:
@@ -147,12 +163,19 @@ class ChatConnection:
                         continue
                     if frame["type"] == "ready":
                         self.attempt = 0
+                    if frame["type"] == "error" and isinstance(frame.get("retry_after"), int):
+                        retry_after = frame["retry_after"]  # before a 4429 (Daphne sends no reason)
                     await self.on_frame(frame)
             except ConnectionClosed:
                 pass
             finally:
                 self.ws = None
             code = ws.close_code
+        self._wait_at_least = close_retry_after(code, ws.close_reason)
+        if code == TOO_MANY_FAILURES_CLOSE:
+            if retry_after is not None and retry_after > 0:
+                self._wait_at_least = float(retry_after)
+            return f"too many failed sign-ins; retry in {self._wait_at_least:.0f} s"
         return "refused" if code == UNAUTHORIZED_CLOSE else f"connection closed ({code})"
 
     async def send(self, frame: dict[str, Any]) -> bool:

@@ -61,7 +61,7 @@ class ApiTokenAdmin(SafeLookupsMixin, admin.ModelAdmin):
     """Tokens by prefix; the hash is never shown. Adding one shows the raw token once, in the
     response to the add form (not in a message stored in the session or a cookie)."""
 
-    list_display = ["prefix_shown", "name", "user", "created", "last_used", "revoked"]
+    list_display = ["prefix_shown", "name", "user", "created", "last_used", "expires", "revoked"]
     list_select_related = ["user"]
     list_filter = [RevokedFilter]
     search_fields = ["=prefix", "name", "user__username"]
@@ -77,12 +77,12 @@ class ApiTokenAdmin(SafeLookupsMixin, admin.ModelAdmin):
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         if obj is None:
             return ["user", "name"]
-        return ["user", "name", "prefix_shown", "created", "last_used", "revoked_at_shown"]
+        return ["user", "name", "prefix_shown", "created", "last_used", "expires", "revoked_at_shown"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         if obj is None:
             return []
-        return ["user", "prefix_shown", "created", "last_used", "revoked_at_shown"]
+        return ["user", "prefix_shown", "created", "last_used", "expires", "revoked_at_shown"]
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm, change: bool) -> None:
         if change:
@@ -118,6 +118,8 @@ class ApiTokenAdmin(SafeLookupsMixin, admin.ModelAdmin):
     created = ms_column("created_at", "created")
 
     last_used = ms_column("last_used_at", "last used")
+
+    expires = ms_column("expires_at", "expires")
 
     @admin.display(description="revoked", boolean=True, ordering="revoked_at")
     def revoked(self, row: ApiToken) -> bool:

@@ -12,6 +12,10 @@ through ``run_storage``, never on the thread shared by sync views and the async 
 
 A request that carries an ``Authorization`` header is judged by it alone: a bad or revoked token
 answers 401 even with a valid session cookie (as on the WebSocket, ``conversations.auth``).
+
+Failed tokens are counted per client address (``conversations.auth.throttle``, issue 16): past
+``PICOBOT_AUTH_FAILURES_PER_ADDRESS`` within the window, a token from that address answers 429
+``too_many_requests`` with ``Retry-After`` before any database lookup.
 """
 
 from __future__ import annotations
@@ -24,14 +28,15 @@ from ninja.security.base import AuthBase
 from ninja.utils import check_csrf
 
 from conversations.api.errors import ApiError
-from conversations.auth import user_for_token
+from conversations.auth import throttle, user_for_token
 from conversations.storage.runner import run_storage
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
 class BearerToken(AuthBase):
-    """``Authorization: Bearer <token>`` → the token's active user, or None (→ 401)."""
+    """``Authorization: Bearer <token>`` → the token's active user, or None (→ 401); raises
+    ``ApiError`` 429 ``too_many_requests`` while the client's address has failed too often."""
 
     openapi_type = "http"
     openapi_scheme = "bearer"
@@ -45,7 +50,19 @@ class BearerToken(AuthBase):
         raw = raw.strip()
         if scheme.lower() != "bearer" or not raw:
             return None
-        return await run_storage(user_for_token, raw)
+        address = throttle.request_address(request)
+        retry_after = throttle.token_retry_after(address)
+        if retry_after is not None:
+            raise ApiError(
+                429,
+                "too_many_requests",
+                throttle.too_many_failures_message(retry_after),
+                headers={"Retry-After": str(retry_after)},
+            )
+        user = await run_storage(user_for_token, raw)
+        if user is None:
+            throttle.token_failed(address)
+        return user
 
 
 def _session_user(request: HttpRequest) -> Any:

@@ -17,6 +17,7 @@ from conversations.api import queries
 from conversations.api.common import CHANNEL, SessionId, checked, errors
 from conversations.api.errors import ApiError
 from conversations.api.schemas import MAX_HISTORY_LIMIT, MAX_SEQ, HistoryPage, MessageAccepted, MessageIn
+from conversations.auth import throttle
 from conversations.models import now_ms
 from conversations.runtime.agent_channel import wake_dialog
 from conversations.storage.runner import run_storage
@@ -64,10 +65,19 @@ async def send_message(request: HttpRequest, payload: MessageIn, session_id: str
     or 409 ``client_msg_id_in_use`` when it names a message of another dialog (also a deleted
     one; 404 only when this dialog itself was deleted). 422 for blank
     content and for a slash command (each has its endpoint); 429 ``inbox_full`` when the dialog
-    already has its maximum of queued messages.
+    already has its maximum of queued messages; 429 ``rate_limited`` (with ``Retry-After``) past
+    ``PICOBOT_USER_MESSAGES_PER_MINUTE``, nothing stored.
     """
     received_at = now_ms()  # the user row's created_at (seed 000 §10.2)
     user, chat_id = request.auth, str(request.auth.pk)
+    retry_after = throttle.take_message(user.pk)
+    if retry_after is not None:  # issue 16: refused, not stored; the client may send it again
+        raise ApiError(
+            429,
+            "rate_limited",
+            throttle.too_many_messages_message(retry_after),
+            headers={"Retry-After": str(retry_after)},
+        )
     checked(session_id)
     content, client_msg_id = payload.content, payload.client_msg_id
     if is_blank(content):

@@ -6,11 +6,12 @@
 session cookie, accepted only from an allowed Origin (``origin_allowed``: cross-site WebSocket
 hijacking). A token that does not match never falls back to the cookie.
 
-An open socket stays open only while its credential holds: a token while unrevoked and its user
-active; a session logged in with a token while that token does; a password login while its user
-is active and the password unchanged (Django's session hash). One task per event loop checks the
-credentials of all its sockets every ``REVOCATION_CHECK_SECONDS`` (at most two queries) and
-closes a dead one's sockets with ``CLOSE_REVOKED``.
+An open socket stays open only while its credential holds: a token while unexpired, unrevoked
+and its user active; a session logged in with a token while that token does and the session
+exists; a password login while its user is active, the password unchanged (Django's session
+hash) and the session exists (a logout in any tab flushes it). One task per event loop checks
+the credentials of all its sockets every ``REVOCATION_CHECK_SECONDS`` (at most three queries)
+and closes a dead one's sockets with ``CLOSE_REVOKED``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from django.contrib.auth import HASH_SESSION_KEY
 from django.contrib.auth.models import AnonymousUser
 from django.http.request import split_domain_port, validate_host
 
+from conversations.auth import throttle
 from conversations.auth.tokens import (
     SESSION_TOKEN_KEY,
     Credential,
@@ -44,6 +46,9 @@ REVOCATION_CHECK_SECONDS = 2.0
 """How often a process checks the credentials of its open WebSockets (one query for all the
 tokens, one for all the password sessions)."""
 CLOSE_REVOKED = 4401  # = conversations.chat.consumer.CLOSE_UNAUTHORIZED
+CLOSE_TOO_MANY_FAILURES = 4429
+"""Too many failed tokens from the client's address (PROTOCOL §1): retry after the seconds the
+close reason and the ``error`` frame's ``retry_after`` give."""
 
 
 def _header(scope: dict, name: bytes) -> str | None:
@@ -92,7 +97,7 @@ def origin_allowed(scope: dict) -> bool:
 
 class _RevocationWatch:
     """The credentials of one event loop's open WebSockets, checked together every
-    ``REVOCATION_CHECK_SECONDS`` (``dead_credentials``: at most two queries whatever the number
+    ``REVOCATION_CHECK_SECONDS`` (``dead_credentials``: at most three queries whatever the number
     of sockets); a dead credential's sockets are revoked (``_RevocableReceive.revoke``)."""
 
     def __init__(self) -> None:
@@ -191,11 +196,12 @@ async def _closed_when_revoked(
     """Run ``inner`` for a WebSocket authenticated by ``credential``; when it stops holding while
     the socket is open (token revoked, user deactivated, password changed), close the socket
     (4401 with the reason) and tell ``inner`` it disconnected."""
-    reason = (
-        "API token revoked"
-        if credential[0] == "token"
-        else "signed out: the user was deactivated or changed password"
-    )
+    if credential[0] == "token" and credential[2] is None:
+        reason = "API token revoked or expired"
+    elif credential[0] == "token":
+        reason = "signed out: logged out, or the login token was revoked or expired"
+    else:
+        reason = "signed out: logged out, deactivated, or the password changed"
     guarded = _RevocableReceive(receive, send, reason)
     watch = _revocation_watch()
     watch.add(credential, guarded)
@@ -207,8 +213,8 @@ async def _closed_when_revoked(
 
 class _SessionTokenCheck:
     """Inside the session stack: a session logged in with an API token that is revoked now is
-    anonymous (refused, 4401); one whose token is live is watched like a token connection, and a
-    password login's socket is watched by ``(user id, session hash)``."""
+    anonymous (refused, 4401); one whose token is live is watched by ``(token id, session key)``,
+    and a password login's socket by ``(user id, session hash, session key)``."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -218,27 +224,31 @@ class _SessionTokenCheck:
         token_id = (
             await database_sync_to_async(session.get)(SESSION_TOKEN_KEY) if session is not None else None
         )
+        session_key = session.session_key if session is not None else None
         if token_id is None:
             user = scope.get("user")
             if scope.get("type") != "websocket" or user is None or not user.is_authenticated:
                 return await self.inner(scope, receive, send)
             session_hash = await database_sync_to_async(session.get)(HASH_SESSION_KEY)
             return await _closed_when_revoked(
-                self.inner, scope, receive, send, ("session", user.pk, session_hash)
+                self.inner, scope, receive, send, ("session", user.pk, session_hash, session_key)
             )
         scope = dict(scope)
         if not await database_sync_to_async(token_is_live)(token_id):
             scope["user"] = AnonymousUser()
             scope["auth_method"] = None
             return await self.inner(scope, receive, send)
-        return await _closed_when_revoked(self.inner, scope, receive, send, ("token", int(token_id)))
+        return await _closed_when_revoked(
+            self.inner, scope, receive, send, ("token", int(token_id), session_key)
+        )
 
 
 class ChatAuthMiddleware:
     """ASGI middleware setting ``scope["user"]`` and ``scope["auth_method"]`` for WebSockets.
 
     ``auth_method`` is ``"token"``, ``"session"`` or None (anonymous: the consumer refuses it with
-    close code 4401). A token that does not match never falls back to the cookie. A session
+    close code 4401). A token from an address with too many failed tokens is not looked up:
+    ``scope["auth_retry_after"]`` (seconds) makes the consumer close with ``CLOSE_TOO_MANY_FAILURES``. A token that does not match never falls back to the cookie. A session
     logged in with a token that is revoked now is anonymous too; a socket authenticated by a
     token (directly or through such a session) is closed with 4401 when the token is revoked.
     """
@@ -251,12 +261,21 @@ class ChatAuthMiddleware:
         scope = dict(scope)
         raw = token_from_scope(scope)
         if raw is not None:
+            address = throttle.scope_address(scope)
+            retry_after = throttle.token_retry_after(address)
+            if retry_after is not None:  # refused without a lookup (issue 16)
+                scope["user"] = AnonymousUser()
+                scope["auth_method"] = None
+                scope["auth_retry_after"] = retry_after
+                return await self.inner(scope, receive, send)
             token = await database_sync_to_async(live_token)(raw)
+            if token is None:
+                throttle.token_failed(address)
             scope["user"] = token.user if token is not None else AnonymousUser()
             scope["auth_method"] = "token" if token is not None else None
             if token is None or scope.get("type") != "websocket":
                 return await self.inner(scope, receive, send)
-            return await _closed_when_revoked(self.inner, scope, receive, send, ("token", token.pk))
+            return await _closed_when_revoked(self.inner, scope, receive, send, ("token", token.pk, None))
         if not origin_allowed(scope):
             scope["user"] = AnonymousUser()
             scope["auth_method"] = None

@@ -25,6 +25,7 @@ from django.db import DatabaseError
 from conversations import storage
 from conversations.agent.inbound import InboundMessage
 from conversations.agent.media import MediaError, validate_media
+from conversations.auth import throttle
 from conversations.chat.commands import announce, handle_command, idle_reset_notice, welcome
 from conversations.chat.frames import (
     MAX_CLIENT_MSG_ID,
@@ -63,9 +64,18 @@ MAX_OUTGOING_FRAME_BYTES = 8 * 1024 * 1024
 Daphne enforces by closing the connection; a larger frame is cut to fit (``delivery.frame_budget``)."""
 _FIT_CHECK_CHARS = MAX_OUTGOING_FRAME_BYTES // 4  # a text this short cannot be over (≤ 4 bytes a char)
 CLOSE_UNAUTHORIZED = 4401
+CLOSE_TOO_MANY_FAILURES = 4429  # = conversations.auth.websocket.CLOSE_TOO_MANY_FAILURES
 # DESIGN §2 asks for 1001, but Daphne's WebSocket stack (autobahn) refuses to send any server close
 # code other than 1000 and 3000–4999, so a shutdown closes normally with a reason; clients reconnect.
 CLOSE_SERVER_SHUTDOWN = 1000
+
+
+class RateLimitedError(Exception):
+    """The user sent more messages than ``PICOBOT_USER_MESSAGES_PER_MINUTE``; ``retry_after`` s."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"rate limited for {retry_after} s")
+        self.retry_after = retry_after
 
 
 def process_connections_group() -> str:
@@ -83,6 +93,16 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         user = self.scope.get("user")
+        retry_after = self.scope.get("auth_retry_after")
+        if retry_after is not None:
+            # Issue 16: a clear code that says when, so a client does not reconnect hot on it.
+            reason = throttle.too_many_failures_message(retry_after)
+            await self.accept()
+            await self.send_frame(
+                {"type": "error", "code": "too_many_requests", "message": reason, "retry_after": retry_after}
+            )
+            await self.close(code=CLOSE_TOO_MANY_FAILURES, reason=reason)
+            return
         if user is None or not user.is_authenticated:
             await self.accept()
             await self.send_frame(
@@ -217,6 +237,16 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
             await self.send_error("not_found", str(exc), client_msg_id=client_msg_id)
         except storage.InboxFullError as exc:
             await self.send_error("inbox_full", str(exc), client_msg_id=client_msg_id)
+        except RateLimitedError as exc:
+            await self.send_frame(
+                {
+                    "type": "error",
+                    "code": "rate_limited",
+                    "message": throttle.too_many_messages_message(exc.retry_after),
+                    "retry_after": exc.retry_after,
+                    **({"client_msg_id": client_msg_id} if client_msg_id else {}),
+                }
+            )
         except Exception:
             ref = secrets.token_hex(4)
             log.exception("chat frame failed (ref %s)", ref)
@@ -229,6 +259,9 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
 
     async def on_message(self, frame: dict) -> None:
         received_at = now_ms()  # the user row's created_at (seed 000 §10.2)
+        retry_after = throttle.take_message(self.user.pk)
+        if retry_after is not None:  # refused, nothing stored: the client may send it again
+            raise RateLimitedError(retry_after)
         client_msg_id = optional_str(frame, "client_msg_id", MAX_CLIENT_MSG_ID)
         content = message_content(frame, client_msg_id)
         session_id = optional_str(frame, "session_id", 255)

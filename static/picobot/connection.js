@@ -1,5 +1,5 @@
 /* PicoBot WebUI — the WebSocket (PROTOCOL.md §1): reconnect with backoff, ping/pong liveness,
- * close code 4401 → login. No DOM here. */
+ * close code 4401 → login, 4429 (too many failed sign-ins) → wait the seconds it names. No DOM here. */
 (function (root) {
   'use strict';
 
@@ -40,21 +40,30 @@
         if (!frame || typeof frame.type !== 'string') return;
         if (frame.type === 'pong') this.awaitingPong = false;
         if (frame.type === 'ready') this.attempt = 0;
+        // Sent before a 4429 close (Daphne drops close reasons, so the frame carries the wait).
+        if (frame.type === 'error' && Number.isFinite(frame.retry_after)) this.retryAfter = frame.retry_after;
         this.onFrame(frame);
       };
-      ws.onclose = (ev) => this._closed(ev.code);
+      ws.onclose = (ev) => this._closed(ev.code, ev.reason);
     }
 
-    _closed(code) {
+    _closed(code, reason) {
       clearInterval(this.pingTimer);
       this.ws = null;
       if (code === 4401) { this.onStatus('unauthorized'); this.onUnauthorized(); return; }
+      if (code === 4429) {
+        const wait = this.retryAfter ? this.retryAfter * 1000 : retryAfterMs(reason);
+        this.retryAfter = null;
+        this._retry(wait);
+        return;
+      }
       this._retry();
     }
 
-    _retry() {
+    _retry(atLeastMs = 0) {
       // 0.5 s doubling to 15 s, ±25 % jitter so a restarted server is not hit by every tab at once.
-      const delay = Math.min(15000, 500 * 2 ** this.attempt) * (0.75 + Math.random() * 0.5);
+      const backoff = Math.min(15000, 500 * 2 ** this.attempt) * (0.75 + Math.random() * 0.5);
+      const delay = Math.max(backoff, atLeastMs);
       this.attempt += 1;
       this.onStatus('waiting', { delay, attempt: this.attempt });
       this.retryTimer = setTimeout(() => this._connect(), delay);
@@ -78,5 +87,11 @@
     }
   }
 
-  root.PicoBot = Object.assign(root.PicoBot || {}, { Connection });
+  /** The wait a 4429 close reason names ("… retry in 40 s", PROTOCOL §1), in ms; 60 s if none. */
+  function retryAfterMs(reason) {
+    const match = /retry in (\d+) s/.exec(reason || '');
+    return (match ? Number(match[1]) : 60) * 1000;
+  }
+
+  root.PicoBot = Object.assign(root.PicoBot || {}, { Connection, retryAfterMs });
 })(typeof window !== 'undefined' ? window : globalThis);

@@ -88,7 +88,7 @@ def test_the_resolve_action_marks_unresolved_rows_and_keeps_earlier_resolutions(
 def test_the_admin_is_staff_only(client, rows):
     assert client.get(URL).status_code == 302
     get_user_model().objects.create_user("plain", password="pw-for-tests")
-    client.login(username="plain", password="pw-for-tests")
+    client.force_login(get_user_model().objects.get(username="plain"))
     assert client.get(URL).status_code == 302
 
 

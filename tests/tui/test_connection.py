@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from tui.connection import ChatConnection, ConnectionState, backoff_delay
+from tui.connection import ChatConnection, ConnectionState, backoff_delay, close_retry_after
 
 
 @pytest.mark.parametrize(("attempt", "low", "high"), [(0, 0.375, 0.625), (1, 0.75, 1.25), (10, 11.25, 18.75)])
@@ -49,6 +49,42 @@ async def test_a_4401_close_ends_in_the_refused_state_without_retrying():
     assert headers == ["Bearer pb_bad"]
     assert [s.kind for s in states] == ["connecting", "connected", "refused"]
     assert frames[0]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "wait"),
+    [
+        (4429, "too many failed sign-ins from this address; retry in 40 s", 40.0),
+        (4429, "", 60.0),
+        (1011, "retry in 40 s", 0.0),
+        (None, None, 0.0),
+    ],
+)
+def test_a_4429_close_asks_for_the_wait_its_reason_names(code, reason, wait):
+    assert close_retry_after(code, reason) == wait
+
+
+async def test_a_4429_close_waits_the_named_seconds_before_reconnecting():
+    async def too_many(ws: ServerConnection) -> None:
+        await ws.send(json.dumps({"type": "error", "code": "too_many_requests", "retry_after": 7}))
+        await ws.close(4429)  # as under Daphne: no reason
+
+    states: list[ConnectionState] = []
+
+    async def on_frame(frame: dict[str, Any]) -> None:
+        pass
+
+    def on_state(state: ConnectionState) -> None:
+        states.append(state)
+        if state.kind == "reconnecting":
+            asyncio.get_running_loop().create_task(conn.close())
+
+    async for url in local_server(too_many):
+        conn = ChatConnection(url, "pb_x", on_frame, on_state, rng=lambda: 0.0)
+        await asyncio.wait_for(conn.run(), 20)
+    waiting = [s for s in states if s.kind == "reconnecting"][0]
+    assert waiting.retry_in == 7.0, "not the 0.375 s of the first backoff"
+    assert "retry in 7 s" in waiting.detail
 
 
 async def test_a_dropped_connection_reconnects_and_frames_flow_again():

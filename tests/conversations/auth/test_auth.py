@@ -189,7 +189,8 @@ async def test_an_open_websocket_is_closed_when_its_token_is_revoked(monkeypatch
         output = await comm.receive_output(timeout=5)
         if output["type"] == "websocket.close":
             break
-    assert output == {"type": "websocket.close", "code": 4401, "reason": "API token revoked"}
+    assert output["type"] == "websocket.close" and output["code"] == 4401
+    assert "revoked" in output["reason"]
     await kept_comm.send_json_to({"type": "ping", "nonce": "n"})
     assert (await kept_comm.receive_json_from(timeout=5)) == {"type": "pong", "nonce": "n"}
     await kept_comm.disconnect()
