@@ -221,6 +221,8 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     # First: a locked-out login is refused before any password is hashed or token looked up.
     "axes.backends.AxesStandaloneBackend",
+    # Then: an address with too many failed sign-ins (any account, or API tokens) is refused too.
+    "conversations.auth.backends.AddressThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
     # The WebUI login also accepts an API token as the password (users made by createtoken).
     "conversations.auth.backends.ApiTokenBackend",

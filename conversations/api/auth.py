@@ -51,7 +51,7 @@ class BearerToken(AuthBase):
         if scheme.lower() != "bearer" or not raw:
             return None
         address = throttle.request_address(request)
-        retry_after = throttle.token_retry_after(address)
+        retry_after = throttle.sign_in_retry_after(address)
         if retry_after is not None:
             raise ApiError(
                 429,
@@ -61,7 +61,7 @@ class BearerToken(AuthBase):
             )
         user = await run_storage(user_for_token, raw)
         if user is None:
-            throttle.token_failed(address)
+            throttle.sign_in_failed(address)
         return user
 
 

@@ -2,7 +2,7 @@
 
 ``lockout_response`` is ``AXES_LOCKOUT_CALLABLE``: HTTP 429 with ``Retry-After`` (seconds) and a
 page saying when to try again (``templates/registration/lockout.html``), for the WebUI login and
-the admin's alike. A try while locked starts the lock again (axes' default), so the wait is the
+the admin's alike, and for an address over its sign-in failure limit (``backends``). A try while locked starts the lock again (axes' default), so the wait is the
 whole lock, ``PICOBOT_LOGIN_LOCKOUT_SECONDS``.
 """
 
@@ -24,7 +24,8 @@ def lockout_seconds() -> int:
 def lockout_response(request: HttpRequest, *_: Any) -> HttpResponse:
     """429 with ``Retry-After`` and the lockout page (axes passes the original response and the
     credentials too, in an order that differs between its sync and async paths: unused)."""
-    retry_after = lockout_seconds()
+    # An address over its sign-in limit (backends.AddressThrottleBackend) waits for its own window.
+    retry_after = getattr(request, "picobot_retry_after", None) or lockout_seconds()
     login_url = request.path if request.path.startswith("/admin/") else settings.LOGIN_URL
     context = {
         "retry_after": retry_after,

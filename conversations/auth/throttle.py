@@ -1,8 +1,9 @@
 """The process's rate limits (issue 16; Django glue over the pure ``ratelimit``).
 
 Two limiters, kept in this process's memory (each server process counts on its own; a restart
-forgets): failed API tokens per client address (``PICOBOT_AUTH_FAILURES_PER_ADDRESS`` within
-``PICOBOT_AUTH_FAILURE_WINDOW_SECONDS``) for REST and the WebSocket handshake, and messages per
+forgets): failed sign-ins per client address (``PICOBOT_AUTH_FAILURES_PER_ADDRESS`` within
+``PICOBOT_AUTH_FAILURE_WINDOW_SECONDS``) — API tokens on REST and the WebSocket handshake, and
+logins on any account (``backends.AddressThrottleBackend``) — and messages per
 user (``PICOBOT_USER_MESSAGES_PER_MINUTE``) for WebSocket ``message`` frames and REST sends. The
 address is the one the server sees (``REMOTE_ADDR``, the ASGI ``client``): behind a proxy every
 client shares the proxy's (README "Authentication"). Built on first use; ``reset_limits`` forgets
@@ -56,13 +57,13 @@ def request_address(request: Any) -> str:
     return request.META.get("REMOTE_ADDR") or UNKNOWN_ADDRESS
 
 
-def token_retry_after(address: str) -> int | None:
-    """Whole seconds before ``address`` may present an API token again, or None: it may now."""
+def sign_in_retry_after(address: str) -> int | None:
+    """Whole seconds before ``address`` may sign in (a token or a login) again, or None: it may now."""
     return _limiter("sign_in").retry_after(address, _clock())
 
 
-def token_failed(address: str) -> None:
-    """Count a token from ``address`` that matched no live token."""
+def sign_in_failed(address: str) -> None:
+    """Count a failed sign-in from ``address``: a token that matched no live token, a failed login."""
     _limiter("sign_in").record(address, _clock())
 
 

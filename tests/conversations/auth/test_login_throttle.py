@@ -138,3 +138,37 @@ async def test_the_lockout_page_is_served_on_the_async_path_too():
     response = await client.post("/login/", {"username": "ines", "password": PASSWORD})
     assert response.status_code == 429 and response["Retry-After"] == "60"
     assert b"Try again in 60 seconds" in response.content
+
+
+def test_one_address_guessing_across_many_accounts_is_refused_before_any_password_is_hashed(
+    backend_calls, settings
+):
+    """Axes locks an account; the per-address limit (PICOBOT_AUTH_FAILURES_PER_ADDRESS) stops an
+    address that spreads its guesses so that no account reaches its own lock."""
+    settings.PICOBOT = settings.PICOBOT.replace(auth_failures_per_address=6)
+    for n in range(4):
+        make_user(f"user{n}")
+    make_user("bystander")
+    guesser = Client(REMOTE_ADDR="203.0.113.9")
+    for n in range(6):  # two wrong passwords on each of three accounts: none of them is locked
+        assert login(guesser, f"user{n % 3}", "wrong-guess").status_code == 200
+    consulted = len(backend_calls)
+    refused = login(guesser, "user3", PASSWORD)
+    assert refused.status_code == 429, "even a right password: the address is over its limit"
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    assert b"Try again in" in refused.content
+    assert len(backend_calls) == consulted, "no password hashed, no token looked up"
+    other_address = Client(REMOTE_ADDR="198.51.100.7")
+    assert login(other_address, "bystander", PASSWORD).status_code == 302, "another address logs in at once"
+
+
+def test_failed_logins_and_failed_tokens_share_one_per_address_count(settings):
+    settings.PICOBOT = settings.PICOBOT.replace(auth_failures_per_address=3)
+    make_user("bea")
+    client = Client(REMOTE_ADDR="203.0.113.10")
+    for _ in range(2):
+        assert login(client, "bea", "wrong-guess").status_code == 200
+    api = client.get("/api/dialogs", HTTP_AUTHORIZATION="Bearer pb_wrong")
+    assert api.status_code == 401
+    refused = client.get("/api/dialogs", HTTP_AUTHORIZATION="Bearer pb_wrong")
+    assert refused.status_code == 429 and "Retry-After" in refused
