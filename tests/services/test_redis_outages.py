@@ -281,6 +281,10 @@ async def test_redis_down_for_seconds_then_back_keeps_sockets_and_turns_and_hand
         final = await client.wait_for(lambda: client.final(running))
         assert final["status"] == "completed" and answer_of(final) == ANSWER
         await send_and_finish(client, after, "after-outage", after=0)
+        # The socket that connected while Redis was down joined its chat's group once it was back:
+        # it sees the new turn live, though it did not send it.
+        await other.wait_for(lambda: other.final(after))
+        assert any(t["status"] == "running" for t in other.turns(after))
         assert client.closed is None and other.closed is None
         await client.close()
         await other.close()
