@@ -10,17 +10,19 @@ full channel — messages are dropped — and never as a failure of the caller.
 with these rules, for the errors in :data:`OUTAGE_ERRORS`:
 
 * every call is tried twice at once (a restarted Redis leaves stale connections in the pool: the
-  first command on each fails) and bounded by :data:`CALL_SECONDS` (a silent network drops
-  nothing: reads have no socket timeout, see ``picobot_site.settings``);
+  first command on each fails) and bounded by :data:`CALL_SECONDS` (reads have no socket timeout,
+  see ``picobot_site.settings``: a silent network must not hang a caller);
 * ``receive`` waits while Redis is unreachable, retrying with backoff (0.2 s doubling up to
   :data:`MAX_RETRY_SECONDS`): consumers never see the outage;
 * ``group_add`` records the membership and returns even when Redis is unreachable;
   ``group_discard`` forgets it and never raises; ``group_send`` drops the message (logged);
-* ``send`` still raises (after the retry): its callers decide (a wake-up is found by the inbox
-  scan, ``/api/ready`` reports the layer down, ``serve`` refuses to start without it);
-* once an outage was seen, a task of the event loop probes Redis with the same backoff and, when it
-  answers, adds every membership of this process again: a restarted Redis has forgotten them
-  (without persistence), and a socket that misses live frames meanwhile converges from storage.
+* ``send`` still raises (after the retry), logging nothing: its callers decide (a wake-up is
+  found by the inbox scan, ``/api/ready`` reports the layer down, ``serve`` refuses to start
+  without it);
+* once an outage was seen (or a call met a stale connection: a restart), a task of the event
+  loop probes Redis with the same backoff and, when it answers, adds every membership of this
+  process again: a restarted Redis has forgotten them (without persistence), and a socket that
+  misses live frames meanwhile converges from storage.
 
 Each outage is logged once when seen and once when over.
 """
@@ -28,7 +30,6 @@ Each outage is logged once when seen and once when over.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -73,19 +74,18 @@ class OutageTolerantRedisChannelLayer(RoundTripRedisChannelLayer):
         self._rejoiners: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
 
     async def _tried_twice(self, call: Any, *args: Any) -> Any:
+        """``await call(*args)``, tried again at once after an outage error (raised when both
+        fail: the caller decides whether that is an outage to absorb)."""
         try:
             async with asyncio.timeout(CALL_SECONDS):
                 return await call(*args)
         except OUTAGE_ERRORS:
-            # A stale connection (dropped now; the retry makes a new one): Redis restarted, and
-            # may have forgotten this process's memberships.
-            self._schedule_rejoin()
-        try:
-            async with asyncio.timeout(CALL_SECONDS):
-                return await call(*args)
-        except OUTAGE_ERRORS as exc:
-            self._outage_seen(exc)
-            raise
+            pass  # a stale connection of the pool (dropped now; the retry makes a new one)?
+        async with asyncio.timeout(CALL_SECONDS):
+            result = await call(*args)
+        # It was: Redis restarted, and may have forgotten this process's memberships.
+        self._schedule_rejoin()
+        return result
 
     async def send(self, channel: str, message: dict) -> None:
         """As ``RedisChannelLayer.send``; raises an :data:`OUTAGE_ERRORS` error when Redis is
@@ -96,15 +96,18 @@ class OutageTolerantRedisChannelLayer(RoundTripRedisChannelLayer):
         """Send to every member of ``group``; dropped (logged) when Redis is unreachable."""
         try:
             await self._tried_twice(super().group_send, group, message)
-        except OUTAGE_ERRORS:
+        except OUTAGE_ERRORS as exc:
+            self._outage_seen(exc)
             log.debug("channel layer unreachable: a %s message to %s dropped", message.get("type"), group)
 
     async def group_add(self, group: str, channel: str) -> None:
         """Add ``channel`` to ``group`` now, or once Redis is reachable again; never raises for
         an outage."""
         self.memberships[group].add(channel)
-        with contextlib.suppress(OUTAGE_ERRORS):  # recorded: the re-join adds it
+        try:
             await self._tried_twice(super().group_add, group, channel)
+        except OUTAGE_ERRORS as exc:
+            self._outage_seen(exc)  # recorded: the re-join adds it
 
     async def group_discard(self, group: str, channel: str) -> None:
         """Remove ``channel`` from ``group``; never raises for an outage (a member left behind
@@ -114,8 +117,10 @@ class OutageTolerantRedisChannelLayer(RoundTripRedisChannelLayer):
             members.discard(channel)
             if not members:
                 del self.memberships[group]
-        with contextlib.suppress(OUTAGE_ERRORS):
+        try:
             await self._tried_twice(super().group_discard, group, channel)
+        except OUTAGE_ERRORS as exc:
+            self._outage_seen(exc)
 
     async def receive(self, channel: str) -> dict:
         """The next message of ``channel``, waiting (and retrying) while Redis is unreachable."""
@@ -168,6 +173,8 @@ class OutageTolerantRedisChannelLayer(RoundTripRedisChannelLayer):
             if self._down:
                 self._down = False
                 log.warning("channel layer: Redis reachable again; %d group memberships re-joined", joined)
+            else:
+                log.info("channel layer: Redis restarted; %d group memberships re-joined", joined)
             return
 
     async def _rejoin_all(self) -> int:
