@@ -45,14 +45,26 @@ class PrivateRedis:
         self.port = _free_port()
         self.proc: asyncio.subprocess.Process | None = None
         self.restarts = 0
+        self.started = False
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     async def start(self) -> None:
-        """Start it (again, on the same port) and wait until it answers ``PING``."""
+        """Start it (again, on the same port) and wait until it answers ``PING``. A first start
+        whose port was taken meanwhile (another test run) moves to the next free one."""
         assert self.proc is None, "already running"
+        for _ in PORTS:
+            if await self._start_on_port():
+                self.started = True
+                return
+            if self.started:
+                break
+            self.port = _free_port()
+        raise RuntimeError(f"redis-server could not start on port {self.port}")
+
+    async def _start_on_port(self) -> bool:
         options = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         self.proc = await asyncio.create_subprocess_exec(
             self.binary, *options, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
@@ -60,9 +72,10 @@ class PrivateRedis:
         async with asyncio.timeout(30):
             while True:
                 if await self._answers():
-                    return
+                    return True
                 if self.proc.returncode is not None:
-                    raise RuntimeError(f"redis-server on {self.port} exited with {self.proc.returncode}")
+                    self.proc = None
+                    return False
                 await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
@@ -86,14 +99,20 @@ class PrivateRedis:
         self.restarts += 1
 
     async def _answers(self) -> bool:
+        """Whether *our* process answers on the port (``INFO server``'s ``process_id``), not
+        another server that took the port first."""
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
         except OSError:
             return False
         try:
-            writer.write(b"PING\r\n")
-            return (await reader.readline()).startswith(b"+PONG")
-        except OSError:
+            writer.write(b"INFO server\r\n")
+            head = await reader.readline()
+            if not head.startswith(b"$"):
+                return False
+            info = await reader.readexactly(int(head[1:]) + 2)
+            return self.proc is not None and f"process_id:{self.proc.pid}\r\n".encode() in info
+        except (OSError, ValueError, asyncio.IncompleteReadError):
             return False
         finally:
             writer.close()
