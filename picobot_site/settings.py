@@ -180,8 +180,9 @@ GROUP_EXPIRY_SECONDS = PICOBOT.group_expiry_seconds
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            # channels_redis with two round trips per group_send and one per waiting message.
-            "BACKEND": "delivery.redis_layer.RoundTripRedisChannelLayer",
+            # channels_redis with two round trips per group_send and one per waiting message,
+            # outliving Redis restarts and outages (sockets stay open, memberships re-joined).
+            "BACKEND": "delivery.redis_outages.OutageTolerantRedisChannelLayer",
             "CONFIG": {
                 # redis-py caps a pool at 100 and errors instead of waiting (DESIGN §2).
                 "hosts": [

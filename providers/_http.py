@@ -8,7 +8,8 @@ module owns everything about the connection, so both vendors behave the same way
 * ``first_byte_timeout`` bounds the time from sending the request to the first body byte,
   ``idle_timeout`` every later gap between reads (asyncio-level, like httpx's read timeout;
   :mod:`providers._read_deadline`);
-* status and ``content-type`` are checked before any SSE parsing (SC-20, SC-21);
+* status and ``content-type`` are checked before any SSE parsing (SC-20, SC-21), and a body is
+  bounded in bytes (:data:`MAX_RESPONSE_BYTES`) before the SSE decoder buffers it;
 * :meth:`HTTPStreamProvider._map_errors` is the one place httpx2 exceptions become
   :class:`~providers.errors.ProviderError`;
 * retries are bounded, honour ``retry_after_s``, and happen only before the first output chunk
@@ -52,6 +53,13 @@ logger = logging.getLogger(__name__)
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
 
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+"""Bytes one streamed response may have (issue 16, "provider response size"). The turn's text is
+capped in characters by the agent loop; this bounds what that cap does not see — an event or a
+line that never ends, endless keep-alive comments or non-text deltas — before the SSE decoder
+buffers it. Above the ~45 MB a 1 000 000-character answer takes one token a chunk. Past it the
+stream ends with a non-retryable ``BadResponseError`` after the chunks that arrived."""
+
 
 def json_body(body: dict[str, Any]) -> bytes:
     """``body`` as UTF-8 JSON bytes, as httpx's ``json=`` encodes it (compact, NaN refused).
@@ -93,6 +101,9 @@ class HTTPStreamProvider(LLMProvider):
             alive for reuse. A turn that finds them all busy waits for one — bounded by its own
             deadline, never failed because other turns hold the slots.
         transport: an httpx2 transport (tests: ``httpx2.MockTransport``), or None for the network.
+
+    Attributes:
+        max_response_bytes: bytes one streamed response may have (:data:`MAX_RESPONSE_BYTES`).
     """
 
     def __init__(
@@ -118,6 +129,7 @@ class HTTPStreamProvider(LLMProvider):
         self.max_retries = max(0, max_retries)
         self.retry_backoff = retry_backoff
         self.max_retry_delay = max_retry_delay
+        self.max_response_bytes = MAX_RESPONSE_BYTES
         # pool=None: waiting for a free connection is not a provider failure (the library default
         # of 100 connections with a 10 s pool wait failed turns at 500 concurrent streams).
         timeout = httpx2.Timeout(
@@ -264,6 +276,7 @@ class HTTPStreamProvider(LLMProvider):
         deadline: float | None = first_byte_deadline
         head = bytearray()  # the body while no SSE event arrived (an unframed JSON error?)
         saw_event = False
+        received = 0
         try:
             while not parser.finished:
                 data = await self._next_read(
@@ -274,6 +287,14 @@ class HTTPStreamProvider(LLMProvider):
                     status=response.status_code,
                 )
                 deadline = None
+                if data is not None:
+                    received += len(data)
+                    if received > self.max_response_bytes:
+                        raise BadResponseError(
+                            f"{self.name}: the response passed {self.max_response_bytes} bytes",
+                            http_status=response.status_code,
+                            retryable=False,
+                        )
                 events = reader.close() if data is None else reader.feed(data)
                 if not saw_event:
                     saw_event = bool(events)

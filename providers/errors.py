@@ -11,7 +11,8 @@
     ├── ProviderTimeoutError         kind "timeout"           connect / first byte / idle between chunks
     ├── ProviderConnectionError      kind "connection"        connection refused/reset before a response
     ├── BadResponseError             kind "http_error"        other non-2xx; 200 with a JSON error
-    │                                                         body, ``null`` or any non-SSE body
+    │                                                         body, ``null`` or any non-SSE body;
+    │                                                         a stream over ``MAX_RESPONSE_BYTES``
     ├── InBandError                  kind "provider_error"    an error object inside a 200 stream
     ├── StreamTruncatedError         kind "truncated"         EOF without finish/[DONE]/message_stop,
     │                                                         or the connection dropped mid-body

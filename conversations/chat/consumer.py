@@ -206,7 +206,8 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError):
                 await refresher
         for group in getattr(self, "groups_joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+            with contextlib.suppress(Exception):  # a layer that is down forgets nothing we need
+                await self.channel_layer.group_discard(group, self.channel_name)
 
     async def _refresh_groups(self) -> None:
         """Re-join our groups periodically: layers drop members after ``group_expiry`` (24 h)."""

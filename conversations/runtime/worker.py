@@ -320,17 +320,21 @@ class AgentWorker:
             ):
                 continue
             snapshot = running.controller.snapshot()
-            await layer.send(
-                reply,
-                {
-                    "type": "turn.snapshot",
-                    "turn_id": snapshot.id,
-                    "session_id": snapshot.session_id,
-                    "revision": snapshot.revision,
-                    "terminal": snapshot.is_terminal,
-                    "json": serialize_snapshot(snapshot, policy),
-                },
-            )
+            try:
+                await layer.send(
+                    reply,
+                    {
+                        "type": "turn.snapshot",
+                        "turn_id": snapshot.id,
+                        "session_id": snapshot.session_id,
+                        "revision": snapshot.revision,
+                        "terminal": snapshot.is_terminal,
+                        "json": serialize_snapshot(snapshot, policy),
+                    },
+                )
+            except Exception:  # the layer is down: the client shows the placeholder until the next snapshot
+                log.warning("could not replay turn %s to a new connection", snapshot.id, exc_info=True)
+                return
 
     # --- background loops ---------------------------------------------------------------------
     async def scan_once(self) -> None:

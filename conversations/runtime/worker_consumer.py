@@ -7,6 +7,7 @@ ASGI loop. The messages and their senders: ``agent_channel``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 from typing import Protocol
 
@@ -17,6 +18,8 @@ from conversations.runtime.agent_channel import WORKERS_GROUP
 from conversations.runtime.consumer_base import LoopDispatch
 from conversations.runtime.turn_sinks import split_session_id
 from conversations.storage.runner import run_storage
+
+log = logging.getLogger(__name__)
 
 # A stop of a turn whose row is started while its executor has no running turn yet (setup):
 # how often, and how far apart, the row and the executor are looked at again.
@@ -64,10 +67,16 @@ class AgentWorkerConsumer(LoopDispatch, AsyncConsumer):
         worker = self.worker
 
         async def acknowledge() -> None:
-            if reply:
+            if not reply:
+                return
+            try:
                 await self.channel_layer.send(
                     reply, {"type": "stop.ack", "dialog_id": dialog_id, "turn_id": turn_id}
                 )
+            except (
+                Exception
+            ):  # the layer is down: the asker's wait ends unacknowledged (ChatConsumer.stop_turn)
+                log.warning("could not acknowledge the stop of %s", dialog_id, exc_info=True)
 
         stopped = worker.stop_turn(dialog_id, turn_id)
         if stopped is None:

@@ -56,10 +56,12 @@ async def two_processes():
     """Two layers on one Redis, as two server processes hold them (each its own client prefix)."""
     url = require_service("PICOBOT_TEST_REDIS_URL")
     config = redis_layers(url)["default"]
-    from delivery.redis_layer import RoundTripRedisChannelLayer
+    from delivery.redis_outages import OutageTolerantRedisChannelLayer
 
-    assert config["BACKEND"] == "delivery.redis_layer.RoundTripRedisChannelLayer"
-    layers = [RoundTripRedisChannelLayer(**{**config["CONFIG"], "prefix": "asgi-test-rt"}) for _ in range(2)]
+    assert config["BACKEND"] == "delivery.redis_outages.OutageTolerantRedisChannelLayer"
+    layers = [
+        OutageTolerantRedisChannelLayer(**{**config["CONFIG"], "prefix": "asgi-test-rt"}) for _ in range(2)
+    ]
     yield layers
     await layers[0].flush()
     for layer in layers:

@@ -6,8 +6,10 @@ SIGTERM/SIGINT stop it gracefully: running turns end per the cancel rules, then 
 
 HTTP request bodies over 3 MiB are refused with 413 while they arrive, before Daphne buffers them
 (``_http_guard``); a WebSocket whose client leaves more than ``PICOBOT_WS_MAX_UNSENT_BYTES`` of
-output unread is closed with 4408 (``_ws_guard``). ``--no-worker`` serves HTTP and WebSockets
-only, for the scale-out mode, where ``runagent`` processes run the turns. The worker starts only once a message went through the channel layer and back;
+output unread is closed with 4408 (``_ws_guard``); a client message over 9 MiB is discarded as it
+arrives and answered with an ``error`` frame, and a client that breaks the WebSocket protocol
+(e.g. invalid UTF-8: 1007) gets a close frame, not a dropped connection (``_ws_input``).
+``--no-worker`` serves HTTP and WebSockets only, for the scale-out mode, where ``runagent`` processes run the turns. The worker starts only once a message went through the channel layer and back;
 when it cannot start, ``serve`` exits 1 saying why (e.g. Redis unreachable) — no turn runs first.
 
 When it cannot listen (the port is taken, the address is not this machine's, a privileged port),
@@ -99,6 +101,7 @@ class Command(PicoBotCommand):
         from conversations.chat.consumer import process_connections_group
         from conversations.management.commands._http_guard import install_body_limit
         from conversations.management.commands._ws_guard import install_output_bound
+        from conversations.management.commands._ws_input import install_input_limit
         from conversations.runtime.provider import get_provider
         from conversations.runtime.supervisor import close_control_supervisor
         from conversations.runtime.worker import AgentWorker, default_worker_id
@@ -196,6 +199,7 @@ class Command(PicoBotCommand):
             # Not accepting yet: every connection gets the body limit.
             install_body_limit(server.http_factory)
             install_output_bound(server.ws_factory, settings.PICOBOT.ws_max_unsent_bytes)
+            install_input_limit(server.ws_factory, MAX_WS_MESSAGE_BYTES)
             loop = asyncio.get_event_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)
