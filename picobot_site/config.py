@@ -436,6 +436,14 @@ class PicoBotSettings(BaseSettings):
         "extra origins (`https://chat.example.com`) for logins and cookie WebSockets, e.g. behind an HTTPS "
         "proxy; by default only same-origin pages may open a cookie-authenticated WebSocket",
     )
+    hsts_seconds: int = setting(
+        0,
+        "HTTPS deployments: `Strict-Transport-Security: max-age=N` on the answers to HTTPS requests "
+        "(31536000 is a year; 0 sends none); see Security",
+        unit="s",
+        ge=0,
+        le=2 * 365 * 24 * 3600,
+    )
     time_zone: str = setting(
         "UTC", "Django's time zone (an IANA name), used by the admin; PicoBot's own texts show UTC"
     )

@@ -18,6 +18,7 @@ from typing import NoReturn
 
 import dj_database_url
 
+from picobot_site import headers
 from picobot_site.config import ConfigError, load_settings
 from picobot_site.config_rules import one_line
 
@@ -111,6 +112,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy on every answer, static files and API errors included (issue 16).
+    "picobot_site.headers.PicoBotCSPMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",  # above WhiteNoise: static files too
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     # /api/: HEAD served as GET without a body; every error Django (not the API) makes — unrouted
@@ -124,10 +128,20 @@ MIDDLEWARE = [
     # A WebUI session logged in with an API token ends when that token is revoked.
     "conversations.auth.middleware.RevokedTokenSessionMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: turns a login axes refused into our lockout page (429, conversations.auth.lockout).
     "axes.middleware.AxesMiddleware",
 ]
+
+# --- security headers (issue 16; picobot_site/headers.py) -------------------------------------------
+CONTENT_SECURITY_POLICY = headers.CONTENT_SECURITY_POLICY
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Sent only on requests Django sees as HTTPS; 0 sends none (README "Security").
+SECURE_HSTS_SECONDS = PICOBOT.hsts_seconds
+SECURE_HSTS_INCLUDE_SUBDOMAINS = False
+SECURE_HSTS_PRELOAD = False
 
 ROOT_URLCONF = "picobot_site.urls"
 DEFAULT_EXCEPTION_REPORTER_FILTER = "picobot_site.reporting.PicoBotReporterFilter"
