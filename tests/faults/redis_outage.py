@@ -82,7 +82,7 @@ async def redis_layer(rig: Rig) -> None:
     await rig.redis.start()
     rig.settings.CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "delivery.redis_layer.RoundTripRedisChannelLayer",
+            "BACKEND": "delivery.redis_outages.OutageTolerantRedisChannelLayer",  # as settings.py with Redis
             "CONFIG": {"hosts": [{"address": rig.redis.url, "max_connections": 50}]},
         }
     }
