@@ -73,9 +73,8 @@ class AgentWorkerConsumer(LoopDispatch, AsyncConsumer):
                 await self.channel_layer.send(
                     reply, {"type": "stop.ack", "dialog_id": dialog_id, "turn_id": turn_id}
                 )
-            except (
-                Exception
-            ):  # the layer is down: the asker's wait ends unacknowledged (ChatConsumer.stop_turn)
+            except Exception:
+                # The layer is down: the asker's wait ends unacknowledged (ChatConsumer.stop_turn).
                 log.warning("could not acknowledge the stop of %s", dialog_id, exc_info=True)
 
         stopped = worker.stop_turn(dialog_id, turn_id)
