@@ -394,8 +394,9 @@ class PicoBotSettings(BaseSettings):
     )
     auth_failures_per_address: int = setting(
         20,
-        "failed API tokens (REST, WebSocket) from one client address within the window before that address "
-        "is refused (REST 429 `too_many_requests` with `Retry-After`, WebSocket close 4429) without a lookup; "
+        "failed sign-ins — API tokens (REST, WebSocket) and logins on any account — from one client address "
+        "within the window before that address is refused (REST 429 `too_many_requests` with `Retry-After`, "
+        "WebSocket close 4429, the login pages' 429 lockout page) without a lookup or password hash; "
         "counted in each server process. `0`: no limit",
         ge=0,
     )
@@ -404,7 +405,7 @@ class PicoBotSettings(BaseSettings):
     )
     user_messages_per_minute: int = setting(
         30,
-        "messages (WebSocket `message` frames, REST sends) one user may send per minute before they are "
+        "messages (WebSocket `message` frames, slash commands but `/stop`, REST sends) one user may send per minute before they are "
         "refused, not stored (`rate_limited` with `retry_after`; REST 429); counted in each server process. "
         "`0`: no limit",
         ge=0,

@@ -254,6 +254,8 @@ AXES_RESET_ON_SUCCESS = True
 SILENCED_SYSTEM_CHECKS = ["axes.W006"]
 AXES_DISABLE_ACCESS_LOG = True  # no row per successful login (nothing would ever delete them)
 AXES_LOCKOUT_CALLABLE = "conversations.auth.lockout.lockout_response"
+# A login refused for its address (AddressThrottleBackend) was never checked: not an account failure.
+AXES_WHITELIST_CALLABLE = "conversations.auth.backends.refused_by_address"
 AXES_VERBOSE = False
 # Session and CSRF cookies: HttpOnly session, SameSite=Lax, Secure over HTTPS. The CSRF cookie
 # stays readable by the WebUI's script (it sends it back as X-CSRFToken).

@@ -48,6 +48,12 @@ class AddressThrottleBackend:
         return self.authenticate(request, **credentials)  # in memory: no thread hop needed
 
 
+def refused_by_address(request: Any, credentials: Any = None) -> bool:
+    """``AXES_WHITELIST_CALLABLE``: a login this backend refused was never checked, so axes must not
+    count it against the account (a right password from a blocked address would lock its owner)."""
+    return getattr(request, "picobot_retry_after", None) is not None
+
+
 @receiver(user_login_failed, dispatch_uid="picobot-count-failed-login")
 def count_failed_login(sender: Any, credentials: Any = None, request: Any = None, **_: Any) -> None:
     """Count a failed login toward its client address, unless it was refused for being locked

@@ -25,10 +25,12 @@ def lockout_response(request: HttpRequest, *_: Any) -> HttpResponse:
     """429 with ``Retry-After`` and the lockout page (axes passes the original response and the
     credentials too, in an order that differs between its sync and async paths: unused)."""
     # An address over its sign-in limit (backends.AddressThrottleBackend) waits for its own window.
-    retry_after = getattr(request, "picobot_retry_after", None) or lockout_seconds()
+    by_address = getattr(request, "picobot_retry_after", None)
+    retry_after = by_address or lockout_seconds()
     login_url = request.path if request.path.startswith("/admin/") else settings.LOGIN_URL
     context = {
         "retry_after": retry_after,
+        "by_address": by_address is not None,
         "username": request.POST.get("username", "") if request.method == "POST" else "",
         "login_url": login_url,
     }

@@ -101,6 +101,13 @@ class UsageError(Exception):
     """A command was called with wrong arguments; the message says how to call it."""
 
 
+def is_stop_command(content: str) -> bool:
+    """Whether ``content`` is ``/stop`` (any case, any argument): a control, exempt from the
+    per-user message rate (``PICOBOT_USER_MESSAGES_PER_MINUTE``), as the ``stop`` frame is."""
+    parts = content.split(None, 1)
+    return bool(parts) and parts[0].lower() == "/stop"
+
+
 async def handle_command(client: CommandClient, channel: str, content: str, session_id: str | None) -> None:
     """Answer one slash command on ``client`` (PROTOCOL "Slash commands").
 

@@ -26,7 +26,13 @@ from conversations import storage
 from conversations.agent.inbound import InboundMessage
 from conversations.agent.media import MediaError, validate_media
 from conversations.auth import throttle
-from conversations.chat.commands import announce, handle_command, idle_reset_notice, welcome
+from conversations.chat.commands import (
+    announce,
+    handle_command,
+    idle_reset_notice,
+    is_stop_command,
+    welcome,
+)
 from conversations.chat.frames import (
     MAX_CLIENT_MSG_ID,
     MAX_HISTORY_LIMIT,
@@ -260,11 +266,12 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
 
     async def on_message(self, frame: dict) -> None:
         received_at = now_ms()  # the user row's created_at (seed 000 §10.2)
-        retry_after = throttle.take_message(self.user.pk)
-        if retry_after is not None:  # refused, nothing stored: the client may send it again
-            raise RateLimitedError(retry_after)
         client_msg_id = optional_str(frame, "client_msg_id", MAX_CLIENT_MSG_ID)
         content = message_content(frame, client_msg_id)
+        if not is_stop_command(content):  # /stop is a control, like the stop frame: never limited
+            retry_after = throttle.take_message(self.user.pk)
+            if retry_after is not None:  # refused, nothing stored: the client may send it again
+                raise RateLimitedError(retry_after)
         session_id = optional_str(frame, "session_id", 255)
         media = None
         if frame.get("media") is not None:

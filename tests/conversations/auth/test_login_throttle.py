@@ -158,6 +158,8 @@ def test_one_address_guessing_across_many_accounts_is_refused_before_any_passwor
     assert 1 <= int(refused["Retry-After"]) <= 60
     assert b"Try again in" in refused.content
     assert len(backend_calls) == consulted, "no password hashed, no token looked up"
+    assert b"from this address" in refused.content and b"for this account" not in refused.content
+    assert not AccessAttempt.objects.filter(username="user3").exists(), "never checked: not an account failure"
     other_address = Client(REMOTE_ADDR="198.51.100.7")
     assert login(other_address, "bystander", PASSWORD).status_code == 302, "another address logs in at once"
 
@@ -172,3 +174,24 @@ def test_failed_logins_and_failed_tokens_share_one_per_address_count(settings):
     assert api.status_code == 401
     refused = client.get("/api/dialogs", HTTP_AUTHORIZATION="Bearer pb_wrong")
     assert refused.status_code == 429 and "Retry-After" in refused
+
+
+def test_tries_refused_for_their_address_never_lock_the_account(settings, monkeypatch):
+    """Someone behind a blocked address (an office NAT) who keeps signing in is not locked out of
+    their account once the address's window has passed."""
+    from conversations.auth import throttle
+
+    class Clock:
+        now = 1000.0
+
+    monkeypatch.setattr(throttle, "_clock", lambda: Clock.now)
+    settings.PICOBOT = settings.PICOBOT.replace(auth_failures_per_address=2)
+    make_user("jack")
+    office = Client(REMOTE_ADDR="203.0.113.11")
+    for _ in range(2):
+        office.get("/api/dialogs", HTTP_AUTHORIZATION="Bearer pb_guess")
+    for _ in range(8):  # more than the account's limit, all refused for the address
+        assert login(office, "jack", PASSWORD).status_code == 429
+    assert not AccessAttempt.objects.filter(username="jack").exists()
+    Clock.now += 61
+    assert login(office, "jack", PASSWORD).status_code == 302, "the address's wait is over: jack signs in"

@@ -210,3 +210,18 @@ async def test_the_message_rate_is_per_user(limits, connect):
     for client in (first, second):
         await client.send({"type": "message", "content": "hi", "client_msg_id": "x"})
         await client.until("ack")
+
+
+async def test_slash_commands_count_but_stop_never_does(limits, connect):
+    """A user at the limit can still stop a turn by typing /stop, as with the Stop button."""
+    limits(user_messages_per_minute=1)
+    client = await connect(await make_token("yuri"))
+    await client.until("ready")
+    await client.send({"type": "message", "content": "/help", "client_msg_id": "h1"})
+    await client.until("notification")
+    await client.send({"type": "message", "content": "/help", "client_msg_id": "h2"})
+    assert (await client.until("error"))["code"] == "rate_limited", "a command counts"
+    for typed in ("/stop", "/STOP"):
+        await client.send({"type": "message", "content": typed, "client_msg_id": "s"})
+        answer = await client.until("notification")  # a rate_limited error instead: times out
+        assert answer["content"] == "Nothing is running.", f"{typed} is never rate limited"
