@@ -77,6 +77,14 @@ class RoundTripRedisChannelLayer(RedisChannelLayer):
     """``RedisChannelLayer`` with two round trips per ``group_send`` and two per received message
     that was already waiting (see module)."""
 
+    async def new_channel(self, prefix: str = "specific") -> str:
+        """A new process-local channel; ``prefix`` is ignored. channels_redis reads all of a
+        process's local channels through one receive loop on one Redis key,
+        ``<prefix>.<client prefix>!``, that of whichever receiver holds its lock: a channel with
+        another prefix was read only between that receiver's 5 s waits (``/api/ready`` answered
+        503 and a REST stop 409 while any WebSocket was open on the process)."""
+        return await super().new_channel()
+
     async def _run_script(self, index: int, source: str, keys: list, args: list) -> Any:
         connection = self.connection(index)
         try:

@@ -157,3 +157,20 @@ async def test_receives_spread_over_several_hosts_get_every_message_once():
     finally:
         await layer.flush()
         await layer.close_pools()
+
+
+async def test_local_channels_of_any_prefix_are_read_while_another_receive_waits(two_processes):
+    """channels_redis reads one Redis key per process for all its local channels: a channel made
+    with another prefix (``/api/ready``'s, a REST stop's reply) must still be read while a
+    WebSocket consumer's receive holds the loop (it waited up to 5 s per round before)."""
+    layer = two_processes[0]
+    consumer = await layer.new_channel()
+    reply = await layer.new_channel("picobot.api.ready")
+    assert layer.non_local_name(reply) == layer.non_local_name(consumer), "one receive loop reads both"
+    waiting = asyncio.ensure_future(layer.receive(consumer))
+    await asyncio.sleep(0.2)  # the consumer's receive holds the loop, blocked in Redis
+    await layer.send(reply, {"type": "api.ping"})
+    got = await asyncio.wait_for(layer.receive(reply), timeout=4)  # below the loop's 5 s wait
+    assert got["type"] == "api.ping"
+    await layer.send(consumer, {"type": "for.the.consumer"})
+    assert (await asyncio.wait_for(waiting, timeout=4))["type"] == "for.the.consumer"

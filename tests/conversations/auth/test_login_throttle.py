@@ -159,7 +159,9 @@ def test_one_address_guessing_across_many_accounts_is_refused_before_any_passwor
     assert b"Try again in" in refused.content
     assert len(backend_calls) == consulted, "no password hashed, no token looked up"
     assert b"from this address" in refused.content and b"for this account" not in refused.content
-    assert not AccessAttempt.objects.filter(username="user3").exists(), "never checked: not an account failure"
+    assert not AccessAttempt.objects.filter(username="user3").exists(), (
+        "never checked: not an account failure"
+    )
     other_address = Client(REMOTE_ADDR="198.51.100.7")
     assert login(other_address, "bystander", PASSWORD).status_code == 302, "another address logs in at once"
 
