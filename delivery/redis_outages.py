@@ -14,7 +14,8 @@ with these rules, for the errors in :data:`OUTAGE_ERRORS`:
   see ``picobot_site.settings``: a silent network must not hang a caller);
 * ``receive`` waits while Redis is unreachable, retrying with backoff (0.2 s doubling up to
   :data:`MAX_RETRY_SECONDS`): consumers never see the outage;
-* ``group_add`` records the membership and returns even when Redis is unreachable;
+* ``group_add`` records the membership and returns within :data:`GROUP_ADD_SECONDS` (at once
+  while an outage is known) even when Redis is unreachable or paused;
   ``group_discard`` forgets it and never raises; ``group_send`` drops the message (logged);
 * ``send`` still raises (after the retry), logging nothing: its callers decide (a wake-up is
   found by the inbox scan, ``/api/ready`` reports the layer down, ``serve`` refuses to start
@@ -52,6 +53,9 @@ OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
 
 CALL_SECONDS = 5.0
 """Bound on one non-blocking layer call (``send``, ``group_send``, ``group_add``, the re-join)."""
+
+GROUP_ADD_SECONDS = 1.0
+"""Bound on one ``group_add`` (one try): the re-join adds a membership that did not make it."""
 
 FIRST_RETRY_SECONDS = 0.2
 MAX_RETRY_SECONDS = 2.0
@@ -101,13 +105,17 @@ class OutageTolerantRedisChannelLayer(RoundTripRedisChannelLayer):
             log.debug("channel layer unreachable: a %s message to %s dropped", message.get("type"), group)
 
     async def group_add(self, group: str, channel: str) -> None:
-        """Add ``channel`` to ``group`` now, or once Redis is reachable again; never raises for
-        an outage."""
+        """Add ``channel`` to ``group`` now, or once Redis answers again; never raises for an
+        outage, and waits at most :data:`GROUP_ADD_SECONDS` (nothing while an outage is known):
+        a WebSocket handshake waits on it, and Daphne drops one that takes 5 s (a paused Redis)."""
         self.memberships[group].add(channel)
+        if self._down:  # recorded: the re-join adds it when Redis answers
+            return
         try:
-            await self._tried_twice(super().group_add, group, channel)
-        except OUTAGE_ERRORS as exc:
-            self._outage_seen(exc)  # recorded: the re-join adds it
+            async with asyncio.timeout(GROUP_ADD_SECONDS):
+                await super().group_add(group, channel)
+        except OUTAGE_ERRORS as exc:  # a stale connection of a restarted Redis too: re-joined soon
+            self._outage_seen(exc)
 
     async def group_discard(self, group: str, channel: str) -> None:
         """Remove ``channel`` from ``group``; never raises for an outage (a member left behind

@@ -79,3 +79,27 @@ async def test_while_redis_is_down_group_calls_return_and_send_raises(redis):
     await layer.group_discard("chat.cli_chat.2", channel)
     assert layer.memberships == {} and await members(layer, "chat.cli_chat.2") == set()
     await layer.close_pools()
+
+
+async def test_a_paused_redis_does_not_hold_a_group_add_and_the_membership_is_joined_after(redis):
+    """A paused (SIGSTOP) Redis answers nothing: ``group_add`` — which a WebSocket handshake
+    waits on, and Daphne drops a handshake after 5 s — returns after one bounded try, and the
+    re-join adds the membership once Redis runs again. Slow is not dead."""
+    import signal
+
+    from delivery.redis_outages import GROUP_ADD_SECONDS
+
+    layer = make_layer(redis)
+    channel = await layer.new_channel()
+    await layer.group_add("chat.cli_chat.4", channel)  # the pool has a live connection
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        for n in range(3):  # a handshake joins several groups
+            await asyncio.wait_for(layer.group_add(f"chat.paused.{n}", channel), GROUP_ADD_SECONDS + 3)
+        assert layer.outages == 1, "one bounded try saw the outage; the others did not wait"
+        assert layer.memberships.keys() >= {f"chat.paused.{n}" for n in range(3)}
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    for n in range(3):
+        await joined_again(layer, f"chat.paused.{n}", channel)
+    await layer.close_pools()
