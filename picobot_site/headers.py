@@ -27,6 +27,16 @@ from csp.middleware import CSPMiddleware, PolicyParts
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponseBase
 
+RAW_ANSWER_HEADERS: tuple[tuple[str, str], ...] = (
+    ("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "same-origin"),
+    ("Cross-Origin-Opener-Policy", "same-origin"),
+)
+"""The headers of an answer the server writes itself, outside Django (``serve``'s 413 for a body
+refused before it is read): the same rules, with the strictest policy, as it is a JSON error."""
+
 CONTENT_SECURITY_POLICY: dict[str, Any] = {
     "DIRECTIVES": {
         "default-src": [SELF],

@@ -208,7 +208,7 @@ def looks_like_secret(value: str) -> bool:
 def redact(text: str, known: Iterable[str] = ()) -> str:
     """``text`` with anything that looks like a credential replaced by ``[redacted]``.
 
-    Covers ``known`` secrets verbatim (the configured API key, when :func:`looks_like_secret`:
+    Covers ``known`` secrets verbatim in any case (the configured API key, when :func:`looks_like_secret`:
     placeholders and short words are not), ``Bearer`` credentials (``Bearer%20…`` too) and
     base64 ``Basic`` ones, vendor keys by their prefix (``sk-…``, ``gsk_…``, ``xai-…``,
     ``hf_…``, ``ghp_…``/``gho_…``/``github_pat_…``, ``fw_…``, ``sk_live_…``/``rk_live_…``,
@@ -225,7 +225,8 @@ def redact(text: str, known: Iterable[str] = ()) -> str:
         return text
     for secret in known:
         if looks_like_secret(secret):
-            text = text.replace(secret, _REDACTED)
+            # Any case: a provider may echo the key upper-cased (``SK-…``) in its error text.
+            text = re.sub(re.escape(secret), _REDACTED, text, flags=re.IGNORECASE)
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text

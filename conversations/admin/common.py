@@ -191,10 +191,6 @@ DeletedFilter = set_filter(
     "Deleted = soft-deleted by ``/delete`` (``deleted_at`` set; ``purge`` removes it later).",
 )
 
-RevokedFilter = set_filter(
-    "revoked_at", "revoked", "Usable", "Revoked", "Tokens by whether they were revoked."
-)
-
 
 class ActiveFilter(admin.SimpleListFilter):
     """Active = the dialog its chat's new messages go to (``ChatState.active_dialog``)."""

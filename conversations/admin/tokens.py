@@ -18,8 +18,9 @@ from django.template import engines
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from conversations.admin.common import RevokedFilter, ms_column
+from conversations.admin.common import ms_column
 from conversations.auth import create_token
+from conversations.auth.tokens import unexpired
 from conversations.models import ApiToken, now_ms
 from picobot_site.admin_safety import SafeLookupsMixin
 
@@ -56,14 +57,34 @@ class ApiTokenAddForm(forms.ModelForm):
         return name
 
 
+class TokenStateFilter(admin.SimpleListFilter):
+    """Tokens by state: live (usable now), expired, revoked — as ``tokens.live_token`` decides
+    (a live token of a deactivated user is listed live; its user's page says inactive)."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("live", "Live"), ("expired", "Expired"), ("revoked", "Revoked")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "live":
+            return queryset.filter(unexpired(), revoked_at__isnull=True)
+        if self.value() == "expired":
+            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now_ms())
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return queryset
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(SafeLookupsMixin, admin.ModelAdmin):
     """Tokens by prefix; the hash is never shown. Adding one shows the raw token once, in the
     response to the add form (not in a message stored in the session or a cookie)."""
 
-    list_display = ["prefix_shown", "name", "user", "created", "last_used", "expires", "revoked"]
+    list_display = ["prefix_shown", "name", "user", "created", "last_used", "expires", "state"]
     list_select_related = ["user"]
-    list_filter = [RevokedFilter]
+    list_filter = [TokenStateFilter]
     search_fields = ["=prefix", "name", "user__username"]
     ordering = ["-created_at"]
     autocomplete_fields = ["user"]
@@ -121,9 +142,14 @@ class ApiTokenAdmin(SafeLookupsMixin, admin.ModelAdmin):
 
     expires = ms_column("expires_at", "expires")
 
-    @admin.display(description="revoked", boolean=True, ordering="revoked_at")
-    def revoked(self, row: ApiToken) -> bool:
-        return row.revoked_at is not None
+    @admin.display(description="state", ordering="revoked_at")
+    def state(self, row: ApiToken) -> str:
+        """``live``, ``expired`` or ``revoked`` (revoked wins: it is for good)."""
+        if row.revoked_at is not None:
+            return "revoked"
+        if row.expires_at is not None and row.expires_at <= now_ms():
+            return "expired"
+        return "live"
 
     revoked_at_shown = ms_column("revoked_at", "revoked at", sortable=False)
 

@@ -40,7 +40,7 @@ def create_token(user: Any, name: str = "", *, expires_at: int | None = None) ->
     return raw
 
 
-def _unexpired() -> Q:
+def unexpired() -> Q:
     """Tokens that have not expired now (no ``expires_at``, or one still ahead)."""
     return Q(expires_at__isnull=True) | Q(expires_at__gt=now_ms())
 
@@ -53,7 +53,7 @@ def live_token(raw: str) -> ApiToken | None:
         return None
     token = (
         ApiToken.objects.select_related("user")
-        .filter(_unexpired(), token_hash=ApiToken.hash_token(raw), revoked_at__isnull=True)
+        .filter(unexpired(), token_hash=ApiToken.hash_token(raw), revoked_at__isnull=True)
         .first()
     )
     if token is None or not token.user.is_active:
@@ -74,16 +74,14 @@ def token_is_live(token_id: Any) -> bool:
         pk = int(token_id)
     except (TypeError, ValueError):
         return False
-    return ApiToken.objects.filter(
-        _unexpired(), pk=pk, revoked_at__isnull=True, user__is_active=True
-    ).exists()
+    return ApiToken.objects.filter(unexpired(), pk=pk, revoked_at__isnull=True, user__is_active=True).exists()
 
 
 def dead_tokens(token_ids: list[int]) -> set[int]:
     """Which of these token ids are revoked or expired (or their user deactivated, or gone): one query."""
     live = set(
         ApiToken.objects.filter(
-            _unexpired(), pk__in=token_ids, revoked_at__isnull=True, user__is_active=True
+            unexpired(), pk__in=token_ids, revoked_at__isnull=True, user__is_active=True
         ).values_list("pk", flat=True)
     )
     return set(token_ids) - live

@@ -7,6 +7,7 @@ Pure: no Django, no Channels. ``parse_frame`` turns a text frame into a dict or 
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from conversations.agent.inbound import is_blank
@@ -36,12 +37,28 @@ class FrameError(Exception):
         self.client_msg_id = client_msg_id
 
 
+def _not_json(constant: str) -> None:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python's json reads them, JSON has none (an echoed
+    ``1e999`` nonce went back as ``Infinity``, which a browser's ``JSON.parse`` refuses)."""
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent; one beyond a double's range (``1e999``) would
+    be ``inf``, which JSON cannot carry back."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
 def parse_frame(text_data: str | None) -> dict:
     """The frame as a dict with a string ``type``; lone surrogate escapes become U+FFFD.
 
     Raises:
         FrameError: ``invalid_frame`` (not text, not an object with a ``type``), ``invalid_json``
-            (not JSON, or nested deeper than ``json_depth.MAX_JSON_DEPTH``), ``frame_too_large``
+            (not JSON — ``NaN`` and ``Infinity`` neither, nor a number too large for a double —
+            or nested deeper than ``json_depth.MAX_JSON_DEPTH``), ``frame_too_large``
             (over 64 KiB, or 8 MiB for a ``message`` with ``media``).
     """
     if text_data is None:
@@ -52,7 +69,7 @@ def parse_frame(text_data: str | None) -> dict:
     if text_too_deep(text_data, MAX_JSON_DEPTH):
         raise FrameError("invalid_json", f"frame nests deeper than {MAX_JSON_DEPTH} levels")
     try:
-        frame = json.loads(text_data)
+        frame = json.loads(text_data, parse_constant=_not_json, parse_float=_finite_float)
     except ValueError:
         raise FrameError("invalid_json", "frame is not valid JSON") from None
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):

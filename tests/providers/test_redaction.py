@@ -225,3 +225,10 @@ def test_repr_never_shows_url_credentials() -> None:
     provider = OpenAICompatProvider("https://user:sk-SECRETKEY123@proxy.example/v1?key=abc", "k", "m")
     assert "SECRET" not in repr(provider) and "key=abc" not in repr(provider)
     assert "proxy.example/v1" in repr(provider)
+
+
+def test_a_known_secret_is_redacted_in_any_case():
+    """A provider echoed the configured key upper-cased in its 401 text (the issue 16 trial)."""
+    key = "sk-secretkey-attack16-zzz9876543"
+    text = f"Incorrect API key provided (key {key.upper()}; was {key.title()})"
+    assert redact(text, [key]) == "Incorrect API key provided (key [redacted]; was [redacted])"

@@ -26,7 +26,12 @@ from typing import Any
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 
+from picobot_site.headers import RAW_ANSWER_HEADERS
+
 log = logging.getLogger(__name__)
+
+_SECURITY_HEADERS = "".join(f"{name}: {value}\r\n" for name, value in RAW_ANSWER_HEADERS).encode()
+"""Every answer carries the security headers (README "Security"), this one written by hand too."""
 
 MAX_HTTP_BODY_BYTES = 3 * 1024 * 1024
 """No request PicoBot serves needs more: REST bodies are refused over 1 MiB (PROTOCOL §2) and the
@@ -87,7 +92,8 @@ class BodyLimitedRequest(WebRequest):
             b"HTTP/1.1 413 Content Too Large\r\n"
             b"Content-Type: application/json; charset=utf-8\r\n"
             b"Content-Length: %d\r\n"
-            b"Connection: close\r\n\r\n" % len(body)
+            b"%s"
+            b"Connection: close\r\n\r\n" % (len(body), _SECURITY_HEADERS)
         )
         transport = self.channel.transport if self.channel is not None else None
         if transport is None:

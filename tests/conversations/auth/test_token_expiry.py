@@ -123,3 +123,24 @@ def test_the_admin_lists_last_use_and_expiry(client):
     assert "last used" in page.lower() and "expires" in page.lower()
     assert "2030-03-17" in page, "the expiry date"
     assert page.count(" UTC") >= 3, "created, last used and expires are all shown"
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_and_filters_tokens_by_state_live_expired_revoked(client):
+    """Expired tokens are not listed as usable (the issue 16 trial found them under "Usable")."""
+    admin = get_user_model().objects.create_superuser("root", password="a-long-password-1")
+    user, _ = get_or_create_user("vic")
+    create_token(user, name="fresh")
+    create_token(user, name="old", expires_at=now_ms() - 1000)
+    gone = create_token(user, name="gone")
+    ApiToken.objects.filter(name="gone").update(revoked_at=now_ms())
+    assert user_for_token(gone) is None
+    client.force_login(admin)
+    listed = {}
+    for state in ("live", "expired", "revoked"):
+        page = client.get(f"/admin/conversations/apitoken/?state={state}").content.decode()
+        listed[state] = {name for name in ("fresh", "old", "gone") if f">{name}<" in page}
+    assert listed == {"live": {"fresh"}, "expired": {"old"}, "revoked": {"gone"}}
+    page = client.get("/admin/conversations/apitoken/").content.decode()
+    for state in ("live", "expired", "revoked"):
+        assert f'<td class="field-state">{state}</td>' in page

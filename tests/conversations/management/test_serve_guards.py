@@ -65,6 +65,9 @@ async def test_bodies_over_the_limit_are_refused_before_they_are_read(tmp_path):
                 headers["Content-Type"] == "application/json; charset=utf-8"
                 and headers["Connection"] == "close"
             )
+            # Written outside Django, it still carries the security headers (README "Security").
+            assert headers["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"
+            assert headers["X-Content-Type-Options"] == "nosniff" and headers["X-Frame-Options"] == "DENY"
         # Chunked (no length): refused once more than the limit has arrived.
         chunks = MAX_HTTP_BODY_BYTES // len(CHUNK) + 16
         answer = await raw_request(
