@@ -51,7 +51,7 @@ class BearerToken(AuthBase):
         if scheme.lower() != "bearer" or not raw:
             return None
         address = throttle.request_address(request)
-        retry_after = throttle.reserve_sign_in(address)  # counted as failed until it succeeds
+        retry_after = throttle.sign_in_retry_after(address)
         if retry_after is not None:
             raise ApiError(
                 429,
@@ -60,8 +60,8 @@ class BearerToken(AuthBase):
                 headers={"Retry-After": str(retry_after)},
             )
         user = await run_storage(user_for_token, raw)
-        if user is not None:
-            throttle.sign_in_succeeded(address)
+        if user is None:
+            throttle.sign_in_failed(address)
         return user
 
 

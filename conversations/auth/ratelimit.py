@@ -69,13 +69,6 @@ class SlidingWindowLimiter:
             self.record(key, now)
         return wait
 
-    def give_back(self, key: Hashable) -> None:
-        """Uncount the latest event of ``key`` (one counted in advance by :meth:`take` that turned
-        out not to count: a sign-in that succeeded)."""
-        events = self._events.get(key)
-        if events:
-            events.pop()
-
     def forget(self, key: Hashable) -> None:
         """Drop what is remembered of ``key`` (e.g. after a successful sign-in)."""
         self._events.pop(key, None)

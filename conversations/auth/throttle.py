@@ -62,19 +62,6 @@ def sign_in_retry_after(address: str) -> int | None:
     return _limiter("sign_in").retry_after(address, _clock())
 
 
-def reserve_sign_in(address: str) -> int | None:
-    """Count a token sign-in from ``address`` as failed *before* its lookup — so that concurrent
-    guesses cannot all pass the check before any is counted — or, when the address is over its
-    limit, return the whole seconds to wait (nothing counted; refuse without a lookup). A sign-in
-    that succeeds is uncounted by :func:`sign_in_succeeded`."""
-    return _limiter("sign_in").take(address, _clock())
-
-
-def sign_in_succeeded(address: str) -> None:
-    """Uncount the sign-in :func:`reserve_sign_in` counted in advance: it was a live token."""
-    _limiter("sign_in").give_back(address)
-
-
 def sign_in_failed(address: str) -> None:
     """Count a failed sign-in from ``address``: a token that matched no live token, a failed login."""
     _limiter("sign_in").record(address, _clock())

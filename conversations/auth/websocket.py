@@ -262,15 +262,15 @@ class ChatAuthMiddleware:
         raw = token_from_scope(scope)
         if raw is not None:
             address = throttle.scope_address(scope)
-            retry_after = throttle.reserve_sign_in(address)  # counted as failed until it succeeds
+            retry_after = throttle.sign_in_retry_after(address)
             if retry_after is not None:  # refused without a lookup (issue 16)
                 scope["user"] = AnonymousUser()
                 scope["auth_method"] = None
                 scope["auth_retry_after"] = retry_after
                 return await self.inner(scope, receive, send)
             token = await database_sync_to_async(live_token)(raw)
-            if token is not None:
-                throttle.sign_in_succeeded(address)
+            if token is None:
+                throttle.sign_in_failed(address)
             scope["user"] = token.user if token is not None else AnonymousUser()
             scope["auth_method"] = "token" if token is not None else None
             if token is None or scope.get("type") != "websocket":
