@@ -45,6 +45,8 @@ class Dialog(models.Model):
     history_revision = models.PositiveBigIntegerField(default=0)
     usage_input_tokens = models.PositiveBigIntegerField(default=0)
     usage_output_tokens = models.PositiveBigIntegerField(default=0)
+    # The model preset the dialog's turns use (``/model NAME``, issue 17); "" is the default preset,
+    # and a name the operator removed counts as the default too (``runtime.provider.preset_for``).
     model = models.CharField(max_length=200, blank=True, default="")
     # Lease (DESIGN §2).
     lease_owner = models.CharField(max_length=200, null=True, blank=True, db_index=True)
@@ -145,6 +147,8 @@ class InboxMessage(models.Model):
     # ``{text, reasoning, iteration, revision, at}``; a takeover commits it as the turn's
     # ``interrupted`` answer (``storage.checkpoints``). Cleared when the turn ends.
     checkpoint = models.JSONField(null=True, blank=True)
+    # The model preset that answered the turn (after any fallback; "" before it ran; issue 17).
+    model = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -234,6 +238,52 @@ class ApiToken(models.Model):
     def hash_token(raw: str) -> str:
         """SHA-256 hex digest of a raw token (tokens are random, so no salt is needed)."""
         return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class UsageRecord(models.Model):
+    """One provider call's tokens and cost (issue 17; seed 002's cost tracker).
+
+    Written for every metered call (``providers.metering``): a turn's model requests, titles,
+    compactions. It names its dialog and turn by id, not by foreign key, so ``purge`` and deleted
+    dialogs keep the usage totals. Token counts are the provider's when it reported usage, else
+    estimated from the request and answer (``estimated``). ``input_tokens`` includes the cached
+    ones (as OpenAI reports them); ``cost`` follows the preset's prices at the time of the call.
+    """
+
+    class Kind(models.TextChoices):
+        TURN = "turn"
+        TITLE = "title"
+        COMPACTION = "compaction"
+        PROBE = "probe"
+
+    created_at = models.BigIntegerField(default=now_ms, db_index=True)
+    day = models.DateField(db_index=True, help_text="the UTC day of the call")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="usage"
+    )
+    username = models.CharField(max_length=150, blank=True, default="")
+    dialog_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    turn_id = models.CharField(max_length=64, blank=True, default="")
+    channel = models.CharField(max_length=32, blank=True, default="")
+    preset = models.CharField(max_length=64, blank=True, default="")
+    provider = models.CharField(max_length=32, blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TURN)
+    outcome = models.CharField(max_length=16, blank=True, default="ok")
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cached_tokens = models.PositiveBigIntegerField(default=0)
+    reasoning_tokens = models.PositiveBigIntegerField(default=0)
+    estimated = models.BooleanField(default=False)
+    latency_ms = models.PositiveIntegerField(default=0)
+    ttft_ms = models.PositiveIntegerField(null=True, blank=True)
+    cost = models.DecimalField(max_digits=24, decimal_places=12, default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "day"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.preset} {self.input_tokens}+{self.output_tokens}"
 
 
 class MemoryItem(models.Model):

@@ -120,6 +120,13 @@ class PicoBotSettings(BaseSettings):
         0.03, "pause between the offline replay's stream events (so it streams visibly)", unit="s", ge=0
     )
 
+    config: Path | None = setting(
+        None,
+        'a TOML file of model presets (`[models.NAME]` tables, `default_model`; README "Model presets"); '
+        "with a `[models]` table the `PICOBOT_LLM_*` provider settings above only give timeouts, retries and hooks",
+        shown="*(unset → the `PICOBOT_LLM_*` settings are the preset `default`)*",
+    )
+
     # --- the agent loop -----------------------------------------------------------------------
     system_prompt: str = setting(
         "You are PicoBot, a helpful assistant. Use tools when they help; answer concisely.",
@@ -419,6 +426,37 @@ class PicoBotSettings(BaseSettings):
         False,
         "behind a TLS-terminating proxy that sets `X-Forwarded-Proto: https` (and strips it from clients): "
         "treat such requests as HTTPS (Django's `SECURE_PROXY_SSL_HEADER`)",
+    )
+
+    # --- usage, budgets, metrics, logs (issue 17; README "Usage and budgets", "Metrics") -------------
+    user_daily_tokens: int = setting(
+        0,
+        "a user's input + output tokens per UTC day; past it a new turn is refused with a message "
+        "(0: no budget)",
+        ge=0,
+    )
+    user_daily_cost: float = setting(
+        0.0,
+        "a user's cost per UTC day, in the presets' price currency; past it a new turn is refused "
+        "(0: no budget)",
+        ge=0,
+    )
+    metrics_token: SecretStr = setting(
+        SecretStr(""),
+        "`GET /metrics` answers only with `Authorization: Bearer <this>` (unset: `/metrics` is off, 404)",
+        shown="",
+        repr=False,
+    )
+    metrics_dir: Path | None = setting(
+        None,
+        "prometheus-client's multiprocess directory: set the same empty directory for every process "
+        "of a scale-out deployment so `/metrics` sums them",
+        shown="*(unset → this process's numbers)*",
+    )
+    log_format: Literal["text", "json"] = setting(
+        "text",
+        "`json`: one JSON object a log line (python-json-logger), with `dialog_id` and `turn_id` on "
+        "every line of a turn",
     )
 
     # --- Django -------------------------------------------------------------------------------

@@ -34,13 +34,8 @@ def _new_dialog(owner: Any, channel: str, chat_id: str, title: str | None = None
                 owner=owner,
                 title=title or DEFAULT_TITLE,
                 title_is_default=not title,
-                model=_configured_model(),
             )
     raise StorageError("could not allocate a dialog id")  # pragma: no cover - 2^32 space
-
-
-def _configured_model() -> str:
-    return settings.PICOBOT.llm_model or settings.PICOBOT.llm_provider or "replay"
 
 
 def active_dialog(owner: Any, channel: str, chat_id: str) -> Dialog:

@@ -260,7 +260,7 @@ def commit_turn(
     raw provider error). Returns the committed rows, including the user message that started the
     turn with its ``outcome`` (``turn_outcome``), in protocol form (for ``turn_committed``), and the rows
     created here in history form (``history_rows``, for the runtime session; seed 004 §5.2).
-    ``model`` (when given) becomes the dialog's ``model``: the one that answered last (``/info``).
+    ``model`` (when given) is the preset that answered, kept on the inbox row (issue 17).
     ``lease_ms`` (when given) renews the lease in the same transaction: a holder that just proved
     its epoch keeps the dialog that long (DESIGN §2).
 
@@ -277,13 +277,12 @@ def commit_turn(
         Message.objects.bulk_create(created)
         usage = usage or {}
         now = now_ms()
-        optional = (["model = %s"] if model else []) + (["lease_expires_at = %s"] if lease_ms else [])
+        optional = ["lease_expires_at = %s"] if lease_ms else []
         sql.execute(
             f"UPDATE {sql.DIALOG} SET {''.join(f'{column}, ' for column in optional)}history_revision = %s, "
             "total_message_count = total_message_count + %s, last_active_at = %s, state_version = state_version + 1, "
             "usage_input_tokens = usage_input_tokens + %s, usage_output_tokens = usage_output_tokens + %s WHERE id = %s",
             [
-                *([model[:200]] if model else []),
                 *([now + lease_ms] if lease_ms else []),
                 seq,
                 len(created),
@@ -295,9 +294,9 @@ def commit_turn(
         )
         error = scrub_text(error)
         sql.execute(
-            f"UPDATE {sql.INBOX} SET status = %s, finished_at = %s, error = %s, outcome = %s, checkpoint = NULL "
-            "WHERE id = %s",
-            [inbox_status, now, error, outcome, sql.uuid_param(inbox_id)],
+            f"UPDATE {sql.INBOX} SET status = %s, finished_at = %s, error = %s, outcome = %s, model = %s, "
+            "checkpoint = NULL WHERE id = %s",
+            [inbox_status, now, error, outcome, model[:64], sql.uuid_param(inbox_id)],
         )
         user_row = sql.history_row(inbox_id)
     shown = turn_outcome(inbox_status, outcome, error)
