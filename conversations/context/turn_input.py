@@ -148,14 +148,16 @@ class TurnInputBuilder:
         tools: Sequence[ToolDefinition] = (),
         memory_recall: MemoryRecall | None = None,
         phase: CompactingPhase | None = None,
+        window_tokens: int | None = None,
     ) -> TurnInputBuilder:
-        """A builder configured from ``settings.PICOBOT`` (window, threshold, keep, timeout)."""
+        """A builder configured from ``settings.PICOBOT`` (threshold, keep, timeout); the window
+        is ``window_tokens`` (the turn's model preset's) or ``PICOBOT_LLM_CONTEXT_WINDOW``."""
         config = settings.PICOBOT
         return cls(
             provider,
             system_prompt=config.system_prompt,
             tools=tools,
-            window_tokens=config.llm_context_window,
+            window_tokens=window_tokens or config.llm_context_window,
             threshold=config.compact_threshold,
             keep_messages=config.compact_keep_messages,
             compact_timeout=config.compact_timeout,

@@ -38,6 +38,7 @@ from conversations.context.overflow import run_with_overflow_recovery
 from conversations.context.runtime_context import prefetch_turn_input
 from conversations.context.turn_input import TurnInputBuilder
 from conversations.runtime import notify
+from conversations.runtime.provider import preset_for
 from conversations.runtime.session_turns import adopt_start, remember_commit, start_turn
 from conversations.runtime.turn_alerts import (
     alert_storage_failing,
@@ -52,6 +53,7 @@ from conversations.storage.runner import run_storage
 from conversations.tools.memory import recall_for_turn, recall_memories
 from delivery.turn import TurnController
 from delivery.turn_delivery import DeliveryOutcome, TurnDelivery
+from providers.metering import CallScope, call_scope
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,8 @@ class RunningTurn:
     task: asyncio.Task | None = None
     inbox_id: str = ""
     """The turn's inbox row (where its checkpoint is saved: ``runtime.checkpoints``)."""
+    preset: str = ""
+    """The model preset answering the turn (the dialog's, or a fallback's once it took over)."""
 
 
 # Seconds the executor waits for a turn's terminal delivery (the coordinator's own retries are
@@ -278,16 +282,20 @@ class DialogExecutor:
         ``SystemExit``, which go on. The executor then goes on with the next message.
         """
         config = settings.PICOBOT
+        preset = preset_for(start.model)  # the dialog's model preset (`/model`; issue 17)
+        provider = self.context.provider_for(preset.name)
+        running.preset = preset.name
         # One input path (seed 000 §7.1): compaction under the `compacting` phase, and one rebuild
         # after a context overflow (§7.2), all inside the task that /stop and the deadline cancel.
         builder = TurnInputBuilder.from_settings(
-            self.context.provider,
+            provider,
             tools=self.context.tools.definitions(),
             memory_recall=recall_memories,
             phase=running.controller,
+            window_tokens=preset.context_window,
         )
         loop = AgentLoop(
-            self.context.provider,
+            provider,
             self.context.tools.bind(ToolContext(start.dialog_id, start.channel, start.chat_id)),
             running.controller.apply,
             max_iterations=config.max_iterations,
@@ -297,13 +305,16 @@ class DialogExecutor:
             max_calls_per_response=config.max_tool_calls_per_response,
             max_output_chars=config.max_turn_output_chars,
         )
-        task = asyncio.ensure_future(
-            contained(
-                functools.partial(
-                    run_with_overflow_recovery, builder, start, loop.run, publish=context_notice(start)
+        # Every provider call of the turn (its compaction too) is recorded under this scope.
+        scope = CallScope("turn", start.dialog_id, start.turn_id, start.owner_id, start.channel)
+        with call_scope(scope):  # the task copies the context as it is created
+            task = asyncio.ensure_future(
+                contained(
+                    functools.partial(
+                        run_with_overflow_recovery, builder, start, loop.run, publish=context_notice(start)
+                    )
                 )
             )
-        )
         running.task = task
         if self.pending_cancel is not None:  # stopped while the turn was being set up
             self.cancel_reason, self.pending_cancel = self.pending_cancel, None
@@ -356,7 +367,7 @@ class DialogExecutor:
                 usage=ending.usage,
                 error=ending.shown_error,
                 outcome=ending.outcome,
-                model=self.context.provider.model or self.context.provider.name,
+                model=self.running.preset if self.running is not None else "",
                 lease_ms=int(settings.PICOBOT.lease_seconds * 1000),
             )
         except storage.LeaseLostError:  # the storage's epoch check: another worker owns the dialog

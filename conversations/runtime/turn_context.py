@@ -32,7 +32,8 @@ class TurnContext:
 
     Attributes:
         worker_id: The lease owner id every storage trip of a turn names.
-        provider: The LLM provider turns run against.
+        provider: The default model preset's provider (titles, compaction by command).
+        provider_for: A model preset's name ("" = the default) → its provider (``runtime.provider``).
         tools: The tool registry (bound per turn to its dialog and chat).
         sessions: The runtime sessions of the live dialogs (seed 004 §6).
         lease_keeper: Renews the worker's leases; its ``confirmed_until`` (monotonic seconds) and
@@ -49,6 +50,7 @@ class TurnContext:
 
     worker_id: str
     provider: LLMProvider
+    provider_for: Callable[[str], LLMProvider]
     tools: ToolRegistry
     sessions: SessionManager
     lease_keeper: LeaseKeeper

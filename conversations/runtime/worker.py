@@ -27,7 +27,7 @@ from conversations.runtime.checkpoints import CheckpointSource, TurnCheckpointer
 from conversations.runtime.consumer_base import dispatch_channels
 from conversations.runtime.executor import DialogExecutor
 from conversations.runtime.lease_keeper import LeaseKeeper
-from conversations.runtime.provider import get_provider
+from conversations.runtime.provider import get_provider, preset_for
 from conversations.runtime.session_turns import claim_and_begin, known_state
 from conversations.runtime.sessions import SessionManager, session_manager
 from conversations.runtime.supervisor import TaskSupervisor
@@ -42,6 +42,7 @@ from delivery.outbound import OutboundDispatcher
 from delivery.platforms.cli_chat import CliChatSender
 from delivery.presentation import PresentationPolicy, serialize_snapshot
 from providers.base import LLMProvider
+from providers.metering import MeteredProvider
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ class AgentWorker:
     ) -> None:
         self.worker_id = worker_id
         self.provider = provider or get_provider()
+        self._given_provider = provider
+        self._metered: dict[str, LLMProvider] = {}
         self.tools = tools or default_registry()
         self.open_sink: SinkFactory = sink_factory or open_turn_sink
         self.outbound = outbound or OutboundDispatcher(
@@ -126,6 +129,7 @@ class AgentWorker:
         self.turn_context = TurnContext(
             worker_id=worker_id,
             provider=self.provider,
+            provider_for=self.provider_for,
             tools=self.tools,
             sessions=self.sessions,
             lease_keeper=self.lease_keeper,
@@ -136,6 +140,17 @@ class AgentWorker:
             stopped=self.stopped,
         )
         """What the worker's executors see of it."""
+
+    def provider_for(self, preset: str) -> LLMProvider:
+        """The provider of model preset ``preset`` ("" = the default): the configured one, or the
+        provider this worker was given (tests), metered under the preset's name."""
+        if self._given_provider is None:
+            return get_provider(preset)
+        name = preset_for(preset).name
+        metered = self._metered.get(name)
+        if metered is None:
+            metered = self._metered[name] = MeteredProvider(self._given_provider, name)
+        return metered
 
     # --- lifecycle ----------------------------------------------------------------------------
     @property

@@ -239,7 +239,8 @@ class TurnStart:
     ``channel_context`` is the inbound message's opaque platform context, for the turn's sink
     (seed 000 §10.1: passed through, never interpreted). ``prefetched`` is what the turn's input
     builder reads, read in the same storage trip as the start (``session_turns.begin_turn``), or
-    None: the builder reads it itself.
+    None: the builder reads it itself. ``model`` is the dialog's model preset ("" = the default;
+    ``/model``), ``owner_id`` its owner's user pk (usage rows; None for an ownerless dialog).
     """
 
     dialog_id: str
@@ -257,6 +258,8 @@ class TurnStart:
     history_is_delta: bool = False
     channel_context: dict = field(default_factory=dict)
     prefetched: dict | None = None
+    model: str = ""
+    owner_id: int | None = None
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,8 @@ def start_next_turn(
         history_revision=seq,
         history_is_delta=delta,
         channel_context=row.channel_context or {},
+        model=dialog.model,
+        owner_id=dialog.owner_id,
     )
 
 
