@@ -287,15 +287,27 @@ class ToolDefinition:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts of one provider call (``prompt``→``input``, ``completion``→``output``)."""
+    """Token counts of one provider call (``prompt``→``input``, ``completion``→``output``).
+
+    ``input_tokens`` includes ``cached_tokens`` (the prompt tokens the provider served from its
+    cache, as OpenAI reports them); ``output_tokens`` includes ``reasoning_tokens``. The two
+    breakdowns are 0 when the provider gave none; ``to_dict`` stores only input and output.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
             return NotImplemented
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
 
     def to_dict(self) -> dict[str, int]:
         """``{"input_tokens": int, "output_tokens": int}``."""

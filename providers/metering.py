@@ -75,6 +75,8 @@ class ProviderCall:
             (the caller stopped reading: a cancel, a cut-off).
         error: the failure for ``"error"``.
         request: the request (for estimating tokens when ``usage`` is None).
+        output_text: the streamed text, reasoning and tool-call arguments, joined, when ``usage``
+            is None (for estimating output tokens); "" when the provider reported usage.
     """
 
     preset: str
@@ -88,6 +90,7 @@ class ProviderCall:
     outcome: str
     error: ProviderError | None
     request: ProviderRequest
+    output_text: str = ""
 
 
 Observer = Callable[[ProviderCall], object]
@@ -146,13 +149,18 @@ class MeteredProvider(LLMProvider):
         first: float | None = None
         usage: Usage | None = None
         outcome, error = "closed", None
+        output: list[str] = []  # references only; joined when the provider reports no usage
         chunks = self.inner.stream(request)
         try:
             async for chunk in chunks:
                 if isinstance(chunk, UsageChunk):
                     usage = chunk.usage
-                elif first is None and not isinstance(chunk, ProviderStateChunk | Done):
-                    first = time.perf_counter()
+                elif not isinstance(chunk, ProviderStateChunk | Done):
+                    if first is None:
+                        first = time.perf_counter()
+                    text = getattr(chunk, "text", None) or getattr(chunk, "delta", None)
+                    if text:
+                        output.append(text)
                 if isinstance(chunk, Done):
                     outcome = "ok"
                 yield chunk
@@ -176,6 +184,7 @@ class MeteredProvider(LLMProvider):
                     outcome=outcome,
                     error=error,
                     request=request,
+                    output_text="" if usage is not None else "".join(output),
                 )
             )
 
