@@ -21,7 +21,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 from providers.base import LLMProvider
-from providers.chunks import Done, ProviderChunk, ProviderStateChunk, UsageChunk
+from providers.chunks import (
+    Done,
+    ProviderChunk,
+    ProviderStateChunk,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    UsageChunk,
+)
 from providers.errors import ProviderError
 from providers.hooks import ProviderHooks
 from providers.messages import Usage
@@ -153,16 +161,24 @@ class MeteredProvider(LLMProvider):
         chunks = self.inner.stream(request)
         try:
             async for chunk in chunks:
-                if isinstance(chunk, UsageChunk):
+                kind = type(chunk)  # one lookup a chunk: this runs for every token streamed
+                if kind is TextDelta or kind is ReasoningDelta:
+                    output.append(chunk.text)
+                elif kind is ToolCallArgumentsDelta:
+                    output.append(chunk.delta)
+                elif kind is UsageChunk:
                     usage = chunk.usage
-                elif not isinstance(chunk, ProviderStateChunk | Done):
-                    if first is None:
-                        first = time.perf_counter()
-                    text = getattr(chunk, "text", None) or getattr(chunk, "delta", None)
-                    if text:
-                        output.append(text)
-                if isinstance(chunk, Done):
+                    yield chunk
+                    continue
+                elif kind is Done:
                     outcome = "ok"
+                    yield chunk
+                    continue
+                elif kind is ProviderStateChunk:
+                    yield chunk
+                    continue
+                if first is None:
+                    first = time.perf_counter()
                 yield chunk
         except ProviderError as exc:
             outcome, error = "error", exc
