@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from conversations.agent.overflow_sizing import RequestFitter
+from conversations.agent.overflow_sizing import RequestFitter, refit_request, same_request
 from conversations.agent.tool_calls import display_arguments, run_tool_calls, sendable_names, unique_ids
 from conversations.agent.tool_registry import DEFAULT_MAX_ARGUMENT_BYTES, ToolRegistry
 from delivery.events import (
@@ -230,7 +230,7 @@ class AgentLoop:
                     if retry is not None:
                         (outgoing, window), refitted = retry, True
                         continue
-                    result.refused_shortened = not _same(outgoing, conversation)
+                    result.refused_shortened = not same_request(outgoing, conversation)
                     return self._failed(exc)
                 except ProviderError as exc:
                     return self._failed(exc)
@@ -282,34 +282,12 @@ class AgentLoop:
     def _refit_after_overflow(
         self, error: ContextOverflowError, conversation: list[Message], sent: list[Message], iteration: int
     ) -> tuple[list[Message], int | None] | None:
-        """``(request, window)`` to send once more after a context overflow at ``iteration``, or None.
-
-        Only a later iteration's overflow (the first request belongs to the input builder's
-        recovery), only when that iteration showed nothing yet (the caller allows one per turn).
-        Sized from what was refused (``overflow_sizing``, issue 17): the same request when a
-        smaller ``max_tokens`` is the fix, else the turn's messages fitted to the window sized
-        from the refused request and the stated limit — when that makes the request smaller.
-        """
+        """``(request, window)`` to send once more after a context overflow at ``iteration``, or None:
+        only a later iteration's (the first request belongs to the input builder's recovery), only
+        when it showed nothing yet (the caller allows one per turn); sized by ``refit_request``."""
         if iteration == 0 or self.fitter is None or self._shown:
             return None
-        retry = self.fitter.after_overflow(error, sent)
-        if retry.window is None:
-            log.warning(
-                "context overflow at iteration %d; retrying once with max_tokens %s",
-                iteration,
-                retry.max_tokens,
-            )
-            return sent, None
-        fitted = self.fitter.fit(list(conversation), window=retry.window)
-        if _same(fitted, sent):
-            return None  # nothing more to cut: the same request would overflow again
-        log.warning(
-            "context overflow at iteration %d; retrying once fitted to a window of %d (stated %s)",
-            iteration,
-            retry.window,
-            retry.limit_tokens,
-        )
-        return fitted, retry.window
+        return refit_request(self.fitter, error, conversation, sent)
 
     async def _stream(self, request: ProviderRequest, iteration: int, accumulator: StreamAccumulator) -> None:
         stream = self.provider.stream(request)
@@ -423,8 +401,3 @@ class AgentLoop:
                 TurnMessage(iteration, finished[call.id]) for call in calls if call.id in finished
             )
         return [finished[call.id] for call in calls]
-
-
-def _same(one: list[Message], other: list[Message]) -> bool:
-    """Whether two requests hold the very same message objects (a fit that cut nothing)."""
-    return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))

@@ -174,3 +174,33 @@ class RequestSizing:
         if window >= estimate:  # the stated sizes do not say how much to cut
             window = int(estimate * FALLBACK_SHARE)
         return OverflowRetry(window=max(1, window), limit_tokens=limit)
+
+
+def refit_request(
+    fitter: RequestFitter, error: ContextOverflowError, conversation: list[Message], sent: list[Message]
+) -> tuple[list[Message], int | None] | None:
+    """``(request, window)`` to send once more after a later request of a turn was refused, or None.
+
+    The same request when a smaller ``max_tokens`` is the fix (``window`` None: the fitter's
+    output budget now gives it), else the turn's messages fitted to the window sized from the
+    refused request and the stated limit — only when that makes the request smaller (None: nothing
+    more to cut, the same request would be refused again).
+    """
+    retry = fitter.after_overflow(error, sent)
+    if retry.window is None:
+        log.warning("context overflow of a later request; retrying once with max_tokens %s", retry.max_tokens)
+        return sent, None
+    fitted = fitter.fit(list(conversation), window=retry.window)
+    if same_request(fitted, sent):
+        return None
+    log.warning(
+        "context overflow of a later request; retrying once fitted to a window of %d (stated %s)",
+        retry.window,
+        retry.limit_tokens,
+    )
+    return fitted, retry.window
+
+
+def same_request(one: Sequence[Message], other: Sequence[Message]) -> bool:
+    """Whether two requests hold the very same message objects (a fit that cut nothing)."""
+    return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))
