@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from providers._overflow_sizes import overflow_sizes
 from providers.errors import (
     AuthenticationError,
     BadResponseError,
@@ -111,7 +112,7 @@ def error_from_unframed(status: int, body: bytes) -> ProviderError | None:
         return None
     common: dict[str, Any] = {"http_status": status, "provider_code": code, "provider_message": message}
     if is_context_overflow(message, code):
-        return ContextOverflowError(message, **common)
+        return context_overflow(message, value, **common)
     return InBandError(message, retryable=is_retryable_code(code), **common)
 
 
@@ -120,6 +121,28 @@ def is_context_overflow(message: str | None, code: Any) -> bool:
     if isinstance(code, str) and code in _OVERFLOW_CODES:
         return True
     return bool(message and _OVERFLOW_TEXT.search(message))
+
+
+def context_overflow(message: str, body: Any = None, **common: Any) -> ContextOverflowError:
+    """The overflow error of ``message``, with the sizes it states (``_overflow_sizes``; issue 17).
+
+    Args:
+        message: the provider's message (or ours).
+        body: the parsed JSON error body, whose error object may carry llama.cpp's ``n_ctx`` and
+            ``n_prompt_tokens``; None when there is none.
+        common: the other ``ProviderError`` keyword arguments (status, code, …).
+    """
+    return ContextOverflowError(message, **overflow_sizes(message, _error_object(body)), **common)
+
+
+def _error_object(body: Any) -> Mapping[str, Any] | None:
+    """The error object of a JSON error body (``{"error": {...}}`` or the body itself), or None."""
+    if isinstance(body, list) and len(body) == 1:
+        body = body[0]
+    if not isinstance(body, Mapping):
+        return None
+    inner = body.get("error")
+    return inner if isinstance(inner, Mapping) else body
 
 
 def parse_body(body: bytes) -> tuple[Any, bool]:
@@ -156,7 +179,7 @@ def error_from_http(status: int, headers: Mapping[str, str], body: bytes, *, ven
     if status == 429:
         return RateLimitedError(message, **common)
     if status == 413 or (status in (400, 422) and is_context_overflow(message, code)):
-        return ContextOverflowError(message, **common)
+        return context_overflow(message, value if is_json else None, **common)
     if status in (503, 529):
         return OverloadedError(message, **common)
     if status >= 500:

@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 from httpx_sse import ServerSentEvent
 
-from providers._errorbody import clean_message, is_context_overflow, is_retryable_code
+from providers._errorbody import clean_message, context_overflow, is_context_overflow, is_retryable_code
 from providers.chunks import ProviderChunk
-from providers.errors import BadResponseError, ContextOverflowError, InBandError, ProviderError
+from providers.errors import BadResponseError, InBandError, ProviderError
 from providers.sse import event_json
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class StreamParserBase:
         }
         message = message or "provider reported an error in the stream"
         if is_context_overflow(message, code):
-            self.error = ContextOverflowError(message, **kwargs)
+            self.error = context_overflow(message, **kwargs)
         else:
             self.error = InBandError(message, retryable=is_retryable_code(code), **kwargs)
         self.finished = True

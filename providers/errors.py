@@ -8,6 +8,7 @@
     ├── ServerError                  kind "server_error"      5xx: 500, 502, 504, … (the server failed)
     │   └── OverloadedError          kind "overloaded"        503, 529 (the server is busy: try later)
     ├── ContextOverflowError         kind "context_overflow"  the prompt does not fit the model
+    │                                                         (with the sizes the error stated)
     ├── ProviderTimeoutError         kind "timeout"           connect / first byte / idle between chunks
     ├── ProviderConnectionError      kind "connection"        connection refused/reset before a response
     ├── BadResponseError             kind "http_error"        other non-2xx; 200 with a JSON error
@@ -122,9 +123,35 @@ class OverloadedError(ServerError):
 
 
 class ContextOverflowError(ProviderError):
-    """The request does not fit the model's context window: compact and retry once."""
+    """The request does not fit the model's context window: compact and retry once.
+
+    The sizes are what the provider's error stated (``_overflow_sizes``; issue 17), each a count
+    of the provider's tokens, or None when it did not say.
+
+    Attributes:
+        limit_tokens: the model's context window.
+        requested_tokens: the whole request: input + requested output.
+        prompt_tokens: the input (messages, tool definitions).
+        output_tokens: the requested output budget (``max_tokens``).
+    """
 
     kind = "context_overflow"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit_tokens: int | None = None,
+        requested_tokens: int | None = None,
+        prompt_tokens: int | None = None,
+        output_tokens: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.limit_tokens = limit_tokens
+        self.requested_tokens = requested_tokens
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
 
 
 class ProviderTimeoutError(ProviderError):

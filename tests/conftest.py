@@ -49,6 +49,21 @@ def _fresh_rate_limits() -> object:
     reset_limits()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_model_presets() -> object:
+    """Each test reads the model presets from its own settings (a test that changes
+    ``llm_context_window`` gets that window) and starts with no context window learned from an
+    overflow (both per-process)."""
+    from conversations.agent.learned_limits import LEARNED_LIMITS
+    from conversations.runtime.provider import reset
+
+    reset()
+    LEARNED_LIMITS.clear()
+    yield
+    reset()
+    LEARNED_LIMITS.clear()
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup: None) -> object:
     """pytest-django's test database, plus: the storage threads' connections close before it is

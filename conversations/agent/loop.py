@@ -15,8 +15,8 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
+from conversations.agent.overflow_sizing import RequestFitter, refit_request, same_request
 from conversations.agent.tool_calls import display_arguments, run_tool_calls, sendable_names, unique_ids
 from conversations.agent.tool_registry import DEFAULT_MAX_ARGUMENT_BYTES, ToolRegistry
 from delivery.events import (
@@ -44,12 +44,6 @@ DEFAULT_MAX_TURN_OUTPUT_CHARS = 1_000_000
 (``PICOBOT_MAX_TURN_OUTPUT_CHARS``). A frame holds the turn's text once, sent as UTF-8 JSON
 (``ensure_ascii=False``): at most 6 bytes a character (a ``\\u0001`` escape), so about 6 MB, under
 the WebSocket's 9 MiB payload limit (``serve.MAX_WS_MESSAGE_BYTES``)."""
-
-
-class FitRequest(Protocol):
-    """Fits a later request of the turn to the context window (``TurnInputBuilder.fit``)."""
-
-    def __call__(self, messages: list[Message], *, hard: bool = False) -> list[Message]: ...
 
 
 @dataclass
@@ -108,8 +102,9 @@ class AgentLoop:
         is_current: the owner's stale-state check (generation / lease epoch, seed 003 §8.3),
             asked before each provider request and after each tool batch: a bool, or an
             awaitable one (an owner that waits until storage can tell); None means always current.
-        fit: fits each request after the first to the context window (``agent/README.md``); None
-            sends the turn's messages as they are.
+        fitter: fits each request after the first to the context window, gives every request
+            its ``max_tokens`` and sizes the retry after an overflow (``TurnInputBuilder``;
+            ``agent/README.md``); None sends the turn's messages as they are.
         max_calls_per_response: tool calls of one model response that run; the calls after them
             (in the model's order) are dropped from the response — not run, stored, shown or
             sent back — and the last kept call's result gets a note saying how many were
@@ -129,7 +124,7 @@ class AgentLoop:
         max_iterations: int = 8,
         tool_timeout: float = 30.0,
         is_current: Callable[[], bool | Awaitable[bool]] | None = None,
-        fit: FitRequest | None = None,
+        fitter: RequestFitter | None = None,
         max_calls_per_response: int = DEFAULT_MAX_CALLS_PER_RESPONSE,
         max_output_chars: int = DEFAULT_MAX_TURN_OUTPUT_CHARS,
     ) -> None:
@@ -137,7 +132,7 @@ class AgentLoop:
         self.max_output_chars = max(1, max_output_chars)
         self._output_chars = 0  # text + reasoning characters the turn has taken so far
         self.max_calls_per_response = max(1, max_calls_per_response)
-        self.fit = fit
+        self.fitter = fitter
         self.tools = tools
         self._sink = emit
         self.is_current = is_current
@@ -203,7 +198,8 @@ class AgentLoop:
         self._output_chars = 0
         conversation = list(messages)
         seen_call_ids: set[str] = set()
-        hard = False  # after an overflow at a later iteration, every later request is fitted hard
+        window: int | None = None  # after an overflow at a later iteration: what later requests fit
+        refitted = False  # one retry after an overflow per turn
         for iteration in range(self.max_iterations):
             if not await self._current():  # stale-state check before the provider call (seed 003 §8.3)
                 result.stale = True
@@ -213,24 +209,28 @@ class AgentLoop:
             tools = [] if last else self.tools.definitions()
             # A copy: the request must not change when this turn appends to its conversation.
             outgoing = list(conversation)
-            if iteration and self.fit is not None:
-                outgoing = self.fit(outgoing, hard=hard)
+            if iteration and self.fitter is not None:
+                outgoing = self.fitter.fit(outgoing, window=window)
             counted = self._output_chars
             while True:
                 self._output_chars = counted  # a request sent once more starts its count over
                 accumulator = self._streaming = StreamAccumulator()
                 self._streaming_iteration = iteration
                 self._shown = False
+                budget = self.fitter.output_budget(outgoing) if self.fitter is not None else None
+                request = ProviderRequest(messages=outgoing, tools=tools, max_tokens=budget)
                 try:
-                    await self._stream(
-                        ProviderRequest(messages=outgoing, tools=tools), iteration, accumulator
-                    )
+                    await self._stream(request, iteration, accumulator)
                 except ContextOverflowError as exc:
-                    retry = self._refit_after_overflow(conversation, outgoing, iteration, hard)
+                    retry = (
+                        None
+                        if refitted
+                        else self._refit_after_overflow(exc, conversation, outgoing, iteration)
+                    )
                     if retry is not None:
-                        outgoing, hard = retry, True
+                        (outgoing, window), refitted = retry, True
                         continue
-                    result.refused_shortened = not _same(outgoing, conversation)
+                    result.refused_shortened = not same_request(outgoing, conversation)
                     return self._failed(exc)
                 except ProviderError as exc:
                     return self._failed(exc)
@@ -280,23 +280,14 @@ class AgentLoop:
         return result
 
     def _refit_after_overflow(
-        self, conversation: list[Message], sent: list[Message], iteration: int, hard: bool
-    ) -> list[Message] | None:
-        """The request to send once more after a context overflow at ``iteration``, or None.
-
-        Only a later iteration's overflow (the first request belongs to the input builder's
-        recovery), only once per turn, only when that iteration showed nothing yet, and only when
-        the hard fit (half the budget) makes the request smaller.
-        """
-        if iteration == 0 or hard or self.fit is None or self._shown:
+        self, error: ContextOverflowError, conversation: list[Message], sent: list[Message], iteration: int
+    ) -> tuple[list[Message], int | None] | None:
+        """``(request, window)`` to send once more after a context overflow at ``iteration``, or None:
+        only a later iteration's (the first request belongs to the input builder's recovery), only
+        when it showed nothing yet (the caller allows one per turn); sized by ``refit_request``."""
+        if iteration == 0 or self.fitter is None or self._shown:
             return None
-        fitted = self.fit(list(conversation), hard=True)
-        if _same(fitted, sent):
-            return None  # nothing more to cut: the same request would overflow again
-        log.warning(
-            "context overflow at iteration %d; retrying once with the request fitted harder", iteration
-        )
-        return fitted
+        return refit_request(self.fitter, error, conversation, sent)
 
     async def _stream(self, request: ProviderRequest, iteration: int, accumulator: StreamAccumulator) -> None:
         stream = self.provider.stream(request)
@@ -410,8 +401,3 @@ class AgentLoop:
                 TurnMessage(iteration, finished[call.id]) for call in calls if call.id in finished
             )
         return [finished[call.id] for call in calls]
-
-
-def _same(one: list[Message], other: list[Message]) -> bool:
-    """Whether two requests hold the very same message objects (a fit that cut nothing)."""
-    return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))

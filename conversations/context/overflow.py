@@ -2,8 +2,11 @@
 
 :func:`run_with_overflow_recovery` prepares the turn's input (``turn_input.TurnInputBuilder``),
 runs the turn, and when the provider refuses the input as too long before anything was shown,
-rebuilds it once from the compacted state with half the refused estimate as the window and runs
-it once more; a second overflow fails the turn clearly (:class:`ContextPreparationError`). A
+runs it once more sized from what was refused (``agent/overflow_sizing.py``, issue 17): the same
+input with a smaller ``max_tokens`` when the error says input + output budget overflowed and the
+input alone fits, else the input rebuilt from the compacted state to a window derived from the
+stated limit (or half the refused estimate); a second overflow fails the turn clearly
+(:class:`ContextPreparationError`). A
 storage error while building the input fails the turn typed ``context_preparation``. Notices of
 the builder (a failed compaction, left-out messages) go to the chat through ``publish``.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from django.db import DatabaseError
 
@@ -50,8 +54,18 @@ def overflow_mid_turn_message(*, shortened: bool) -> str:
     return f"{TOO_LONG}: {reason}. {START_OVER}"
 
 
-def overflow_again_message(prepared: PreparedInput) -> str:
-    """What a turn whose recovered input overflowed again fails with (seed 000 §7.2)."""
+def overflow_again_message(prepared: PreparedInput, *, cut: bool = True) -> str:
+    """What a turn whose recovered input overflowed again fails with (seed 000 §7.2).
+
+    Args:
+        prepared: the input of the refused retry.
+        cut: the retry's input had been rebuilt smaller; False when only its output budget was
+            lowered (the message then claims no cutting).
+    """
+    if not cut:
+        return (
+            f"{TOO_LONG}: the model refused its input again, also with a smaller output budget. {START_OVER}"
+        )
     return (
         f"{TOO_LONG}: the model refused its input again after it was cut down to about "
         f"{prepared.estimate:,} tokens. {START_OVER}"
@@ -84,9 +98,11 @@ async def run_with_overflow_recovery(
     """Prepare the turn's input, run the turn, and recover from one context overflow (seed 000 §7.2).
 
     The input is built (and compacted, the compaction committed) by ``builder``; ``run`` is the
-    agent loop (``AgentLoop.run``). When the provider reports a context overflow before anything
-    was shown, the input is rebuilt once through the same builder with a smaller window
-    (:meth:`TurnInputBuilder.recover_after_overflow`) and the turn runs once more. Notices (a
+    agent loop (``AgentLoop.run``, whose requests take their ``max_tokens`` from ``builder``).
+    When the provider reports a context overflow before anything was shown, the retry is sized
+    by :meth:`TurnInputBuilder.after_overflow`: the same input with a smaller output budget, or
+    the input rebuilt once through the same builder to a smaller window
+    (:meth:`TurnInputBuilder.recover_after_overflow`); the turn runs once more. Notices (a
     failed compaction, left-out messages) go to ``publish``. The last prepared input is
     ``builder.prepared`` (its ``base_state_version`` for stale-state checks).
 
@@ -103,19 +119,34 @@ async def run_with_overflow_recovery(
     result = await run(prepared.messages)
     if not overflowed_before_output(result):
         return result
-    log.warning(
-        "dialog %s: context overflow at about %d estimated tokens; rebuilding the input once",
-        start.dialog_id,
-        prepared.estimate,
-    )
-    prepared = await _preparing(start, builder.recover_after_overflow(start, prepared), builder)
-    await _tell(publish, prepared)
+    retry = builder.after_overflow(cast(ContextOverflowError, result.error), prepared.messages)
+    if retry.window is None:
+        log.warning(
+            "dialog %s: context overflow of input + output budget (window %s tokens); sending the "
+            "same input once more with max_tokens %s",
+            start.dialog_id,
+            retry.limit_tokens,
+            retry.max_tokens,
+        )
+    else:
+        log.warning(
+            "dialog %s: context overflow at about %d estimated tokens (stated window %s); rebuilding "
+            "the input once to a window of %d",
+            start.dialog_id,
+            prepared.estimate,
+            retry.limit_tokens,
+            retry.window,
+        )
+        prepared = await _preparing(
+            start, builder.recover_after_overflow(start, prepared, window=retry.window), builder
+        )
+        await _tell(publish, prepared)
     result = await run(prepared.messages)
     if overflowed_before_output(result):
         log.warning(
             "dialog %s: context overflow again at about %d tokens", start.dialog_id, prepared.estimate
         )
-        raise ContextPreparationError(overflow_again_message(prepared))
+        raise ContextPreparationError(overflow_again_message(prepared, cut=retry.window is not None))
     return result
 
 

@@ -6,8 +6,9 @@ the runtime context (``runtime_context``) once in the last user message — and 
 context budget: old tool results shortened, older history summarised through the model, the
 oldest turns left out of this request, in that order. The summary it wrote is committed only
 while the dialog's ``state_version`` still matches. Later requests of the turn are fitted by
-:meth:`TurnInputBuilder.fit`; one context overflow is recovered by ``overflow``. The budget
-ladder and its rules: ``context/README.md``.
+:meth:`TurnInputBuilder.fit`; one context overflow is recovered by ``overflow``, sized from what
+the provider refused (``agent/overflow_sizing.py``, issue 17). The budget ladder and its rules:
+``context/README.md``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
+from conversations.agent.learned_limits import LEARNED_LIMITS, LearnedLimits
+from conversations.agent.overflow_sizing import OverflowRetry, RequestSizing
 from conversations.context.auto_compaction import (
     CompactingPhase,
     CompressionUpdate,
@@ -35,7 +38,9 @@ from conversations.context.tokens import REQUEST_OVERHEAD, estimate_messages, es
 from conversations.storage import TurnStart
 from conversations.storage.runner import run_storage
 from providers.base import LLMProvider
+from providers.errors import ContextOverflowError
 from providers.messages import Message, ToolDefinition
+from providers.presets import ModelPreset
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +104,8 @@ class TurnInputBuilder:
         provider: the model of the turn (it also writes automatic summaries).
         system_prompt: the system prompt (``PICOBOT.system_prompt``).
         tools: the tool definitions the request offers (counted in the estimate).
-        window_tokens: the model's context window, tokens.
+        window_tokens: the model's configured context window, tokens (a window its provider
+            stated in an overflow error, learned for ``preset``, wins when smaller).
         threshold: share of the window (0–1) a request may use before it is compacted.
         keep_messages: history rows a summary keeps verbatim at most.
         keep_tool_results: tool results the first microcompact pass keeps whole.
@@ -107,6 +113,9 @@ class TurnInputBuilder:
         memory_recall: the memory hook (None: no memory).
         phase: shows the ``compacting`` phase (the turn's ``TurnController``), or None.
         clock: returns the current time (tests).
+        preset: the turn's model preset (``""``: none; nothing is learned).
+        output_tokens: the preset's output budget per request (``max_tokens``), or None.
+        limits: the windows learned per preset (default: the process's store).
     """
 
     def __init__(
@@ -123,6 +132,9 @@ class TurnInputBuilder:
         memory_recall: MemoryRecall | None = None,
         phase: CompactingPhase | None = None,
         clock: Callable[[], datetime] | None = None,
+        preset: str = "",
+        output_tokens: int | None = None,
+        limits: LearnedLimits = LEARNED_LIMITS,
     ) -> None:
         self.provider = provider
         self.system_prompt = system_prompt
@@ -136,6 +148,14 @@ class TurnInputBuilder:
         self.phase = phase
         self.clock = clock or (lambda: datetime.now(UTC))
         self._fixed = REQUEST_OVERHEAD + estimate_tools(self.tools)
+        self.sizing = RequestSizing(
+            self.estimate,
+            window_tokens=self.window_tokens,
+            output_tokens=output_tokens,
+            preset=preset,
+            limits=limits,
+        )
+        """The turn's window and output budgets, and their sizes after an overflow (issue 17)."""
         self.prepared: PreparedInput | None = None
         """The last input :meth:`prepare`, :meth:`recover_after_overflow` or
         :meth:`commit_compression` returned."""
@@ -149,9 +169,11 @@ class TurnInputBuilder:
         memory_recall: MemoryRecall | None = None,
         phase: CompactingPhase | None = None,
         window_tokens: int | None = None,
+        preset: ModelPreset | None = None,
     ) -> TurnInputBuilder:
         """A builder configured from ``settings.PICOBOT`` (threshold, keep, timeout); the window
-        is ``window_tokens`` (the turn's model preset's) or ``PICOBOT_LLM_CONTEXT_WINDOW``."""
+        is ``window_tokens`` (the turn's model preset's) or ``PICOBOT_LLM_CONTEXT_WINDOW``;
+        ``preset`` names what is learned from overflows and gives the output budget."""
         config = settings.PICOBOT
         return cls(
             provider,
@@ -163,28 +185,34 @@ class TurnInputBuilder:
             compact_timeout=config.compact_timeout,
             memory_recall=memory_recall,
             phase=phase,
+            preset=preset.name if preset is not None else "",
+            output_tokens=preset.config.max_tokens if preset is not None else config.llm_max_tokens,
         )
 
     # -- public API ----------------------------------------------------------------------------
 
     async def prepare(self, start: TurnStart, *, window_tokens: int | None = None) -> PreparedInput:
-        """The turn's input, compacted to fit ``window_tokens`` (default: the configured window).
+        """The turn's input, compacted to fit ``window_tokens`` (default: the configured window, or
+        the preset's learned one when smaller: ``RequestSizing.window``).
 
         Raises:
             ContextPreparationError: even the smallest input (the current turn alone, old tool
                 results shortened) is estimated over the window.
             django.db.DatabaseError: the dialog's state could not be read (after retries).
         """
-        window = self.window_tokens if window_tokens is None else max(1, int(window_tokens))
+        window = self.sizing.window() if window_tokens is None else max(1, int(window_tokens))
         return await self._prepare(start, window, limit=window, recovering=False)
 
-    async def recover_after_overflow(self, start: TurnStart, previous: PreparedInput) -> PreparedInput:
+    async def recover_after_overflow(
+        self, start: TurnStart, previous: PreparedInput, *, window: int | None = None
+    ) -> PreparedInput:
         """Rebuild after the provider reported a context overflow for ``previous`` (seed 000 §7.2).
 
         The same assembly as :meth:`prepare`, from the compacted state ``previous`` used (its
-        compression, committed or not), with half of ``previous.estimate`` as the window: old
-        tool results are shortened, older history summarised (when allowed) and the oldest turns
-        left out, tool pairs kept together. Call it once per turn.
+        compression, committed or not), fitted to ``window`` estimated tokens (what
+        :meth:`after_overflow` sized from the refused request; default: half of
+        ``previous.estimate``): old tool results are shortened, older history summarised (when
+        allowed) and the oldest turns left out, tool pairs kept together. Call it once per turn.
 
         Raises:
             ContextPreparationError: the input cannot be made smaller than ``previous``.
@@ -197,7 +225,7 @@ class TurnInputBuilder:
                 summary_seq=previous.compression.covers_seq,
                 history=previous.compression.kept_rows,
             )
-        window = max(1, previous.estimate // 2)
+        window = max(1, previous.estimate // 2 if window is None else window)
         return await self._prepare(base, window, limit=previous.estimate - 1, recovering=True)
 
     async def commit_compression(self, start: TurnStart, prepared: PreparedInput) -> PreparedInput:
@@ -242,32 +270,40 @@ class TurnInputBuilder:
         """Estimated tokens of a request of ``messages`` with this builder's tools."""
         return self._fixed + estimate_messages(messages)
 
-    def fit(self, messages: list[Message], *, hard: bool = False) -> list[Message]:
+    def fit(self, messages: list[Message], *, window: int | None = None) -> list[Message]:
         """A later request of the turn (after tool calls), fitted to the context window.
 
-        The budget is the compaction share of the window the turn's input was prepared for
-        (``prepared.window``; smaller after an overflow recovery), half of it with ``hard``
-        (after the provider reported an overflow anyway). ``pruning.fit_request`` shortens
+        The budget is the compaction share of ``window`` estimated tokens (after the provider
+        refused a later request: what :meth:`after_overflow` sized), by default of the window
+        the turn's input was prepared for (``prepared.window``; smaller after an overflow
+        recovery) or the provider's stated one when smaller. ``pruning.fit_request`` shortens
         older tool results, cuts the largest ones with a marker, then leaves old turns out — in
         the request only: ``messages`` and the stored history stay whole. Pure, no I/O.
         """
-        window = (
-            self.prepared.window if self.prepared is not None and self.prepared.window else self.window_tokens
-        )
+        sized = window is not None
+        if window is None:
+            prepared = self.prepared.window if self.prepared is not None and self.prepared.window else 0
+            window = min(prepared or self.window_tokens, self.sizing.window())
         budget = max(1, int(window * self.threshold))
-        if hard:
-            budget = max(1, budget // 2)
         before = self.estimate(messages)
         fitted = fit_request(messages, budget - self._fixed, keep_recent=self.keep_tool_results)
         if len(fitted) != len(messages) or _changed(messages, fitted):
             log.info(
                 "a later request fitted%s: about %d → %d estimated tokens (budget %d)",
-                " hard" if hard else "",
+                " after an overflow" if sized else "",
                 before,
                 self.estimate(fitted),
                 budget,
             )
         return fitted
+
+    def output_budget(self, messages: list[Message]) -> int | None:
+        """The ``max_tokens`` of a request of ``messages``: ``RequestSizing.output_budget``."""
+        return self.sizing.output_budget(messages)
+
+    def after_overflow(self, error: ContextOverflowError, refused: list[Message]) -> OverflowRetry:
+        """How to send ``refused`` once more: ``RequestSizing.after_overflow`` (issue 17)."""
+        return self.sizing.after_overflow(error, refused)
 
     async def _prepare(self, start: TurnStart, window: int, *, limit: int, recovering: bool) -> PreparedInput:
         dialog, context = await read_turn_context(

@@ -293,6 +293,7 @@ class DialogExecutor:
             memory_recall=recall_memories,
             phase=running.controller,
             window_tokens=preset.context_window,
+            preset=preset,  # output budget; a window its provider states is learned for it (issue 17)
         )
         loop = AgentLoop(
             provider,
@@ -301,7 +302,7 @@ class DialogExecutor:
             max_iterations=config.max_iterations,
             tool_timeout=config.tool_timeout,
             is_current=self.verify_lease,  # before each provider call and after each tool batch (seed 003 §8.3)
-            fit=builder.fit,  # every later request is fitted to the window (seed 000 §7.2)
+            fitter=builder,  # later requests fitted, every request sized, overflows resized (§7.2, issue 17)
             max_calls_per_response=config.max_tool_calls_per_response,
             max_output_chars=config.max_turn_output_chars,
         )
