@@ -16,7 +16,9 @@ includes the cached tokens (``type="cached"``), ``type="output"`` includes the r
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
+
+disable_created_metrics()  # no ``*_created`` series: Prometheus needs none, they double the output
 
 TURN_OUTCOMES = ("completed", "cancelled", "failed", "interrupted")
 CALL_OUTCOMES = ("ok", "error", "closed")
