@@ -10,6 +10,7 @@ from pydantic import SecretStr
 from conversations.runtime import provider as runtime_provider
 from tests.conversations.conftest import connect, start_worker  # noqa: F401 - fixtures used here
 from tests.conversations.gateway_fixtures import fast_picobot, fresh_runtime_sessions  # noqa: F401 - autouse
+from tests.services.test_scale_out import postgres_url  # noqa: F401 - a fresh PostgreSQL database
 
 METRICS_TOKEN = "scrape-token-0123456789"
 
