@@ -30,6 +30,9 @@ class ConversationsConfig(AppConfig):
         from conversations.agent.log_safety import add_secret_source
 
         add_secret_source(settings_secrets)
+        from conversations.runtime import call_metrics
+
+        call_metrics.install()  # provider calls and retries into /metrics (issue 17)
         from django.conf import settings
 
         if settings.PICOBOT.feishu_mode:  # the Feishu channel (``conversations.feishu.platform``)

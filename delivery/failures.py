@@ -1,8 +1,8 @@
 """Storage functions for ``DeliveryFailure`` rows (sync ORM; call through a storage runner).
 
 The session records one row per turn whose terminal snapshot was not delivered (seed 000 §5);
-operators resolve rows in the admin. Imports only ``delivery.models``: delivery never depends on
-conversations.
+operators resolve rows in the admin; each row is counted in the metrics. Imports only
+``delivery.models`` and the metric definitions: delivery never depends on conversations.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import uuid
 from django.db.models import QuerySet
 
 from delivery.models import DeliveryFailure
+from picobot_site.metrics import instruments
 
 __all__ = ["MAX_ERROR_CHARS", "record_delivery_failure", "resolve_delivery_failures"]
 
@@ -34,7 +35,8 @@ def record_delivery_failure(
     error: str,
     attempts: int,
 ) -> DeliveryFailure:
-    """Inserts one ``DeliveryFailure`` row (one DB write).
+    """Inserts one ``DeliveryFailure`` row (one DB write) and counts it in
+    ``picobot_delivery_failures_total``.
 
     Args:
         channel: The target chat's platform.
@@ -58,7 +60,7 @@ def record_delivery_failure(
         turn_uuid = uuid.UUID(turn_id) if turn_id else None
     except ValueError:
         turn_uuid = None
-    return DeliveryFailure.objects.create(
+    row = DeliveryFailure.objects.create(
         channel=channel,
         chat_id=chat_id,
         dialog_id=dialog_id,
@@ -68,6 +70,8 @@ def record_delivery_failure(
         attempts=attempts,
         created_at=_now_ms(),
     )
+    instruments.record_delivery_failure(channel, stage)  # once the row exists (a retried write counts once)
+    return row
 
 
 def resolve_delivery_failures(rows: QuerySet[DeliveryFailure], *, now_ms: int | None = None) -> int:

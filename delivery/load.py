@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 __all__ = ["LoopLagGauge"]
 
@@ -33,21 +34,32 @@ class LoopLagGauge:
         max_interval: The longest snapshot interval :meth:`pace` returns.
         decay: Weight of the old value when a sample is lower (slow decay; a higher sample
             replaces it at once).
+        on_sample: Called with each raw sample (seconds ≥ 0), e.g. a metric's ``observe``; it
+            must be cheap (it runs every ``period``).
     """
 
     def __init__(
-        self, period: float = 0.05, *, calm_lag: float = 0.010, max_interval: float = 1.0, decay: float = 0.8
+        self,
+        period: float = 0.05,
+        *,
+        calm_lag: float = 0.010,
+        max_interval: float = 1.0,
+        decay: float = 0.8,
+        on_sample: Callable[[float], object] | None = None,
     ) -> None:
         self.period = period
         self.calm_lag = calm_lag
         self.max_interval = max_interval
         self.decay = decay
+        self.on_sample = on_sample
         self.lag = 0.0
         self._task: asyncio.Task | None = None
 
     def sample(self, late: float) -> None:
         """Record one measurement: a timer fired ``late`` seconds after it was due."""
         late = max(0.0, late)
+        if self.on_sample is not None:
+            self.on_sample(late)
         self.lag = late if late > self.lag else self.decay * self.lag + (1 - self.decay) * late
 
     def pace(self, base_interval: float) -> float:

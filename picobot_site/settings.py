@@ -21,6 +21,7 @@ import dj_database_url
 from picobot_site import headers
 from picobot_site.config import ConfigError, load_settings
 from picobot_site.config_rules import one_line
+from picobot_site.metrics import multiprocess as metrics_multiprocess
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -36,6 +37,12 @@ except ConfigError as exc:
     _stop(str(exc))
 
 DATA_DIR = PICOBOT.data_dir
+
+# Before anything imports prometheus_client: it picks single- or multiprocess values on import.
+try:
+    metrics_multiprocess.configure(PICOBOT.metrics_dir)
+except metrics_multiprocess.MetricsDirError as exc:
+    _stop(str(exc))
 
 
 def _data_dir_ready() -> None:
@@ -281,8 +288,20 @@ WHITENOISE_AUTOREFRESH = DEBUG
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        # PICOBOT_LOG_FORMAT=json: one redacted JSON object a line (picobot_site/log_format.py).
+        "json": {"()": "picobot_site.log_format.JsonLogFormatter"},
+    },
+    # Every record gets the dialog_id and turn_id of the turn it was logged in (issue 17).
+    "filters": {"turn_scope": {"()": "picobot_site.log_format.TurnScopeFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if PICOBOT.log_format == "json" else "plain",
+            "filters": ["turn_scope"],
+        }
+    },
     "root": {"handlers": ["console"], "level": PICOBOT.log_level},
     "loggers": {
         "daphne": {"level": "WARNING"},

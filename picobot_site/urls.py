@@ -1,4 +1,4 @@
-"""URL map: the WebUI, login/logout, the Django admin, the REST API, the Feishu webhook. WebSocket routes live in ``asgi.py``."""
+"""URL map: the WebUI, login/logout, the Django admin, the REST API, the Feishu webhook, the Prometheus scrape. WebSocket routes live in ``asgi.py``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from django.urls import path
 from conversations.api import api
 from conversations.chat import views
 from conversations.feishu.views import feishu_events
+from picobot_site.metrics.views import metrics
 
 urlpatterns = [
     path("", views.chat_page, name="chat"),
@@ -18,4 +19,5 @@ urlpatterns = [
     path("api/", api.urls),
     path("feishu/events/", feishu_events, name="feishu-events"),
     path("feishu/events", feishu_events),  # as typed in the console without the slash: no redirect
+    path("metrics", metrics, name="metrics"),  # Prometheus' default metrics_path (issue 17)
 ]

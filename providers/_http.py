@@ -43,6 +43,7 @@ from providers.errors import (
     ProviderTimeoutError,
     StreamTruncatedError,
 )
+from providers.metering import notify_retry
 from providers.redaction import redact
 from providers.replay_identity import normalise_endpoint
 from providers.sse import SSEEventReader
@@ -184,6 +185,7 @@ class HTTPStreamProvider(LLMProvider):
                 if yielded or not exc.retryable or attempt >= self.max_retries:
                     raise
                 delay = self._retry_delay(exc, attempt)
+                notify_retry(self.name, exc.kind)
                 logger.warning(
                     "provider %s: %s (%s, HTTP %s); retry %d/%d in %.2fs",
                     self.name,

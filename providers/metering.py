@@ -8,7 +8,8 @@ work made the call). Observers must be cheap and must not raise (a raising one i
 skipped): they run in the stream's task, after its last chunk.
 
 The scope travels in a ``ContextVar`` (:data:`CALL_SCOPE`, :func:`call_scope`), so the agent loop,
-the title service and compaction need not pass it through the provider interface. Pure: no Django.
+the title service and compaction need not pass it through the provider interface. Transport
+retries inside a call are announced separately (:func:`add_retry_observer`). Pure: no Django.
 """
 
 from __future__ import annotations
@@ -123,6 +124,32 @@ def notify(call: ProviderCall) -> None:
             observer(call)
         except Exception:
             log.exception("provider call observer %r failed", observer)
+
+
+RetryObserver = Callable[[str, str], object]
+_retry_observers: list[RetryObserver] = []
+
+
+def add_retry_observer(observer: RetryObserver) -> None:
+    """Receive ``(provider name, error kind)`` for every transport retry of this process
+    (``providers._http``; metrics count them); idempotent."""
+    if observer not in _retry_observers:
+        _retry_observers.append(observer)
+
+
+def remove_retry_observer(observer: RetryObserver) -> None:
+    with contextlib.suppress(ValueError):
+        _retry_observers.remove(observer)
+
+
+def notify_retry(provider: str, kind: str) -> None:
+    """Tell the retry observers that ``provider`` retries after an error of ``kind``; one that
+    raises is logged and skipped."""
+    for observer in list(_retry_observers):
+        try:
+            observer(provider, kind)
+        except Exception:
+            log.exception("provider retry observer %r failed", observer)
 
 
 class MeteredProvider(LLMProvider):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from conversations.agent.log_safety import log_safe
 from conversations.agent.tool_registry import DEFAULT_MAX_ARGUMENT_BYTES, ToolFatalError, ToolRegistry
 from delivery.events import ToolFinished, TurnEvent
+from picobot_site.metrics import instruments
 from providers.blocks import UNNAMED_TOOL
 from providers.messages import Message
 from providers.types import ToolCall
@@ -104,7 +105,13 @@ async def run_tool_calls(
     note_on, note_text = note if note is not None else (None, "")
 
     async def one(call: ToolCall) -> None:
-        outcome = await tools.run(as_called.get(call.id, call), timeout)
+        made = as_called.get(call.id, call)
+        try:
+            outcome = await tools.run(made, timeout)
+        except ToolFatalError:
+            _count_call(tools, made.name, error=True)
+            raise
+        _count_call(tools, made.name, error=outcome.is_error)
         if closed() or not batch_open:
             return  # a late result after /stop or an abandoned call: neither shown nor kept (§14.1)
         content = outcome.content + note_text if call.id == note_on else outcome.content
@@ -127,6 +134,12 @@ async def run_tool_calls(
         raise
     finally:
         batch_open = False
+
+
+def _count_call(tools: ToolRegistry, name: str, *, error: bool) -> None:
+    """Count a call that ran in the metrics, under ``unknown`` when the registry has no such tool
+    (the model's names are not trusted as label values)."""
+    instruments.record_tool_call(name if name in tools else instruments.UNKNOWN_TOOL, error=error)
 
 
 async def _all_done(tasks: list[asyncio.Task]) -> None:

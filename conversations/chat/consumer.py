@@ -60,6 +60,7 @@ from delivery.flow import SnapshotCreditWindow
 from delivery.frame_budget import fit_frame
 from delivery.groups import chat_group
 from delivery.platforms.cli_chat import turn_updated_frame
+from picobot_site.metrics import instruments
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,8 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
             raise
         # Started last, once connected: a failed connect must not leave it re-adding a dead channel.
         self.refresher = asyncio.ensure_future(self._refresh_groups())
+        instruments.WEBSOCKETS_OPEN.inc()
+        self.counted_open = True  # decremented once, in disconnect
 
     async def _send_ready(self, user: Any) -> None:
         # A first dialog made here gets no welcome: the WebUI/TUI show their own empty-dialog hint,
@@ -201,6 +204,9 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
             log.exception("could not send the chat's interrupted-turn notices; the next connection retries")
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "counted_open", False):
+            self.counted_open = False
+            instruments.WEBSOCKETS_OPEN.dec()
         for watchdog in list(getattr(self, "watchdogs", ())):
             watchdog.cancel()
         reconciler = getattr(self, "reconciler", None)

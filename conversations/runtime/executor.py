@@ -53,6 +53,7 @@ from conversations.storage.runner import run_storage
 from conversations.tools.memory import recall_for_turn, recall_memories
 from delivery.turn import TurnController
 from delivery.turn_delivery import DeliveryOutcome, TurnDelivery
+from picobot_site.metrics import instruments
 from providers.metering import CallScope, call_scope
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,7 @@ class DialogExecutor:
                 with contextlib.suppress(DatabaseError):  # without it, the reconciler sends it later
                     committed = await run_storage(storage.interrupted_commit, turn["inbox_id"])
                 await notify.publish_interrupted(turn, committed)
+                instruments.record_turn("interrupted")
         if told:  # their failure was already shown (a commit that storage refused): no restart notice
             with contextlib.suppress(DatabaseError):
                 await run_storage(storage.mark_notices_sent, [t["inbox_id"] for t in told])
@@ -238,10 +240,12 @@ class DialogExecutor:
             start.turn_id, start.channel, start.chat_id, controller, inbox_id=start.inbox_id
         )
         try:
-            commit = await self._run_and_commit(start, running)
-            # The terminal snapshot goes out after the commit, and turn_committed after it (PROTOCOL §1);
-            # a failed delivery gets its one plain fallback here (seed 000 §5).
-            outcome = await self._settle(delivery)
+            # Every log line of the turn names it (picobot_site.log_format; issue 17).
+            with call_scope(CallScope("turn", start.dialog_id, start.turn_id, start.owner_id, start.channel)):
+                commit = await self._run_and_commit(start, running)
+                # The terminal snapshot goes out after the commit, and turn_committed after it
+                # (PROTOCOL §1); a failed delivery gets its one plain fallback here (seed 000 §5).
+                outcome = await self._settle(delivery)
             if commit is not None:
                 await notify.publish_turn_committed(start.channel, start.chat_id, start.dialog_id, commit)
                 self.context.schedule_title(start.dialog_id)  # background; never delays the next turn
@@ -385,6 +389,7 @@ class DialogExecutor:
         # lease would never count as confirmed and its final would be dropped as stale).
         self.confirm_lease()
         self._remember_commit(commit)
+        instruments.record_turn(str(ending.outcome))
         if cancelled:
             controller.cancel(self.cancel_reason)
         elif ending.failure is not None:
@@ -418,6 +423,7 @@ class DialogExecutor:
     ) -> None:
         """A commit storage refused (seed 003 §14.2): failed, never completed, and told once."""
         log_failure(log, start.turn_id, failure)
+        instruments.record_turn("failed")
         self.context.sessions.evict(self.dialog_id)  # the DB state is unknown: reload next turn
         controller.fail(self.presenter.present(failure))
         await report_refused_commit(self.context, start, self.epoch, failure, self.presenter)

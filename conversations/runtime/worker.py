@@ -41,6 +41,7 @@ from delivery.load import LoopLagGauge
 from delivery.outbound import OutboundDispatcher
 from delivery.platforms.cli_chat import CliChatSender
 from delivery.presentation import PresentationPolicy, serialize_snapshot
+from picobot_site.metrics import instruments
 from providers.base import LLMProvider
 from providers.metering import MeteredProvider
 
@@ -110,7 +111,7 @@ class AgentWorker:
         self._loops: list[asyncio.Task] = []
         self.stopped = asyncio.Event()
         """Set when ``stop()`` begins (executors cut their waits short)."""
-        self.load = LoopLagGauge()
+        self.load = LoopLagGauge(on_sample=instruments.observe_loop_lag)
         """This process's event-loop lag: live snapshots stretch with it (``delivery.load``)."""
         self.lapsed_leases: dict[str, tuple[storage.Takeover, float]] = {}
         """Other workers' lapsed leases the scan saw: dialog id → (observed, first seen, monotonic)."""
@@ -284,6 +285,8 @@ class AgentWorker:
             )
             if claim is None:
                 return  # another live worker owns it
+            if takeover is not None:
+                instruments.record_lease_takeover()
             executor.epoch = claim.epoch
             executor.confirm_lease()
             await executor.run(claim.interrupted, first=first)
