@@ -36,31 +36,41 @@ _catalog: PresetCatalog | None = None
 
 
 def model_catalog() -> PresetCatalog:
-    """The deployment's presets (read once; ``reset()`` reads again).
+    """The deployment's presets (:func:`read_catalog` once; ``reset()`` reads again).
+
+    Raises:
+        ValueError: as :func:`read_catalog`.
+    """
+    global _catalog
+    if _catalog is None:
+        _catalog = read_catalog()
+    return _catalog
+
+
+def read_catalog() -> PresetCatalog:
+    """The presets as ``PICOBOT_CONFIG`` and the settings describe them now (reads the file; not
+    cached: ``doctor`` checks with it without touching the process's catalog).
 
     Raises:
         ValueError: the file cannot be read or parsed, or describes bad presets (the message
             names ``PICOBOT_CONFIG``, the table and the key).
     """
-    global _catalog
-    if _catalog is None:
-        config = settings.PICOBOT
-        document: dict = {}
-        if config.config is not None:
-            try:
-                with open(config.config, "rb") as handle:
-                    document = tomllib.load(handle)
-            except OSError as exc:
-                raise ValueError(f"PICOBOT_CONFIG={config.config}: cannot read it ({exc.strerror})") from None
-            except tomllib.TOMLDecodeError as exc:
-                raise ValueError(f"PICOBOT_CONFIG={config.config}: not valid TOML ({exc})") from None
-        _catalog = load_catalog(
-            document,
-            base=config.provider_config(),
-            context_window=config.llm_context_window,
-            environ=os.environ,
-        )
-    return _catalog
+    config = settings.PICOBOT
+    document: dict = {}
+    if config.config is not None:
+        try:
+            with open(config.config, "rb") as handle:
+                document = tomllib.load(handle)
+        except OSError as exc:
+            raise ValueError(f"PICOBOT_CONFIG={config.config}: cannot read it ({exc.strerror})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"PICOBOT_CONFIG={config.config}: not valid TOML ({exc})") from None
+    return load_catalog(
+        document,
+        base=config.provider_config(),
+        context_window=config.llm_context_window,
+        environ=os.environ,
+    )
 
 
 def preset_for(name: str | None) -> ModelPreset:

@@ -24,12 +24,11 @@ PROVIDER_SETTINGS = (
 
 def check_presets() -> list[Check]:
     """OK/WARN/FAIL lines: the file (or its ValueError), the default, each preset's key."""
-    from conversations.runtime.provider import model_catalog, reset
+    from conversations.runtime.provider import read_catalog
 
-    reset()  # read the file as it is now
     source = settings.PICOBOT.config
     try:
-        catalog = model_catalog()
+        catalog = read_catalog()  # the file as it is now
     except ValueError as exc:
         return [Check(FAIL, "model presets", str(exc), "correct PICOBOT_CONFIG (README, Model presets)")]
     if not catalog.from_file:

@@ -22,10 +22,10 @@ from providers.config import ProviderConfig
 def _default_config() -> ProviderConfig:
     """The default model preset's configuration (the ``PICOBOT_LLM_*`` settings without a
     ``[models]`` table, or when the file does not load: the presets check reports that)."""
-    from conversations.runtime.provider import model_catalog
+    from conversations.runtime.provider import read_catalog
 
     try:
-        catalog = model_catalog()
+        catalog = read_catalog()
     except ValueError:
         return settings.PICOBOT.provider_config()
     return catalog.presets[catalog.default].config
