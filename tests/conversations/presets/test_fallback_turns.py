@@ -14,6 +14,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from conversations.models import InboxMessage
+from providers.metering import ProviderCall, add_observer, remove_observer
 from providers.testing import LocalSSEServer, SSEResponse, openai_events, sse_body
 from tests.conversations.conftest import make_token
 from tests.conversations.presets.conftest import preset_table
@@ -67,10 +68,20 @@ def answer_text(turn: dict) -> str:
 async def test_a_refusing_first_preset_hands_the_turn_to_its_fallback(
     presets, connect, start_worker, refused, notice
 ):
-    async with LocalSSEServer([refused]) as a, LocalSSEServer([answers("answer from B")]) as b:
-        client, turn = await one_turn(presets, connect, start_worker, a.base_url, b.base_url)
-        assert turn["status"] == "completed" and answer_text(turn) == "answer from B"
-        assert len(a.recorded) == 1 and len(b.recorded) == 1  # A at once, not retried
+    calls: list[ProviderCall] = []
+    add_observer(calls.append)
+    try:
+        async with LocalSSEServer([refused]) as a, LocalSSEServer([answers("answer from B")]) as b:
+            client, turn = await one_turn(presets, connect, start_worker, a.base_url, b.base_url)
+    finally:
+        remove_observer(calls.append)
+    assert turn["status"] == "completed" and answer_text(turn) == "answer from B"
+    assert len(a.recorded) == 1 and len(b.recorded) == 1  # A at once, not retried
+    # Every attempt is recorded under its own preset (usage rows, metrics).
+    assert [(c.preset, c.outcome, c.model) for c in calls] == [
+        ("A", "error", "model-A"),
+        ("B", "ok", "model-B"),
+    ]
     shown = [f for f in client.of_type("notification") if f.get("level") == "warning"]
     assert [f["content"] for f in shown] == [notice]
     assert await inbox_model("q1") == "B"
