@@ -33,17 +33,22 @@ _override: LLMProvider | None = None
 _overrides: dict[str, LLMProvider] = {}
 _providers: dict[tuple[str, bool], LLMProvider] = {}
 _catalog: PresetCatalog | None = None
+_catalog_settings: object = None
 
 
 def model_catalog() -> PresetCatalog:
-    """The deployment's presets (:func:`read_catalog` once; ``reset()`` reads again).
+    """The deployment's presets: :func:`read_catalog` once per settings object (``reset()``
+    reads again). A new ``settings.PICOBOT`` (tests replace it) reads again and forgets the
+    providers built from the old one, so a window or provider setting changed there applies.
 
     Raises:
         ValueError: as :func:`read_catalog`.
     """
-    global _catalog
-    if _catalog is None:
-        _catalog = read_catalog()
+    global _catalog, _catalog_settings
+    config = settings.PICOBOT
+    if _catalog is None or _catalog_settings is not config:
+        _catalog, _catalog_settings = read_catalog(), config
+        _providers.clear()
     return _catalog
 
 
