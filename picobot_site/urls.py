@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from conversations.admin.presets import model_presets_view
 from conversations.api import api
 from conversations.chat import views
 from conversations.feishu.views import feishu_events
@@ -15,6 +16,7 @@ urlpatterns = [
     path("", views.chat_page, name="chat"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/model-presets/", model_presets_view, name="admin-model-presets"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("feishu/events/", feishu_events, name="feishu-events"),

@@ -24,7 +24,7 @@ import json
 import logging
 import random
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -105,7 +105,11 @@ class HTTPStreamProvider(LLMProvider):
 
     Attributes:
         max_response_bytes: bytes one streamed response may have (:data:`MAX_RESPONSE_BYTES`).
+        retry_elsewhere: errors this provider does not retry because a fallback preset takes
+            them (``providers.fallback.falls_back``, set on a preset before a fallback), or None.
     """
+
+    retry_elsewhere: Callable[[ProviderError], bool] | None = None
 
     def __init__(
         self,
@@ -183,6 +187,8 @@ class HTTPStreamProvider(LLMProvider):
             except ProviderError as exc:
                 self._redact(exc)
                 if yielded or not exc.retryable or attempt >= self.max_retries:
+                    raise
+                if self.retry_elsewhere is not None and self.retry_elsewhere(exc):
                     raise
                 delay = self._retry_delay(exc, attempt)
                 notify_retry(self.name, exc.kind)

@@ -37,6 +37,7 @@ COMMANDS = [  # PROTOCOL §1 "Slash commands"
     ("/delete [dialog_id]", "delete this (or that) dialog"),
     ("/compact", "summarise older history now"),
     ("/info", "about this dialog"),
+    ("/model [name]", "list the model presets, or switch to one"),
     ("/stop", "stop the running turn"),
 ]
 

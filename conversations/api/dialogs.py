@@ -26,10 +26,12 @@ from conversations.api.schemas import (
     DialogCreate,
     DialogOut,
     DialogPage,
-    DialogRename,
+    DialogUpdate,
+    ModelsOut,
 )
 from conversations.chat.commands import start_compaction, welcome
 from conversations.runtime.agent_channel import request_stop
+from conversations.runtime.model_choice import ModelChoiceError, choose_model, models_listing, with_preset
 from conversations.runtime.notify import session_changed
 from conversations.runtime.provider import get_provider
 from conversations.runtime.sessions import session_manager
@@ -58,7 +60,8 @@ async def list_dialogs(
 
     ``{items: [Dialog…], total, limit, offset}``; each item as ``GET /api/dialogs/{session_id}``.
     """
-    return await run_storage(queries.list_dialogs, request.auth, channel, chat_id, limit, offset)
+    page = await run_storage(queries.list_dialogs, request.auth, channel, chat_id, limit, offset)
+    return {**page, "items": [with_preset(item) for item in page["items"]]}
 
 
 @router.post("/dialogs", response={201: DialogOut, **errors(400, 403)}, tags=["dialogs"])
@@ -78,7 +81,7 @@ async def create_dialog(
         dialog = await run_storage(storage.create_dialog, user, CHANNEL, chat_id, title)
     except ValueError as exc:
         raise ApiError(422, "invalid_title", str(exc)) from None
-    info = await run_storage(storage.dialog_info, user, dialog.id)
+    info = with_preset(await run_storage(storage.dialog_info, user, dialog.id))
     await publish(CHANNEL, chat_id, session_changed(dialog, active=True), welcome(dialog))
     response["Location"] = f"/api/dialogs/{quote(dialog.id, safe=':')}"
     return Status(201, info)
@@ -94,7 +97,15 @@ async def activate_dialog(request: HttpRequest, session_id: str = SessionId) -> 
     """
     dialog, info = await run_storage(queries.activate_owned, request.auth, checked(session_id))
     await publish(dialog.channel, dialog.chat_id, session_changed(dialog, active=True))
-    return info
+    return with_preset(info)
+
+
+@router.get("/models", response={200: ModelsOut, **errors()}, tags=["models"])
+async def list_models(request: HttpRequest) -> dict:
+    """The model presets a dialog can use (``PATCH /api/dialogs/{session_id}`` ``{"model"}``,
+    ``/model``), without keys: ``{default, items}``; ``available`` is false for a preset whose key
+    variable is not set."""
+    return models_listing()
 
 
 @item_router.post(
@@ -147,22 +158,38 @@ async def compact(request: HttpRequest, session_id: str = SessionId) -> Status:
 async def get_dialog(request: HttpRequest, session_id: str = SessionId) -> dict:
     """One dialog: title, ids, counts, created/last active (ms), model, usage,
     ``history_revision``, ``queued``, ``running``, ``active`` (= ``/info``'s ``info``)."""
-    return await run_storage(storage.dialog_info, request.auth, checked(session_id))
+    return with_preset(await run_storage(storage.dialog_info, request.auth, checked(session_id)))
 
 
 @item_router.patch(
     "/dialogs/{path:session_id}", response={200: DialogOut, **errors(400, 403, 404)}, tags=["dialogs"]
 )
-async def rename_dialog(request: HttpRequest, payload: DialogRename, session_id: str = SessionId) -> dict:
-    """Rename (body ``{title}``): a user rename, never overwritten by a generated title (as
-    ``/rename``). 200 with the dialog; the chat's WebSocket clients get ``session_changed``."""
+async def update_dialog(request: HttpRequest, payload: DialogUpdate, session_id: str = SessionId) -> dict:
+    """Rename (``title``: a user rename, never overwritten by a generated title, as ``/rename``)
+    and/or choose the model preset (``model``, as ``/model NAME``; ``""`` or null: the default).
+
+    200 with the dialog; 422 ``invalid_title``, or ``invalid_model`` for an unknown preset or one
+    whose key the server lacks (nothing is changed then). A rename is announced to the chat's
+    WebSocket clients with ``session_changed``.
+    """
     checked(session_id)
-    try:
-        dialog = await run_storage(storage.rename_dialog, request.auth, session_id, payload.title)
-    except ValueError as exc:
-        raise ApiError(422, "invalid_title", str(exc)) from None
-    info = await run_storage(storage.dialog_info, request.auth, dialog.id)
-    await publish(dialog.channel, dialog.chat_id, session_changed(dialog, active=info["active"]))
+    model = None
+    if "model" in payload.model_fields_set:
+        try:
+            model = choose_model(payload.model)
+        except ModelChoiceError as exc:
+            raise ApiError(422, "invalid_model", str(exc)) from None
+    dialog = None
+    if payload.title is not None:
+        try:
+            dialog = await run_storage(storage.rename_dialog, request.auth, session_id, payload.title)
+        except ValueError as exc:
+            raise ApiError(422, "invalid_title", str(exc)) from None
+    if model is not None:
+        await run_storage(storage.set_dialog_model, request.auth, session_id, model)
+    info = with_preset(await run_storage(storage.dialog_info, request.auth, session_id))
+    if dialog is not None:
+        await publish(dialog.channel, dialog.chat_id, session_changed(dialog, active=info["active"]))
     return info
 
 

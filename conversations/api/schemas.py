@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ninja import Field, Schema
-from pydantic import ConfigDict
+from pydantic import ConfigDict, model_validator
 
 MAX_CONTENT_CHARS = 32_000  # = conversations.chat.frames.MAX_CONTENT_CHARS (PROTOCOL §1 ``message``)
 MAX_CLIENT_MSG_ID = 64
@@ -79,7 +79,10 @@ class DialogOut(Schema):
     history_revision: int = Field(..., description="the highest committed `seq`")
     created_at: int = Field(..., description="ms since the Unix epoch")
     last_active_at: int = Field(..., description="ms since the Unix epoch")
-    model: str
+    model: str = Field(
+        ..., description="the dialog's model preset (the default preset's name when it chose none)"
+    )
+    model_label: str = Field("", description="the preset as `/info` names it: `NAME (provider model)`")
     usage: UsageOut
     compacted_through_seq: int = Field(..., description="rows up to this `seq` are summarised (0: none)")
     queued: int = Field(..., description="accepted messages waiting for their turn")
@@ -102,8 +105,39 @@ class DialogCreate(_Input):
     )
 
 
-class DialogRename(_Input):
-    title: str = Field(..., description="the new title: a user rename (never replaced by a generated title)")
+class DialogUpdate(_Input):
+    """``PATCH /api/dialogs/{id}``: a new title, a model preset, or both (at least one)."""
+
+    title: str | None = Field(
+        None, description="the new title: a user rename (never replaced by a generated title)"
+    )
+    model: str | None = Field(
+        None,
+        max_length=200,
+        description="the dialog's model preset (`GET /api/models`), as `/model NAME`: its next turn "
+        'uses it; `""` or `null`: the default preset',
+    )
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> DialogUpdate:
+        given = self.model_fields_set
+        if not given:
+            raise ValueError("give a `title`, a `model`, or both")
+        if "title" in given and self.title is None:
+            raise ValueError("`title` cannot be null; leave it out to keep the title")
+        return self
+
+
+class ModelsOut(Schema):
+    """``GET /api/models``: the deployment's model presets, without keys."""
+
+    default: str = Field(..., description="the preset a dialog uses until it chooses one")
+    items: list[dict[str, Any]] = Field(
+        ...,
+        description="`{name, provider, base_url, model, context_window, max_tokens, price_input, "
+        "price_output, price_cached (per million tokens), fallbacks, vision, reasoning, description, "
+        "available (false: its key variable is not set)}`",
+    )
 
 
 # --- messages ------------------------------------------------------------------------------------

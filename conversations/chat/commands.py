@@ -24,6 +24,13 @@ from django.conf import settings
 from conversations import storage
 from conversations.runtime import notify
 from conversations.runtime.agent_channel import request_stop
+from conversations.runtime.model_choice import (
+    ModelChoiceError,
+    choose_model,
+    dialog_preset,
+    models_text,
+    with_preset,
+)
 from conversations.runtime.notify import session_changed
 from conversations.runtime.sessions import session_manager
 from conversations.storage.dialog_reads import sessions_page
@@ -57,6 +64,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "/delete": CommandSpec("/delete [dialog_id]", "delete the current (or the given) dialog"),
     "/compact": CommandSpec("/compact", "summarise older history now to free context"),
     "/info": CommandSpec("/info", "about the current dialog: ids, counts, model, token usage"),
+    "/model": CommandSpec("/model [name]", "list the model presets, or switch this dialog to one"),
     "/stop": CommandSpec("/stop", "stop the running turn"),
 }
 HELP_TEXT = "Commands:\n" + "\n".join(f"{c.usage} — {c.summary}" for c in COMMANDS.values())
@@ -213,7 +221,7 @@ async def _delete(client: CommandClient, channel: str, argument: str, session_id
 async def _info(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
     _no_argument(argument)
     target = await _target(client, channel, session_id)
-    info = await run_storage(storage.dialog_info, client.user, target.id)
+    info = with_preset(await run_storage(storage.dialog_info, client.user, target.id))
     await client.send_frame(
         {
             "type": "notification",
@@ -222,6 +230,26 @@ async def _info(client: CommandClient, channel: str, argument: str, session_id: 
             "session_id": info["session_id"],
             "info": info,
         }
+    )
+
+
+async def _model(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    """``/model`` lists the presets; ``/model NAME`` switches the dialog: its next turn uses the
+    preset, a running turn keeps its own (issue 17). Both answer with a ``notification``."""
+    target = await _target(client, channel, session_id)
+    if not argument:
+        content = models_text(target.model)
+    else:
+        if " " in argument:
+            raise UsageError("name one model preset (see /model)")
+        try:
+            model = choose_model(argument)
+        except ModelChoiceError as exc:
+            raise UsageError(str(exc)) from None
+        await run_storage(storage.set_dialog_model, client.user, target.id, model)
+        content = f"This dialog now uses {dialog_preset(model).label}, from its next message on."
+    await client.send_frame(
+        {"type": "notification", "level": "info", "content": content, "session_id": target.id}
     )
 
 
@@ -320,6 +348,7 @@ _HANDLERS = {
     "/delete": _delete,
     "/compact": _compact,
     "/info": _info,
+    "/model": _model,
     "/stop": _stop,
 }
 
@@ -333,7 +362,7 @@ def format_info(info: dict) -> str:
         + (f"; {info['queued']} queued" if info["queued"] else "")
         + ("; a turn is running" if info["running"] else ""),
         f"created: {_when(info['created_at'])} · last active: {_when(info['last_active_at'])}",
-        f"model: {info['model'] or 'default'}",
+        f"model: {info.get('model_label') or info['model'] or 'default'}",
         f"tokens used: {_usage_text(info)}",
     ]
     if info["compacted_through_seq"]:

@@ -38,11 +38,12 @@ from conversations.context.overflow import run_with_overflow_recovery
 from conversations.context.runtime_context import prefetch_turn_input
 from conversations.context.turn_input import TurnInputBuilder
 from conversations.runtime import notify
-from conversations.runtime.provider import preset_for
+from conversations.runtime.provider import preset_for, turn_provider
 from conversations.runtime.session_turns import adopt_start, remember_commit, start_turn
 from conversations.runtime.turn_alerts import (
     alert_storage_failing,
     context_notice,
+    fallback_notice,
     record_failed_delivery,
     report_refused_commit,
 )
@@ -72,6 +73,10 @@ class RunningTurn:
     """The turn's inbox row (where its checkpoint is saved: ``runtime.checkpoints``)."""
     preset: str = ""
     """The model preset answering the turn (the dialog's, or a fallback's once it took over)."""
+
+    def answered_by(self, preset: str) -> None:
+        """A fallback took over the turn (``providers.fallback``): the commit records ``preset``."""
+        self.preset = preset
 
 
 # Seconds the executor waits for a turn's terminal delivery (the coordinator's own retries are
@@ -299,8 +304,12 @@ class DialogExecutor:
             window_tokens=preset.context_window,
             preset=preset,  # output budget; a window its provider states is learned for it (issue 17)
         )
+        # The dialog's preset, or its fallback chain (providers.fallback; issue 17).
+        answering = turn_provider(
+            preset.name, self.context.provider_for, fallback_notice(start, running.answered_by)
+        )
         loop = AgentLoop(
-            provider,
+            answering,
             self.context.tools.bind(ToolContext(start.dialog_id, start.channel, start.chat_id)),
             running.controller.apply,
             max_iterations=config.max_iterations,

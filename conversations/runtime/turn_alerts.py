@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Callable
 
 from conversations import storage
 from conversations.agent.failures import TurnFailure, TurnFailurePresenter
@@ -21,6 +22,7 @@ from conversations.runtime.turn_sinks import split_session_id
 from conversations.storage.runner import run_storage
 from delivery.failures import record_delivery_failure
 from delivery.turn_delivery import FailureReport
+from providers.fallback import FallbackSwitch, OnSwitch
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +122,32 @@ def context_notice(start: storage.TurnStart) -> Publish:
         )
 
     return publish
+
+
+def fallback_notice(start: storage.TurnStart, answered: Callable[[str], object]) -> OnSwitch:
+    """The turn's ``on_switch`` of a fallback chain (``providers.fallback``, issue 17): calls
+    ``answered`` with the preset taking over (what the commit records) and tells the chat
+    "Model A is rate-limited; answering with B." (a ``warning`` notification, once per switch)."""
+
+    async def switched(switch: FallbackSwitch) -> None:
+        answered(switch.next)
+        log.warning(
+            "turn %s: model preset %s failed (%s); falling back to %s",
+            start.turn_id,
+            switch.failed,
+            switch.error.kind,
+            switch.next,
+        )
+        try:
+            await notify.publish_notification(
+                start.channel,
+                start.chat_id,
+                "warning",
+                switch.notice,
+                session_id=start.dialog_id,
+                key=f"fallback:{start.turn_id}:{switch.next}",
+            )
+        except Exception:
+            log.exception("turn %s: could not tell the chat about its fallback", start.turn_id)
+
+    return switched

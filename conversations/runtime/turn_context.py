@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from conversations.agent.tool_registry import ToolRegistry
     from conversations.runtime.lease_keeper import LeaseKeeper
+    from conversations.runtime.provider import ProviderFor
     from conversations.runtime.sessions import SessionManager
     from conversations.storage.shapes import TurnStart
     from delivery.outbound import OutboundDispatcher
@@ -33,7 +34,8 @@ class TurnContext:
     Attributes:
         worker_id: The lease owner id every storage trip of a turn names.
         provider: The default model preset's provider (titles, compaction by command).
-        provider_for: A model preset's name ("" = the default) → its provider (``runtime.provider``).
+        provider_for: A model preset's name ("" = the default) → its provider (``runtime.provider``;
+            ``before_fallback=True``: the instance for a place before a fallback).
         tools: The tool registry (bound per turn to its dialog and chat).
         sessions: The runtime sessions of the live dialogs (seed 004 §6).
         lease_keeper: Renews the worker's leases; its ``confirmed_until`` (monotonic seconds) and
@@ -50,7 +52,7 @@ class TurnContext:
 
     worker_id: str
     provider: LLMProvider
-    provider_for: Callable[[str], LLMProvider]
+    provider_for: ProviderFor
     tools: ToolRegistry
     sessions: SessionManager
     lease_keeper: LeaseKeeper

@@ -142,11 +142,12 @@ class AgentWorker:
         )
         """What the worker's executors see of it."""
 
-    def provider_for(self, preset: str) -> LLMProvider:
+    def provider_for(self, preset: str, *, before_fallback: bool = False) -> LLMProvider:
         """The provider of model preset ``preset`` ("" = the default): the configured one, or the
-        provider this worker was given (tests), metered under the preset's name."""
+        provider this worker was given (tests), metered under the preset's name.
+        ``before_fallback``: see ``runtime.provider.get_provider``."""
         if self._given_provider is None:
-            return get_provider(preset)
+            return get_provider(preset, before_fallback=before_fallback)
         name = preset_for(preset).name
         metered = self._metered.get(name)
         if metered is None:

@@ -36,6 +36,7 @@ from conversations.storage.dialogs import (
     rename_dialog,
     resolve_dialog,
     session_ttl_ms,
+    set_dialog_model,
     switch_dialog,
 )
 from conversations.storage.inbox import accept_inbound, accept_message, dialogs_needing_work, running_inbox
@@ -97,6 +98,7 @@ __all__ = [
     "dialog_in_chat",
     "dialog_info",
     "rename_dialog",
+    "set_dialog_model",
     "resolve_dialog",
     "session_ttl_ms",
     "AcceptedMessage",

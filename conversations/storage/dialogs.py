@@ -231,6 +231,20 @@ def rename_dialog(owner: Any, session_id: str, title: str) -> Dialog:
     return dialog
 
 
+def set_dialog_model(owner: Any, session_id: str, model: str) -> Dialog:
+    """Choose the dialog's model preset (``/model NAME``, ``PATCH /api/dialogs``; issue 17).
+
+    ``model`` is a preset name the caller checked against the catalog, or "" for the default.
+    The next turn uses it (``start_next_turn`` reads it); a running turn keeps its own. Raises
+    NotFoundError (foreign, deleted, unknown).
+    """
+    with transaction.atomic():
+        dialog = dialog_for_user(owner, session_id)
+        Dialog.objects.filter(pk=dialog.pk).update(model=model)
+    dialog.model = model
+    return dialog
+
+
 #: The ``error`` of a deleted dialog's inbox rows that never ran or never finished.
 DELETED_DIALOG_ERROR = "the dialog was deleted"
 

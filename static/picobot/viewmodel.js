@@ -23,6 +23,7 @@
     ['/delete', '[dialog_id]', 'Delete this (or the given) dialog'],
     ['/compact', '', 'Summarise older history now'],
     ['/info', '', 'About this dialog: ids, counts, model, usage'],
+    ['/model', '[name]', 'List the model presets, or switch this dialog to one'],
     ['/stop', '', 'Stop the running turn'],
     ['/help', '', 'List the commands'],
   ].map(([name, args, summary]) => ({ name, args, summary, instant: INSTANT.has(name) }));

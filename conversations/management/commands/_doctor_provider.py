@@ -1,4 +1,4 @@
-"""``manage.py doctor``'s LLM provider check: the configuration builds, and for a real provider
+"""``manage.py doctor``'s LLM provider check (the default model preset's): the configuration builds, and for a real provider
 one cheap authenticated request (a streamed completion of at most 1 token, no retries, short
 timeouts; DESIGN §8). Failures name the ``PICOBOT_LLM_*`` variable to fix; errors are redacted by
 the provider.
@@ -19,8 +19,20 @@ from conversations.management.commands._doctor_check import FAIL, OK, WARN, Chec
 from providers.config import ProviderConfig
 
 
+def _default_config() -> ProviderConfig:
+    """The default model preset's configuration (the ``PICOBOT_LLM_*`` settings without a
+    ``[models]`` table, or when the file does not load: the presets check reports that)."""
+    from conversations.runtime.provider import read_catalog
+
+    try:
+        catalog = read_catalog()
+    except ValueError:
+        return settings.PICOBOT.provider_config()
+    return catalog.presets[catalog.default].config
+
+
 def _provider_config(timeout: float) -> ProviderConfig:
-    config = settings.PICOBOT.provider_config()
+    config = _default_config()
     return dataclasses.replace(
         config,
         max_retries=0,
@@ -65,7 +77,7 @@ def check_provider(timeout: float, request: bool) -> list[Check]:
     config = _provider_config(timeout)
     kind = config.provider or "replay"
     try:
-        build_provider(settings.PICOBOT.provider_config())  # as serve builds it (no I/O)
+        build_provider(_default_config())  # as serve builds it (no I/O)
         provider = build_provider(config)  # the probe's: no retries, short timeouts, no thinking
     except ValueError as exc:
         said = str(exc)

@@ -5,7 +5,9 @@ Checks, one line each (``OK`` / ``WARN`` / ``FAIL``):
 * database: connects, every migration applied (DESIGN §2, §3);
 * channel layer: a send/receive round trip on a fresh channel (Redis when ``PICOBOT_REDIS_URL``
   is set; DESIGN §2);
-* LLM provider: the configuration builds (``providers.factory.build_provider``), and for a real
+* model presets: the ``PICOBOT_CONFIG`` file loads, each preset's key variable is set, and
+  whether the ``PICOBOT_LLM_*`` provider settings are in use (issue 17);
+* LLM provider (the default preset's): the configuration builds (``providers.factory.build_provider``), and for a real
   provider one cheap authenticated request — a streamed completion of at most 1 token, no
   retries, short timeouts (DESIGN §8);
 * feishu: off, or the app's credentials get a tenant token and the bot info API answers;
@@ -37,6 +39,7 @@ from django.db.migrations.executor import MigrationExecutor
 from conversations.management.commands._common import PicoBotCommand
 from conversations.management.commands._doctor_check import FAIL, OK, WARN, Check, safe_url
 from conversations.management.commands._doctor_feishu import check_feishu
+from conversations.management.commands._doctor_presets import check_presets
 from conversations.management.commands._doctor_provider import check_provider
 from picobot_site.config_rules import env_name, shown_value
 
@@ -319,6 +322,7 @@ class Command(PicoBotCommand):
         steps: list[tuple[str, Callable[[], list[Check]]]] = [
             ("database", check_database),
             ("channel layer", lambda: check_channel_layer(timeout)),
+            ("model presets", check_presets),
             ("LLM provider", lambda: check_provider(timeout, not no_llm_request)),
             ("tools", check_tools),
             ("feishu", lambda: check_feishu(timeout)),

@@ -306,6 +306,7 @@ async def test_get_dialog(alice):
         "created_at",
         "last_active_at",
         "model",
+        "model_label",
         "usage",
         "compacted_through_seq",
         "queued",

@@ -176,11 +176,15 @@ async def test_a_deleted_dialogs_message_is_not_acked_again_and_its_queue_drop_i
     assert error["code"] == "not_found"
 
 
-async def test_info_names_the_model_that_answered_last(connect, start_worker):
+async def test_info_names_the_dialogs_model_preset(connect, start_worker):
+    # Dialog.model is the dialog's preset name ("" = the default): /info names the preset and
+    # its provider/model label, whatever vendor model id the provider reports (issue 17).
     await start_worker(ScriptedProvider([script_text("hi")], model="model-b"))
     client = await connect(await make_token())
     await client.until("ready")
     await client.send({"type": "message", "content": "hello", "client_msg_id": "im-1"})
     await client.until("turn_committed")
     await client.send({"type": "message", "content": "/info"})
-    assert (await client.until("notification"))["info"]["model"] == "model-b"
+    notice = await client.until("notification")
+    assert notice["info"]["model"] == "default" and notice["info"]["model_label"] == "default (replay)"
+    assert "model: default (replay)" in notice["content"]
