@@ -22,6 +22,7 @@ from conversations.runtime.turn_sinks import split_session_id
 from conversations.storage.runner import run_storage
 from delivery.failures import record_delivery_failure
 from delivery.turn_delivery import FailureReport
+from picobot_site.metrics import instruments
 from providers.fallback import FallbackSwitch, OnSwitch
 
 log = logging.getLogger(__name__)
@@ -126,11 +127,13 @@ def context_notice(start: storage.TurnStart) -> Publish:
 
 def fallback_notice(start: storage.TurnStart, answered: Callable[[str], object]) -> OnSwitch:
     """The turn's ``on_switch`` of a fallback chain (``providers.fallback``, issue 17): calls
-    ``answered`` with the preset taking over (what the commit records) and tells the chat
+    ``answered`` with the preset taking over (what the commit records), counts it
+    (``picobot_fallbacks_total``) and tells the chat
     "Model A is rate-limited; answering with B." (a ``warning`` notification, once per switch)."""
 
     async def switched(switch: FallbackSwitch) -> None:
         answered(switch.next)
+        instruments.record_fallback(switch.failed, switch.next, switch.error.kind)
         log.warning(
             "turn %s: model preset %s failed (%s); falling back to %s",
             start.turn_id,

@@ -12,6 +12,7 @@ import json
 
 import pytest
 from channels.db import database_sync_to_async
+from prometheus_client import REGISTRY
 
 from conversations.models import InboxMessage
 from providers.metering import ProviderCall, add_observer, remove_observer
@@ -23,6 +24,11 @@ from tests.providers.test_fallback_http import blackhole
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 JSON = {"content-type": "application/json"}
+
+
+def fallbacks_counted(kind: str) -> float:
+    labels = {"from_preset": "A", "to_preset": "B", "kind": kind}
+    return REGISTRY.get_sample_value("picobot_fallbacks_total", labels) or 0.0
 
 
 def answers(text: str) -> SSEResponse:
@@ -70,6 +76,8 @@ async def test_a_refusing_first_preset_hands_the_turn_to_its_fallback(
 ):
     calls: list[ProviderCall] = []
     add_observer(calls.append)
+    kind = {429: "rate_limited", 529: "overloaded", 503: "overloaded"}[refused.status]
+    counted = fallbacks_counted(kind)
     try:
         async with LocalSSEServer([refused]) as a, LocalSSEServer([answers("answer from B")]) as b:
             client, turn = await one_turn(presets, connect, start_worker, a.base_url, b.base_url)
@@ -85,6 +93,7 @@ async def test_a_refusing_first_preset_hands_the_turn_to_its_fallback(
     shown = [f for f in client.of_type("notification") if f.get("level") == "warning"]
     assert [f["content"] for f in shown] == [notice]
     assert await inbox_model("q1") == "B"
+    assert fallbacks_counted(kind) == counted + 1  # picobot_fallbacks_total
 
 
 async def test_a_connect_timeout_on_the_first_preset_hands_the_turn_to_its_fallback(
