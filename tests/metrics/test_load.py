@@ -6,6 +6,7 @@ preset: one with a tool call, one whose provider fails, one calling a tool nobod
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -97,6 +98,13 @@ async def test_a_small_load_moves_the_counters_it_should(
     assert moved(before, after, "picobot_tool_errors_total", tool="unknown") == 1
     assert ("picobot_tool_calls_total", frozenset({("tool", "teleport")})) not in after
     assert value(after, "picobot_websockets_open") == value(before, "picobot_websockets_open")
+    # The worker samples its loop lag every period (0.05 s) while it runs: a run may end before one is taken,
+    # so wait for one rather than race it.
+    for _ in range(100):
+        if moved(before, after, "picobot_event_loop_lag_seconds_count") > 0:
+            break
+        await asyncio.sleep(0.1)
+        after = await scrape()
     assert moved(before, after, "picobot_event_loop_lag_seconds_count") > 0
 
     # The failed turn's log lines name its dialog and turn (PICOBOT_LOG_FORMAT=json).
