@@ -30,6 +30,9 @@ class ConversationsConfig(AppConfig):
         from conversations.agent.log_safety import add_secret_source
 
         add_secret_source(settings_secrets)
+        from conversations.usage.writer import install as record_usage
+
+        record_usage()  # one usage row per provider call, in every process (issue 17)
         from django.conf import settings
 
         if settings.PICOBOT.feishu_mode:  # the Feishu channel (``conversations.feishu.platform``)
