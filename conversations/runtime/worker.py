@@ -104,7 +104,8 @@ class AgentWorker:
         self.sessions = sessions if sessions is not None else session_manager()
         # Background LLM work of this worker (titles, seed 000 §12): reaped by stop().
         self.supervisor = TaskSupervisor("agent-worker")
-        self.titles = TitleService.from_settings(self.provider, self.supervisor)
+        # Titles on the default preset, metered like every call (usage rows: issue 17).
+        self.titles = TitleService.from_settings(self.provider_for(""), self.supervisor)
         self.consumer_ready = asyncio.Event()
         self.consumer_channel: str | None = None
         self._tasks: set[asyncio.Task] = set()
