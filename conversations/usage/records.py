@@ -37,41 +37,43 @@ def _presets() -> dict[str, ModelPreset]:
         return {}
 
 
-def build_rows(calls: Sequence[ProviderCall]) -> list[UsageRecord]:
-    """Unsaved rows for ``calls`` (two queries at most: dialogs lacking a user or channel, and
-    the users' names). A preset no longer configured costs 0."""
-    presets = _presets()
+def _owners(calls: Sequence[ProviderCall]) -> list[tuple[int | None, str]]:
+    """``(user id, channel)`` per call: the scope's, else its dialog's (one query, for the calls
+    whose scope lacks either)."""
     wanted = {
         c.scope.dialog_id
         for c in calls
         if c.scope.dialog_id and (c.scope.user_id is None or not c.scope.channel)
     }
-    dialogs = (
-        {
-            pk: (owner_id, channel)
-            for pk, owner_id, channel in Dialog.objects.filter(pk__in=wanted).values_list(
-                "pk", "owner_id", "channel"
-            )
-        }
-        if wanted
-        else {}
-    )
-    owners = {}
+    dialogs: dict[str, tuple[int | None, str]] = {}
+    if wanted:
+        for pk, owner_id, channel in Dialog.objects.filter(pk__in=wanted).values_list(
+            "pk", "owner_id", "channel"
+        ):
+            dialogs[pk] = (owner_id, channel)
+    owners = []
     for call in calls:
         owner_id, channel = dialogs.get(call.scope.dialog_id, (None, ""))
-        owners[id(call)] = (
-            call.scope.user_id if call.scope.user_id is not None else owner_id,
-            call.scope.channel or channel,
-        )
-    user_ids = {user_id for user_id, _ in owners.values() if user_id is not None}
-    names = (
-        dict(get_user_model().objects.filter(pk__in=user_ids).values_list("pk", "username"))
-        if user_ids
-        else {}
-    )
+        user_id = call.scope.user_id if call.scope.user_id is not None else owner_id
+        owners.append((user_id, call.scope.channel or channel))
+    return owners
+
+
+def _usernames(user_ids: set[int]) -> dict[int, str]:
+    """``{pk: username}`` of the users that still exist (one query; none for no ids)."""
+    if not user_ids:
+        return {}
+    return dict(get_user_model().objects.filter(pk__in=user_ids).values_list("pk", "username"))
+
+
+def build_rows(calls: Sequence[ProviderCall]) -> list[UsageRecord]:
+    """Unsaved rows for ``calls`` (two queries at most: dialogs lacking a user or channel, and
+    the users' names). A preset no longer configured costs 0."""
+    presets = _presets()
+    owners = _owners(calls)
+    names = _usernames({user_id for user_id, _ in owners if user_id is not None})
     rows = []
-    for call in calls:
-        user_id, channel = owners[id(call)]
+    for call, (user_id, channel) in zip(calls, owners, strict=True):
         used = account(call, presets.get(call.preset))
         rows.append(
             UsageRecord(

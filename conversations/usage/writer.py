@@ -67,7 +67,10 @@ class UsageWriter:
             return
         task = self._task
         if task is None or task.done() or (task.get_loop() is not loop and task.get_loop().is_closed()):
-            self._task = loop.create_task(self._drain(), name="usage-writer")
+            try:
+                self._task = loop.create_task(self._drain(), name="usage-writer")
+            except RuntimeError:  # the loop is shutting down: the next flush writes it
+                self._task = None
 
     async def flush(self) -> None:
         """Write every call queued now (the running batch first); failures are logged, not raised."""
