@@ -9,7 +9,7 @@ deleted later), the UTC day of the call's start. Runs on a storage thread (``run
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
@@ -142,6 +142,8 @@ def describe(row: UsageRecord) -> str:
     )
 
 
-def describe_calls(calls: Iterable[ProviderCall]) -> str:
-    """A log line's worth of calls that could not be written: ``kind preset dialog`` each."""
-    return "; ".join(f"{c.scope.kind} {c.preset} dialog={c.scope.dialog_id or '-'}" for c in calls)
+def describe_calls(calls: Sequence[ProviderCall], limit: int = 10) -> str:
+    """A log line's worth of calls that could not be written: ``kind preset dialog`` of the first
+    ``limit``, then how many more."""
+    shown = "; ".join(f"{c.scope.kind} {c.preset} dialog={c.scope.dialog_id or '-'}" for c in calls[:limit])
+    return shown + (f"; and {len(calls) - limit} more" if len(calls) > limit else "")

@@ -42,6 +42,7 @@ class UsageWriter:
         self._calls: deque[ProviderCall] = deque()
         self._task: asyncio.Task | None = None
         self._timer: asyncio.Future | None = None
+        self._flushing = 0  # flush() calls waiting: a drain task starting now writes at once
 
     @property
     def pending(self) -> int:
@@ -74,26 +75,31 @@ class UsageWriter:
 
     async def flush(self) -> None:
         """Write every call queued now (the running batch first); failures are logged, not raised."""
-        task = self._task
-        if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
-            if self._timer is not None and not self._timer.done():
-                self._timer.set_result(None)
-            await asyncio.shield(task)
-        while self._calls:
-            await self._write_next()
+        self._flushing += 1
+        try:
+            task = self._task
+            if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+                if self._timer is not None and not self._timer.done():
+                    self._timer.set_result(None)
+                await asyncio.shield(task)  # its batch in flight is written before we return
+            while self._calls:
+                await self._write_next()
+        finally:
+            self._flushing -= 1
 
     def discard(self) -> None:
         """Forget every queued call (tests: rows of an earlier test never reach a later one)."""
         self._calls.clear()
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._timer = timer = loop.create_future()
-        handle = loop.call_later(self.delay, lambda: timer.done() or timer.set_result(None))
-        try:
-            await timer
-        finally:
-            handle.cancel()
+        if not self._flushing:  # gather the calls of the next ``delay`` seconds into one batch
+            loop = asyncio.get_running_loop()
+            self._timer = timer = loop.create_future()
+            handle = loop.call_later(self.delay, lambda: timer.done() or timer.set_result(None))
+            try:
+                await timer
+            finally:
+                handle.cancel()
         while self._calls:
             await self._write_next()
 
