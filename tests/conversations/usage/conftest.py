@@ -18,6 +18,7 @@ default_model = "priced"
 provider = "openai"
 base_url = "http://127.0.0.1:9/v1"
 model = "gpt-priced"
+context_window = 8000
 price_input = 2.5
 price_output = 10
 price_cached = 1.25

@@ -13,7 +13,7 @@ from django.db.models import Sum
 from django.test import Client
 
 from conversations.auth import get_or_create_user
-from conversations.models import UsageRecord
+from conversations.models import Dialog, Message, UsageRecord
 from conversations.tools import Tool, ToolRegistry
 from conversations.usage.writer import usage_writer
 from providers.chunks import UsageChunk
@@ -182,3 +182,47 @@ async def test_a_turn_with_a_tool_a_title_a_compaction_and_a_failure_each_leave_
     }
     line = f"tokens used: {db['i']:,} in, {db['o']:,} out ({db['c']:,} cached) in 6 calls · cost {float(db['cost']):.4f}"
     assert line in notice["content"]
+
+
+@database_sync_to_async
+def seed_history(session_id: str, cycles: int, chars: int) -> None:
+    """``cycles`` × (user, assistant) rows of ``chars`` characters in the dialog."""
+    dialog = Dialog.objects.get(pk=session_id)
+    rows = []
+    for n in range(cycles):
+        rows.append(Message(dialog=dialog, seq=2 * n + 1, role="user", content=f"topic {n}: " + "q" * chars))
+        rows.append(
+            Message(dialog=dialog, seq=2 * n + 2, role="assistant", content=f"about {n}: " + "a" * chars)
+        )
+    Message.objects.bulk_create(rows)
+    Dialog.objects.filter(pk=session_id).update(history_revision=len(rows), total_message_count=len(rows))
+
+
+async def test_an_automatic_compaction_inside_a_turn_is_a_compaction_row_under_the_turns_id(
+    connect, start_worker, settings, priced_presets
+):
+    settings.PICOBOT = settings.PICOBOT.replace(auto_title_after=0, compact_threshold=0.8)
+    provider = ScriptedProvider(
+        [
+            with_usage(script_text("SUMMARY: sixty topics."), Usage(5000, 200)),  # the summary comes first
+            with_usage(script_text("Topic sixty, then."), Usage(3000, 50, 2048)),
+        ]
+    )
+    client = await connect(await make_token("alice"))
+    session = (await client.until("ready"))["active_session_id"]
+    await seed_history(session, 60, 500)  # ≈ 16 000 estimated tokens: past 80 % of the 8 000 window
+    await start_worker(provider)
+    await client.send({"type": "message", "content": "What now?", "client_msg_id": "a-1"})
+    committed = await client.until("turn_committed")
+    await usage_writer.flush()
+
+    rows = await usage_rows()
+    assert [(r.kind, r.input_tokens, r.output_tokens, r.cached_tokens) for r in rows] == [
+        ("compaction", 5000, 200, 0),
+        ("turn", 3000, 50, 2048),
+    ]
+    assert rows[0].turn_id == rows[1].turn_id == committed["messages"][-1]["turn_id"] != ""
+    assert {(r.username, r.channel, r.dialog_id, r.preset) for r in rows} == {
+        ("alice", "cli_chat", session, "priced")
+    }
+    assert [r.cost for r in rows] == [expected_cost(5000, 200, 0), expected_cost(3000, 50, 2048)]
