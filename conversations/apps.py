@@ -31,8 +31,10 @@ class ConversationsConfig(AppConfig):
 
         add_secret_source(settings_secrets)
         from conversations.runtime import call_metrics
+        from conversations.usage.writer import install as record_usage
 
         call_metrics.install()  # provider calls and retries into /metrics (issue 17)
+        record_usage()  # one usage row per provider call, in every process (issue 17)
         from django.conf import settings
 
         if settings.PICOBOT.feishu_mode:  # the Feishu channel (``conversations.feishu.platform``)

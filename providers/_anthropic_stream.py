@@ -34,6 +34,11 @@ from providers.sse import ServerSentEvent
 from providers.think import ThinkTagSplitter
 
 
+def _count(value: Any) -> int:
+    """A usage count as given, or 0 when absent or not a non-negative int."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 class _Block:
     __slots__ = (
         "kind",
@@ -77,8 +82,10 @@ class AnthropicStreamParser(StreamParserBase):
           thinking is replayed in the order it streamed.
         * ``tool_use`` → ``ToolCallStart``; ``input_json_delta`` → argument fragments (empty
           ones skipped; a call with none has ``"{}"``: RC-10).
-        * Usage: ``input_tokens`` from ``message_start``, ``output_tokens`` from the last
-          ``message_delta`` (cumulative: replace, never add).
+        * Usage: input from ``message_start`` = ``input_tokens`` + ``cache_read_input_tokens`` +
+          ``cache_creation_input_tokens`` (Anthropic counts them apart; ``Usage`` includes them),
+          cached = ``cache_read_input_tokens``; ``output_tokens`` from the last ``message_delta``
+          (cumulative: replace, never add).
         * Success needs ``message_stop``, or a ``message_delta`` stop reason with every block
           closed; otherwise :class:`StreamTruncatedError` (SC-27). Once that holds, a
           connection reset or stall that follows does not fail the stream. At ``message_stop``
@@ -108,6 +115,7 @@ class AnthropicStreamParser(StreamParserBase):
         self.finished = False
         self.finish_reason: str | None = None
         self._input_tokens: int | None = None
+        self._cached_tokens = 0
         self._output_tokens: int | None = None
         self._blocks: dict[int, _Block] = {}
         self._started: set[int] = set()
@@ -193,7 +201,8 @@ class AnthropicStreamParser(StreamParserBase):
         if self._splitter is not None:
             self._split_out(self._splitter.flush(failed=self.error is not None), out)
         if self._input_tokens is not None or self._output_tokens is not None:
-            out.append(UsageChunk(Usage(self._input_tokens or 0, self._output_tokens or 0)))
+            usage = Usage(self._input_tokens or 0, self._output_tokens or 0, self._cached_tokens)
+            out.append(UsageChunk(usage))
         if self.error is None:
             layout = self._layout()
             if layout is not None:
@@ -227,8 +236,13 @@ class AnthropicStreamParser(StreamParserBase):
         if not isinstance(usage, dict):
             return
         inp, outp = usage.get("input_tokens"), usage.get("output_tokens")
-        if isinstance(inp, int) and (start or self._input_tokens is None):
-            self._input_tokens = inp
+        read = usage.get("cache_read_input_tokens")
+        created = usage.get("cache_creation_input_tokens")
+        if (start or self._input_tokens is None) and (
+            isinstance(inp, int) or isinstance(read, int) or isinstance(created, int)
+        ):
+            self._input_tokens = _count(inp) + _count(read) + _count(created)
+            self._cached_tokens = _count(read)
         if isinstance(outp, int):
             self._output_tokens = outp
 

@@ -35,14 +35,29 @@ from providers.think import ThinkTagSplitter
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
-    def count(*keys: str) -> int:
-        for key in keys:
-            value = raw.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                return value
+    """``usage`` → :class:`Usage`: ``prompt_tokens`` (cached included), ``completion_tokens``
+    (reasoning included), ``prompt_tokens_details.cached_tokens`` and
+    ``completion_tokens_details.reasoning_tokens`` (the ``input_``/``output_`` spellings too);
+    a missing or malformed count is 0."""
+
+    def count(source: Any, *keys: str) -> int:
+        if isinstance(source, dict):
+            for key in keys:
+                value = source.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    return value
         return 0
 
-    return Usage(count("prompt_tokens", "input_tokens"), count("completion_tokens", "output_tokens"))
+    input_tokens = count(raw, "prompt_tokens", "input_tokens")
+    output_tokens = count(raw, "completion_tokens", "output_tokens")
+    prompt = raw.get("prompt_tokens_details") or raw.get("input_tokens_details")
+    completion = raw.get("completion_tokens_details") or raw.get("output_tokens_details")
+    return Usage(
+        input_tokens,
+        output_tokens,
+        min(count(prompt, "cached_tokens"), input_tokens),
+        min(count(completion, "reasoning_tokens"), output_tokens),
+    )
 
 
 class OpenAIStreamParser(StreamParserBase):

@@ -37,6 +37,7 @@ from conversations.runtime.provider import get_provider
 from conversations.runtime.sessions import session_manager
 from conversations.runtime.supervisor import SupervisorClosedError
 from conversations.storage.runner import run_storage
+from conversations.usage.writer import usage_writer
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,7 @@ async def compact(request: HttpRequest, session_id: str = SessionId) -> Status:
 async def get_dialog(request: HttpRequest, session_id: str = SessionId) -> dict:
     """One dialog: title, ids, counts, created/last active (ms), model, usage,
     ``history_revision``, ``queued``, ``running``, ``active`` (= ``/info``'s ``info``)."""
+    await usage_writer.flush()  # this process's calls so far count (issue 17)
     return with_preset(await run_storage(storage.dialog_info, request.auth, checked(session_id)))
 
 

@@ -13,6 +13,7 @@ import functools
 import inspect
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -160,6 +161,7 @@ def install_error_handlers(api: NinjaAPI) -> None:
     api.add_exception_handler(Http404, _on_not_found)
     api.add_exception_handler(storage.NotFoundError, _on_not_found)
     api.add_exception_handler(storage.InboxFullError, _on_inbox_full)
+    api.add_exception_handler(storage.BudgetExceededError, _on_budget_exceeded)
     api.add_exception_handler(RequestDataTooBig, _on_too_large)
     api.add_exception_handler(Exception, _on_unexpected)
 
@@ -190,6 +192,15 @@ def _on_inbox_full(request: HttpRequest, exc: Exception) -> HttpResponse:
         "inbox_full",
         f"{exc}; send again once some have run",
         headers={"Retry-After": str(INBOX_FULL_RETRY_AFTER)},
+    )
+
+
+def _on_budget_exceeded(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """429 ``budget_exceeded`` (issue 17), ``Retry-After`` until the budget resets (UTC midnight)."""
+    resets_at = exc.refusal.resets_at.timestamp()  # type: ignore[attr-defined]
+    retry_after = max(1, int(resets_at - time.time() + 0.999))
+    return error_response(
+        request, 429, "budget_exceeded", str(exc), headers={"Retry-After": str(retry_after)}
     )
 
 

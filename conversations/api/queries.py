@@ -14,6 +14,7 @@ from django.db import connection
 
 from conversations import storage
 from conversations.models import ChatState, Dialog, InboxMessage
+from conversations.usage.sums import dialog_usage
 
 
 def safe_ref(value: str) -> bool:
@@ -44,7 +45,7 @@ def database_ping() -> None:
 def list_dialogs(owner: Any, channel: str | None, chat_id: str | None, limit: int, offset: int) -> dict:
     """``GET /api/dialogs``: the owner's live dialogs, most recently active first, paged.
 
-    Items have ``storage.dialog_info``'s shape; four queries per page whatever its size.
+    Items have ``storage.dialog_info``'s shape; five queries per page whatever its size.
     """
     rows = Dialog.objects.filter(owner=owner, deleted_at__isnull=True)
     for field, value in (("channel", channel), ("chat_id", chat_id)):
@@ -63,12 +64,14 @@ def list_dialogs(owner: Any, channel: str | None, chat_id: str | None, limit: in
             dialog_id__in=ids, status__in=[InboxMessage.Status.QUEUED, InboxMessage.Status.STARTED]
         ).values_list("dialog_id", "status")
     )
+    usage = dialog_usage(ids)
     items = [
         storage.dialog_fields(
             d,
             queued=statuses[(d.id, InboxMessage.Status.QUEUED.value)],
             running=statuses[(d.id, InboxMessage.Status.STARTED.value)] > 0,
             active=d.id in active,
+            usage=usage.get(d.id),
         )
         for d in page
     ]

@@ -61,8 +61,13 @@ class ReadyOut(Schema):
 
 
 class UsageOut(Schema):
-    input_tokens: int
-    output_tokens: int
+    """Sums of usage rows (issue 17): provider calls, tokens (input includes cached), cost."""
+
+    calls: int = Field(0, description="provider calls (turns, titles, compactions)")
+    input_tokens: int = Field(..., description="input tokens, cached ones included")
+    output_tokens: int = Field(..., description="output tokens, reasoning included")
+    cached_tokens: int = Field(0, description="input tokens the provider served from its cache")
+    cost: float = Field(0.0, description="in the currency the presets' prices are written in")
 
 
 class DialogOut(Schema):
@@ -88,6 +93,17 @@ class DialogOut(Schema):
     queued: int = Field(..., description="accepted messages waiting for their turn")
     running: bool = Field(..., description="a turn of this dialog runs now")
     active: bool = Field(..., description="the dialog is its chat's active dialog")
+
+
+class UsageItemOut(UsageOut):
+    key: str = Field(..., description="the dialog id, the username or the UTC day (YYYY-MM-DD)")
+
+
+class UsagePage(Schema):
+    """``GET /api/usage`` (issue 17): usage sums per group."""
+
+    group_by: str = Field(..., description="`dialog`, `user` or `day`")
+    items: list[UsageItemOut] = Field(..., description="ordered by key")
 
 
 class DialogPage(Schema):

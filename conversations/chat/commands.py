@@ -35,6 +35,7 @@ from conversations.runtime.notify import session_changed
 from conversations.runtime.sessions import session_manager
 from conversations.storage.dialog_reads import sessions_page
 from conversations.storage.runner import run_storage
+from conversations.usage.writer import usage_writer
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +222,7 @@ async def _delete(client: CommandClient, channel: str, argument: str, session_id
 async def _info(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
     _no_argument(argument)
     target = await _target(client, channel, session_id)
+    await usage_writer.flush()  # this process's calls so far count (issue 17)
     info = with_preset(await run_storage(storage.dialog_info, client.user, target.id))
     await client.send_frame(
         {
@@ -373,12 +375,17 @@ def format_info(info: dict) -> str:
 def _usage_text(info: dict) -> str:
     """The token usage of ``/info``: the counts, or why there are none.
 
-    A dialog whose turns answered while the usage stayed 0 in and 0 out had a provider that
-    reported no usage (many local servers send none): 0 would read as "free", so say so.
+    The sums of the dialog's usage rows (every provider call, estimated where the provider
+    reported none; cost in the presets' currency; issue 17). A dialog whose turns answered while
+    the usage stayed 0 in and 0 out had no recorded calls: 0 would read as "free", so say so.
     """
     usage = info["usage"]
     if usage["input_tokens"] or usage["output_tokens"]:
-        return f"{usage['input_tokens']:,} in, {usage['output_tokens']:,} out"
+        text = f"{usage['input_tokens']:,} in, {usage['output_tokens']:,} out"
+        if usage.get("cached_tokens"):
+            text += f" ({usage['cached_tokens']:,} cached)"
+        calls = usage.get("calls", 0)
+        return text + f" in {calls:,} call{'s' * (calls != 1)} · cost {usage.get('cost', 0):.4f}"
     if info["total_message_count"] > info["message_count"]:  # the model answered: rows of its own
         return "not reported by the provider"
     return "none yet"

@@ -250,6 +250,8 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
             await self.send_error("not_found", str(exc), client_msg_id=client_msg_id)
         except storage.InboxFullError as exc:
             await self.send_error("inbox_full", str(exc), client_msg_id=client_msg_id)
+        except storage.BudgetExceededError as exc:  # issue 17: nothing stored, the text stays the user's
+            await self.send_frame(budget_error_frame(exc, client_msg_id))
         except RateLimitedError as exc:
             await self.send_frame(
                 {
@@ -466,6 +468,17 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         if client_msg_id:
             frame["client_msg_id"] = client_msg_id
         await self.send_frame(frame)
+
+
+def budget_error_frame(exc: storage.BudgetExceededError, client_msg_id: str | None) -> dict[str, Any]:
+    """The ``error`` frame ``budget_exceeded`` (issue 17): the budget's words, and ``retry_after``
+    (whole seconds) until it resets at UTC midnight."""
+    retry_after = max(1, int((exc.refusal.resets_at.timestamp() - time.time()) + 0.999))
+    frame: dict[str, Any] = {"type": "error", "code": "budget_exceeded", "message": str(exc)}
+    frame["retry_after"] = retry_after
+    if client_msg_id:
+        frame["client_msg_id"] = client_msg_id
+    return frame
 
 
 class UnknownPathConsumer(LoopDispatch, AsyncWebsocketConsumer):

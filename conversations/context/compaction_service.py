@@ -46,6 +46,7 @@ from conversations.context.compaction import (
 from conversations.models import Dialog
 from conversations.storage.runner import run_storage
 from conversations.storage.shapes import scrub_text
+from conversations.usage.scopes import dialog_scope
 from providers.base import LLMProvider
 from providers.errors import ProviderError
 from providers.types import ProviderRequest
@@ -364,8 +365,10 @@ async def summarise(dialog_id: str, provider: LLMProvider, request: ProviderRequ
     """
     ref = secrets.token_hex(4)
     try:
-        async with asyncio.timeout(timeout):
-            response = await provider.collect(request)
+        # Recorded as a compaction (issue 17); inside a turn under the turn's ids.
+        with dialog_scope("compaction", dialog_id, keep_turn=True):
+            async with asyncio.timeout(timeout):
+                response = await provider.collect(request)
     except TimeoutError:
         log.warning("compaction of %s timed out after %g s (ref %s)", dialog_id, timeout, ref)
         raise CompactionError(

@@ -52,6 +52,7 @@ from conversations.runtime.turn_outcome import await_turn, contained, turn_endin
 from conversations.runtime.turn_sinks import presentation_for
 from conversations.storage.runner import run_storage
 from conversations.tools.memory import recall_for_turn, recall_memories
+from conversations.usage.budget import run_within_budget
 from delivery.turn import TurnController
 from delivery.turn_delivery import DeliveryOutcome, TurnDelivery
 from picobot_site.metrics import instruments
@@ -324,8 +325,14 @@ class DialogExecutor:
         with call_scope(scope):  # the task copies the context as it is created
             task = asyncio.ensure_future(
                 contained(
-                    functools.partial(
-                        run_with_overflow_recovery, builder, start, loop.run, publish=context_notice(start)
+                    functools.partial(  # a budget used up since the message queued: no call (issue 17)
+                        run_within_budget,
+                        start.owner_id,
+                        run_with_overflow_recovery,
+                        builder,
+                        start,
+                        loop.run,
+                        publish=context_notice(start),
                     )
                 )
             )

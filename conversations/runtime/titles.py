@@ -29,6 +29,7 @@ from conversations.runtime import notify
 from conversations.runtime.supervisor import SupervisorClosedError, TaskSupervisor
 from conversations.storage.runner import run_storage
 from conversations.titles.rules import build_title_request, clean_title
+from conversations.usage.scopes import dialog_scope
 from providers.base import LLMProvider
 from providers.errors import ProviderError
 
@@ -117,8 +118,9 @@ class TitleService:
             log.info("title of %s: no text to name it by yet", dialog_id)
             return
         try:
-            async with asyncio.timeout(self.timeout):
-                response = await self.provider.collect(request)
+            with dialog_scope("title", dialog_id, keep_turn=False):  # its own usage row (issue 17)
+                async with asyncio.timeout(self.timeout):
+                    response = await self.provider.collect(request)
         except TimeoutError:
             log.warning("title of %s: the model took longer than %g s", dialog_id, self.timeout)
             return

@@ -37,6 +37,7 @@ from conversations.runtime.turn_sinks import open_turn_sink
 from conversations.runtime.worker_consumer import AgentWorkerConsumer
 from conversations.storage.runner import run_storage
 from conversations.tools import ToolRegistry, default_registry
+from conversations.usage.writer import flush_usage
 from delivery.load import LoopLagGauge
 from delivery.outbound import OutboundDispatcher
 from delivery.platforms.cli_chat import CliChatSender
@@ -104,7 +105,8 @@ class AgentWorker:
         self.sessions = sessions if sessions is not None else session_manager()
         # Background LLM work of this worker (titles, seed 000 §12): reaped by stop().
         self.supervisor = TaskSupervisor("agent-worker")
-        self.titles = TitleService.from_settings(self.provider, self.supervisor)
+        # Titles on the default preset, metered like every call (usage rows: issue 17).
+        self.titles = TitleService.from_settings(self.provider_for(""), self.supervisor)
         self.consumer_ready = asyncio.Event()
         self.consumer_channel: str | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -233,6 +235,7 @@ class AgentWorker:
         await self.load.stop()
         # Titles after the executors (a last commit may have scheduled one): cancelled, not awaited long.
         await self.supervisor.close(timeout=min(timeout, 2.0))
+        await flush_usage(timeout=min(timeout, 5.0))  # after every provider call of turns and titles
         # After the executors: their last fallbacks are already queued and get a short grace.
         await self.outbound.close(timeout=min(timeout, 2.0))
         for adapter in platforms.adapters():

@@ -14,6 +14,7 @@ from conversations.storage.dialogs import active_dialog, dialog_for_user
 from conversations.storage.media import JsonListLength, media_types, without_media_data
 from conversations.storage.outcomes import user_outcomes
 from conversations.storage.shapes import dialog_summary, message_to_protocol
+from conversations.usage.sums import dialog_usage, empty_usage
 
 PREVIEW_CHARS = 100
 PREVIEW_SCAN = 400  # characters read per dialog: enough for 100 once whitespace is collapsed
@@ -101,8 +102,9 @@ def dialog_info(owner: Any, session_id: str) -> dict:
 
     Shape: ``{session_id, dialog_id, channel, chat_id, title, title_is_default, message_count
     (user messages), total_message_count, history_revision, created_at, last_active_at, model,
-    usage: {input_tokens, output_tokens}, compacted_through_seq, queued, running, active}``.
-    Raises NotFoundError.
+    usage: {calls, input_tokens, output_tokens, cached_tokens, cost}, compacted_through_seq, queued,
+    running, active}``; ``usage`` sums the dialog's usage rows (every provider call: turns,
+    titles, compactions; issue 17). Raises NotFoundError.
     """
     dialog = dialog_for_user(owner, session_id)
     statuses = list(
@@ -120,11 +122,15 @@ def dialog_info(owner: Any, session_id: str) -> dict:
         queued=statuses.count(InboxMessage.Status.QUEUED),
         running=InboxMessage.Status.STARTED in statuses,
         active=active_id == dialog.id,
+        usage=dialog_usage([dialog.id]).get(dialog.id),
     )
 
 
-def dialog_fields(dialog: Dialog, *, queued: int, running: bool, active: bool) -> dict:
-    """A dialog in ``dialog_info``'s shape, from its row and its inbox/chat facts (no queries)."""
+def dialog_fields(
+    dialog: Dialog, *, queued: int, running: bool, active: bool, usage: dict | None = None
+) -> dict:
+    """A dialog in ``dialog_info``'s shape, from its row, its inbox/chat facts and its usage sums
+    (``usage.sums.dialog_usage``; None: no rows yet) (no queries)."""
     return {
         "session_id": dialog.id,
         "dialog_id": dialog.dialog_id,
@@ -138,7 +144,7 @@ def dialog_fields(dialog: Dialog, *, queued: int, running: bool, active: bool) -
         "created_at": dialog.created_at,
         "last_active_at": dialog.last_active_at,
         "model": dialog.model,
-        "usage": {"input_tokens": dialog.usage_input_tokens, "output_tokens": dialog.usage_output_tokens},
+        "usage": usage or empty_usage(),
         "compacted_through_seq": dialog.summary_seq,
         "queued": queued,
         "running": running,

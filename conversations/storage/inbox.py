@@ -12,7 +12,14 @@ from conversations.agent.inbound import InboundMessage
 from conversations.models import InboxMessage, now_ms
 from conversations.storage import sql
 from conversations.storage.dialogs import resolve_dialog
-from conversations.storage.shapes import AcceptedMessage, InboxFullError, NotFoundError, scrub_text
+from conversations.storage.shapes import (
+    AcceptedMessage,
+    BudgetExceededError,
+    InboxFullError,
+    NotFoundError,
+    scrub_text,
+)
+from conversations.usage.budget import check_budget
 
 
 def _queued_ahead(dialog_id: str, position: int) -> int:
@@ -58,6 +65,7 @@ def accept_message(
         NotFoundError: ``session_id`` is unknown, deleted or foreign, or a repeated
             ``client_msg_id`` names a message whose dialog was deleted.
         InboxFullError: the dialog already has ``PICOBOT_INBOX_CAPACITY`` queued messages.
+        BudgetExceededError: the owner's daily budget is used up (``usage.budget``; issue 17).
     """
     client_msg_id, content, source = scrub_text(client_msg_id), scrub_text(content), scrub_text(source)
     if client_msg_id:
@@ -75,6 +83,10 @@ def accept_message(
             return AcceptedMessage(
                 str(sql.as_uuid(inbox_id)), dialog_id, _queued_ahead(dialog_id, position), True
             )
+    if owner is not None:  # after the repeat check: a message already accepted is acked again
+        refused = check_budget(owner.pk)
+        if refused is not None:
+            raise BudgetExceededError(refused)
     resolved = resolve_dialog(owner, channel, chat_id, session_id)
     dialog = resolved.dialog
     capacity = settings.PICOBOT.inbox_capacity

@@ -33,6 +33,17 @@ class InboxFullError(StorageError):
     """The dialog's inbox holds the maximum number of queued messages (seed 000 §6: 32)."""
 
 
+class BudgetExceededError(StorageError):
+    """The user's daily token or cost budget is used up (issue 17): the message was not stored.
+
+    ``refusal`` is the ``usage.budget.BudgetRefusal`` (which budget, its reset time, the words).
+    """
+
+    def __init__(self, refusal: Any) -> None:
+        super().__init__(f"{refusal.message} Your message was not accepted; send it again then.")
+        self.refusal = refusal
+
+
 class LeaseLostError(StorageError):
     """This worker no longer owns the dialog's lease (its epoch is stale; DESIGN §2)."""
 

@@ -7,7 +7,9 @@ Deleting a dialog deletes its history, inbox rows and plan (cascade) and its del
 rows; a chat whose active dialog goes gets its most recent other dialog (or a new one) on its
 next message. A dialog with a
 queued or started inbox row, or whose lease a worker holds, is never touched (checked again in
-the deleting transaction).
+the deleting transaction). Usage rows (``UsageRecord``: tokens and cost per provider call, issue
+17) are never deleted: they name their dialog by id, not by foreign key, so every total of
+``GET /api/usage`` and the admin survives a purge (and a deleted user's rows keep the username).
 
 ``--user USERNAME`` purges every dialog that user owns instead (live or deleted, any age; busy
 ones skipped) and the user's finished inbox rows elsewhere: the admin refuses to delete a user
@@ -57,7 +59,7 @@ class Command(PicoBotCommand):
         "and plans. A dry run that only lists them unless --apply is given. Dialogs with queued or "
         "running messages are skipped. --user USERNAME instead purges every dialog of that user, live "
         "or deleted, whatever its age (before deleting the user in the admin, which refuses while the "
-        "user owns dialogs)."
+        "user owns dialogs). Usage rows (tokens and cost) are kept: usage totals survive every purge."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -50,6 +50,7 @@ class Command(PicoBotCommand):
 
         from conversations.runtime.supervisor import close_control_supervisor
         from conversations.runtime.worker import AgentWorker, default_worker_id
+        from conversations.usage.writer import flush_usage
 
         try:  # the layer first: without it the worker's consumer would only restart and fail, loudly
             await asyncio.wait_for(layer_round_trip(get_channel_layer()), LAYER_CHECK_SECONDS)
@@ -65,3 +66,4 @@ class Command(PicoBotCommand):
         await stopped.wait()
         # Control-path tasks (/compact) are cancelled alongside, within the same bound.
         await asyncio.gather(worker.stop(timeout=15), close_control_supervisor(timeout=5))
+        await flush_usage(timeout=5)  # the usage rows of the last calls (/compact ones too)

@@ -105,6 +105,7 @@ class Command(PicoBotCommand):
         from conversations.runtime.provider import get_provider
         from conversations.runtime.supervisor import close_control_supervisor
         from conversations.runtime.worker import AgentWorker, default_worker_id
+        from conversations.usage.writer import flush_usage
         from picobot_site.asgi import application
 
         worker: AgentWorker | None = None
@@ -177,6 +178,7 @@ class Command(PicoBotCommand):
                 *([worker.stop(timeout=15)] if worker is not None else []),
                 close_control_supervisor(timeout=5),
             )
+            await flush_usage(timeout=5)  # the usage rows of the last calls (/compact ones too)
             try:
                 await get_channel_layer().group_send(process_connections_group(), {"type": "server.shutdown"})
                 await asyncio.sleep(0.3)  # let the close frames flush

@@ -291,7 +291,8 @@ async def test_get_dialog(alice):
     assert (
         info["title"] == "Info"
         and info["history_revision"] == 0
-        and info["usage"] == {"input_tokens": 0, "output_tokens": 0}
+        and info["usage"]
+        == {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "cost": 0.0}
     )
     assert set(info) == {
         "session_id",

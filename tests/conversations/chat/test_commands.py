@@ -224,7 +224,14 @@ async def test_info_reports_ids_counts_model_and_usage(connect, start_worker):
     info = notice["info"]
     assert info["session_id"] == ready["active_session_id"] == notice["session_id"]
     assert (info["message_count"], info["total_message_count"], info["history_revision"]) == (1, 2, 2)
-    assert info["usage"] == {"input_tokens": 120, "output_tokens": 30} and info["active"] is True
+    assert info["usage"] == {
+        "calls": 1,
+        "input_tokens": 120,
+        "output_tokens": 30,
+        "cached_tokens": 0,
+        "cost": 0.0,
+    }
+    assert info["active"] is True
     for text in (
         info["dialog_id"],
         "messages: 2 in history, 1 from you",
@@ -239,7 +246,9 @@ async def test_info_reports_ids_counts_model_and_usage(connect, start_worker):
     await assert_no_cross_talk(bob)
 
 
-def info_of(usage: tuple[int, int], *, total: int, from_you: int) -> dict:
+def info_of(usage: tuple, *, total: int, from_you: int) -> dict:
+    """``usage``: (input, output) or (input, output, cached, calls, cost)."""
+    inp, out, cached, calls, cost = usage if len(usage) == 5 else (*usage, 0, 1, 0.0)
     return {
         "title": "New chat",
         "active": True,
@@ -252,7 +261,13 @@ def info_of(usage: tuple[int, int], *, total: int, from_you: int) -> dict:
         "created_at": 0,
         "last_active_at": 0,
         "model": "m",
-        "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
+        "usage": {
+            "calls": calls if inp or out else 0,
+            "input_tokens": inp,
+            "output_tokens": out,
+            "cached_tokens": cached,
+            "cost": cost,
+        },
         "compacted_through_seq": 0,
     }
 
@@ -260,7 +275,13 @@ def info_of(usage: tuple[int, int], *, total: int, from_you: int) -> dict:
 @pytest.mark.parametrize(
     ("usage", "total", "from_you", "line"),
     [
-        ((120, 30), 2, 1, "tokens used: 120 in, 30 out"),
+        ((120, 30), 2, 1, "tokens used: 120 in, 30 out in 1 call · cost 0.0000"),
+        (
+            (12480, 930, 8192, 7, 0.02131),
+            4,
+            2,
+            "tokens used: 12,480 in, 930 out (8,192 cached) in 7 calls · cost 0.0213",
+        ),
         ((0, 0), 2, 1, "tokens used: not reported by the provider"),
         ((0, 0), 0, 0, "tokens used: none yet"),
         ((0, 0), 1, 1, "tokens used: none yet"),

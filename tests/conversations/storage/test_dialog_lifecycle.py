@@ -208,7 +208,7 @@ def test_info_counts_usage_and_state(alice, bob):
     assert info["session_id"] == dialog.id and info["dialog_id"] == dialog.dialog_id
     assert (info["message_count"], info["total_message_count"], info["history_revision"]) == (1, 2, 2)
     assert (info["queued"], info["running"], info["active"]) == (1, False, True)
-    assert set(info["usage"]) == {"input_tokens", "output_tokens"}
+    assert set(info["usage"]) == {"calls", "input_tokens", "output_tokens", "cached_tokens", "cost"}
     assert info["created_at"] <= info["last_active_at"]
     with pytest.raises(storage.NotFoundError):
         storage.dialog_info(bob, dialog.id)
