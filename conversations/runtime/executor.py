@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -30,33 +29,26 @@ from conversations.agent.failures import (
     log_failure,
 )
 from conversations.agent.loop import (
-    AgentLoop,
     AgentResult,
 )
-from conversations.agent.tool_registry import ToolContext
-from conversations.context.overflow import run_with_overflow_recovery
 from conversations.context.runtime_context import prefetch_turn_input
-from conversations.context.turn_input import TurnInputBuilder
 from conversations.runtime import notify
-from conversations.runtime.provider import preset_for, turn_provider
 from conversations.runtime.session_turns import adopt_start, remember_commit, start_turn
 from conversations.runtime.turn_alerts import (
     alert_storage_failing,
-    context_notice,
-    fallback_notice,
     record_failed_delivery,
     report_refused_commit,
 )
+from conversations.runtime.turn_assembly import assemble_turn, turn_scope
 from conversations.runtime.turn_context import TurnContext
 from conversations.runtime.turn_outcome import await_turn, contained, turn_ending
 from conversations.runtime.turn_sinks import presentation_for
 from conversations.storage.runner import run_storage
-from conversations.tools.memory import recall_for_turn, recall_memories
-from conversations.usage.budget import run_within_budget
+from conversations.tools.memory import recall_for_turn
 from delivery.turn import TurnController
 from delivery.turn_delivery import DeliveryOutcome, TurnDelivery
 from picobot_site.metrics import instruments
-from providers.metering import CallScope, call_scope
+from providers.metering import call_scope
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +239,7 @@ class DialogExecutor:
         )
         try:
             # Every log line of the turn names it (picobot_site.log_format; issue 17).
-            with call_scope(CallScope("turn", start.dialog_id, start.turn_id, start.owner_id, start.channel)):
+            with call_scope(turn_scope(start)):
                 commit = await self._run_and_commit(start, running)
                 # The terminal snapshot goes out after the commit, and turn_committed after it
                 # (PROTOCOL §1); a failed delivery gets its one plain fallback here (seed 000 §5).
@@ -292,50 +284,9 @@ class DialogExecutor:
         ``SystemExit``, which go on. The executor then goes on with the next message.
         """
         config = settings.PICOBOT
-        preset = preset_for(start.model)  # the dialog's model preset (`/model`; issue 17)
-        provider = self.context.provider_for(preset.name)
-        running.preset = preset.name
-        # One input path (seed 000 §7.1): compaction under the `compacting` phase, and one rebuild
-        # after a context overflow (§7.2), all inside the task that /stop and the deadline cancel.
-        builder = TurnInputBuilder.from_settings(
-            provider,
-            tools=self.context.tools.definitions(),
-            memory_recall=recall_memories,
-            phase=running.controller,
-            window_tokens=preset.context_window,
-            preset=preset,  # output budget; a window its provider states is learned for it (issue 17)
-        )
-        # The dialog's preset, or its fallback chain (providers.fallback; issue 17).
-        answering = turn_provider(
-            preset.name, self.context.provider_for, fallback_notice(start, running.answered_by)
-        )
-        loop = AgentLoop(
-            answering,
-            self.context.tools.bind(ToolContext(start.dialog_id, start.channel, start.chat_id)),
-            running.controller.apply,
-            max_iterations=config.max_iterations,
-            tool_timeout=config.tool_timeout,
-            is_current=self.verify_lease,  # before each provider call and after each tool batch (seed 003 §8.3)
-            fitter=builder,  # later requests fitted, every request sized, overflows resized (§7.2, issue 17)
-            max_calls_per_response=config.max_tool_calls_per_response,
-            max_output_chars=config.max_turn_output_chars,
-        )
-        # Every provider call of the turn (its compaction too) is recorded under this scope.
-        scope = CallScope("turn", start.dialog_id, start.turn_id, start.owner_id, start.channel)
-        with call_scope(scope):  # the task copies the context as it is created
-            task = asyncio.ensure_future(
-                contained(
-                    functools.partial(  # a budget used up since the message queued: no call (issue 17)
-                        run_within_budget,
-                        start.owner_id,
-                        run_with_overflow_recovery,
-                        builder,
-                        start,
-                        loop.run,
-                        publish=context_notice(start),
-                    )
-                )
-            )
+        turn = assemble_turn(self.context, start, running, is_current=self.verify_lease)
+        # Created inside run_turn's call scope: the task copies it (usage rows, log lines).
+        task = asyncio.ensure_future(contained(turn.work))
         running.task = task
         if self.pending_cancel is not None:  # stopped while the turn was being set up
             self.cancel_reason, self.pending_cancel = self.pending_cancel, None
@@ -343,9 +294,9 @@ class DialogExecutor:
         end = await await_turn(task, config.turn_timeout)
         result = end.result
         if result is None:  # cancelled, failed or timed out: keep what the loop finished, plus the partial
-            result = loop.result
+            result = turn.loop.result
             # A stop keeps what was shown, reasoning alone too (agent/README.md "Cancel").
-            result.partial = loop.partial_message(reasoning_alone=end.cancelled)
+            result.partial = turn.loop.partial_message(reasoning_alone=end.cancelled)
         return await self._finish(start, running.controller, result, end.cancelled, end.failure)
 
     async def _finish(
