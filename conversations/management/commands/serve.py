@@ -115,7 +115,9 @@ class Command(PicoBotCommand):
             raise CommandError(f"LLM configuration: {exc}") from exc
         if not no_worker:
             try:
-                worker = AgentWorker(default_worker_id("serve"), provider=provider)
+                # No provider given: each turn gets its dialog's preset (and fallbacks) from the
+                # catalog; a provider passed in would answer for every preset (the tests' seam).
+                worker = AgentWorker(default_worker_id("serve"))
             except ImproperlyConfigured as exc:  # e.g. PICOBOT_TOOL_MODULES: say what is wrong, no traceback
                 raise CommandError(str(exc)) from exc
         interface = host.strip("[]")
