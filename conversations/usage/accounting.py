@@ -2,7 +2,9 @@
 
 The provider's own usage wins; a call that reported none (a cut-off stream, a server that never
 sends usage) is estimated from its request and streamed output with the context estimator
-(``context.tokens``, on the safe side) and marked ``estimated``. Cost follows the preset's prices
+(``context.tokens``, on the safe side) and marked ``estimated``. A call that failed or was closed
+before any output and reported no usage (a 429, an overload, no connection, a refused overflow)
+used nothing: vendors do not bill a refused request, so it counts 0 tokens and costs nothing. Cost follows the preset's prices
 (``ModelPreset.cost``; issue 17 "Public surface"). Usage rows and metrics both count through here,
 so the two always agree.
 """
@@ -36,6 +38,9 @@ def account(call: ProviderCall, preset: ModelPreset | None) -> CallUsage:
     if usage is not None:
         input_tokens, output_tokens = usage.input_tokens, usage.output_tokens
         cached, reasoning, estimated = usage.cached_tokens, usage.reasoning_tokens, False
+    elif call.outcome != "ok" and not call.output_text:
+        input_tokens = output_tokens = cached = reasoning = 0
+        estimated = False
     else:
         input_tokens = estimate_request(call.request.messages, call.request.tools)
         output_tokens = estimate_text(call.output_text) if call.output_text else 0

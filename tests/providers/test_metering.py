@@ -136,3 +136,20 @@ async def test_a_call_without_usage_is_estimated_and_marked(calls):
     billed = account(calls[0], None)
     assert billed.estimated and billed.input_tokens > 0 and billed.output_tokens > 0
     assert billed.cost == 0  # no preset: no prices
+
+
+async def test_a_call_refused_before_any_output_used_nothing(calls):
+    error = RateLimitedError("slow down", http_status=429)
+    with pytest.raises(RateLimitedError):
+        await drain(MeteredProvider(ScriptedProvider([error]), "p"))
+    preset = ModelPreset("p", ProviderConfig(), 1000, price_input=Decimal(3), price_output=Decimal(15))
+    billed = account(calls[0], preset)
+    assert (billed.input_tokens, billed.output_tokens, billed.cost, billed.estimated) == (0, 0, 0, False)
+
+
+async def test_a_call_cut_off_after_output_is_estimated(calls):
+    error = RateLimitedError("gone", http_status=None)
+    with pytest.raises(RateLimitedError):
+        await drain(MeteredProvider(ScriptedProvider([[TextDelta("half an answer"), error]]), "p"))
+    billed = account(calls[0], None)
+    assert billed.estimated and billed.input_tokens > 0 and billed.output_tokens > 0
