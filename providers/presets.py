@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from providers.config import ProviderConfig
 
@@ -49,7 +50,20 @@ PRESET_KEYS = frozenset(
 )
 """The keys a ``[models.NAME]`` table may hold (any other is refused as a likely typo)."""
 
+TOP_LEVEL_KEYS = frozenset({"models", "default_model"})
+"""What the file may hold outside its ``[models.NAME]`` tables (any other key is refused)."""
+
 MILLION = Decimal(1_000_000)
+
+
+def display_url(url: str) -> str:
+    """``url`` without userinfo (passwords), query (``?api-key=``) or fragment: what the REST
+    API, the admin and ``doctor`` show of a base URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +81,8 @@ class ModelPreset:
         fallbacks: presets tried in order when this one cannot answer (``fallback`` module).
         vision: the model reads images; reasoning: it streams reasoning.
         description: a line shown by ``/model`` and the admin.
-        key_missing: ``api_key_env`` names a variable that is not set (the preset cannot be built).
+        key_missing: ``api_key_env`` names a variable that is not set, or the preset calls the
+            vendor's public endpoint (no ``base_url``) without ``api_key_env``: it cannot be built.
     """
 
     name: str
@@ -82,6 +97,15 @@ class ModelPreset:
     reasoning: bool = False
     description: str = ""
     key_missing: bool = False
+
+    @property
+    def key_problem(self) -> str:
+        """Why the preset has no key ("" when it has one or needs none): names what to set."""
+        if not self.key_missing:
+            return ""
+        if self.api_key_env:
+            return f"${self.api_key_env} is not set (its api_key_env)"
+        return f"it calls the vendor's public endpoint without a key: set [models.{self.name}].api_key_env"
 
     @property
     def label(self) -> str:
@@ -103,7 +127,7 @@ class ModelPreset:
         return {
             "name": self.name,
             "provider": self.config.provider or "replay",
-            "base_url": self.config.base_url,
+            "base_url": display_url(self.config.base_url),
             "model": self.config.model,
             "context_window": self.context_window,
             "max_tokens": self.config.max_tokens,
@@ -188,6 +212,9 @@ def load_catalog(
         ValueError: ``"{source}: [models.NAME].key: …"`` for a bad name, unknown key, wrong type,
             unknown provider, missing model, unknown fallback or default.
     """
+    unknown = sorted(set(document) - TOP_LEVEL_KEYS)
+    if unknown:
+        raise ValueError(f"{source}: unknown key {unknown[0]!r} (known: {', '.join(sorted(TOP_LEVEL_KEYS))})")
     models = document.get("models")
     if models is None:
         if "default_model" in document and document["default_model"] != DEFAULT_PRESET:
@@ -257,13 +284,20 @@ def _preset(
     base_url = config.base_url
     if base_url and not re.match(r"^https?://[^\s/]+", base_url):
         raise ValueError(f"{where}.base_url must be an http(s) URL, got {base_url!r}")
+    window = _integer(table, "context_window", where, context_window, minimum=1)
+    if max_tokens and max_tokens >= window:
+        origin = "" if "max_tokens" in table else ", from PICOBOT_LLM_MAX_TOKENS"
+        raise ValueError(
+            f"{where}.max_tokens ({max_tokens}{origin}) must be below context_window ({window}): the "
+            "answer's budget comes out of the window"
+        )
     fallbacks = table.get("fallbacks", [])
     if not isinstance(fallbacks, list) or not all(isinstance(item, str) for item in fallbacks):
         raise ValueError(f"{where}.fallbacks must be a list of preset names")
     return ModelPreset(
         name=name,
         config=config,
-        context_window=_integer(table, "context_window", where, context_window, minimum=1),
+        context_window=window,
         api_key_env=key_env,
         price_input=_price(table, "price_input", where),
         price_output=_price(table, "price_output", where),
@@ -272,7 +306,8 @@ def _preset(
         vision=_flag(table, "vision", where, True),
         reasoning=_flag(table, "reasoning", where, False),
         description=_text(table, "description", where, ""),
-        key_missing=bool(key_env) and not api_key,
+        # A preset at the vendor's public endpoint needs a key too (the factory refuses it keyless).
+        key_missing=not api_key and (bool(key_env) or (kind != "replay" and not base_url)),
     )
 
 

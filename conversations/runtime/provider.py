@@ -102,9 +102,7 @@ def get_provider(preset: str | None = None, *, before_fallback: bool = False) ->
             from providers.factory import build_provider
 
             if chosen.key_missing:
-                raise ValueError(
-                    f"model preset {chosen.name!r}: ${chosen.api_key_env} is not set (its api_key_env)"
-                )
+                raise ValueError(f"model preset {chosen.name!r}: {chosen.key_problem}")
             inner = build_provider(chosen.config)
             if before_fallback and hasattr(inner, "retry_elsewhere"):
                 inner.retry_elsewhere = falls_back

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+
+from providers.presets import display_url
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
@@ -23,9 +24,5 @@ class Check:
 
 
 def safe_url(url: str) -> str:
-    """``url`` without userinfo (passwords), query or fragment."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    """``url`` without userinfo (passwords), query or fragment (``presets.display_url``)."""
+    return display_url(url)

@@ -53,19 +53,21 @@ def check_presets() -> list[Check]:
         )
     )
     for preset in catalog.presets.values():
-        if not preset.api_key_env:
-            out.append(Check(OK, f"preset {preset.name}", f"{preset.label}: no key variable (api_key_env)"))
-        elif preset.key_missing:
+        if preset.key_missing:
             status = FAIL if preset.name == catalog.default else WARN
             out.append(
                 Check(
                     status,
                     f"preset {preset.name}",
-                    f"{preset.label}: ${preset.api_key_env} is not set (users cannot choose it"
+                    f"{preset.label}: {preset.key_problem} (users cannot choose it"
                     + (", and it is the default)" if status == FAIL else ")"),
-                    f"set {preset.api_key_env} in the server's environment",
+                    f"set {preset.api_key_env} in the server's environment"
+                    if preset.api_key_env
+                    else f"add api_key_env to [models.{preset.name}] (or a base_url of a server that needs none)",
                 )
             )
+        elif not preset.api_key_env:
+            out.append(Check(OK, f"preset {preset.name}", f"{preset.label}: no key variable (api_key_env)"))
         else:
             out.append(Check(OK, f"preset {preset.name}", f"{preset.label}: ${preset.api_key_env} is set"))
     return out

@@ -157,3 +157,47 @@ def test_every_bad_file_is_refused_naming_the_table_and_key(text, said):
 def test_a_key_holding_control_characters_is_refused():
     with pytest.raises(ValueError, match="FAST_KEY holds control characters"):
         load(GOOD, {"FAST_KEY": "k\n1", "SMART_KEY": "k2"})
+
+
+def test_an_unknown_top_level_key_is_refused_as_a_likely_typo():
+    with pytest.raises(ValueError, match=r"unknown key 'default_modle' \(known: default_model, models\)"):
+        load('default_modle = "fast"\n' + GOOD.replace('default_model = "smart"', ""))
+
+
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        (
+            "max_tokens = 8192\ncontext_window = 8192\n",
+            r"max_tokens \(8192\) must be below context_window \(8192\)",
+        ),
+        (
+            "context_window = 1000\n",
+            r"max_tokens \(4096, from PICOBOT_LLM_MAX_TOKENS\) must be below context_window",
+        ),
+    ],
+)
+def test_an_output_budget_that_fills_the_window_is_refused(table, said):
+    text = '[models.tiny]\nprovider = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n' + table
+    with pytest.raises(ValueError, match=r"\[models\.tiny\]\." + said):
+        load(text)
+
+
+def test_a_preset_at_the_public_endpoint_without_a_key_variable_cannot_be_chosen():
+    preset = load('[models.bare]\nprovider = "openai"\nmodel = "gpt"\n').get("bare")
+    assert preset.key_missing
+    assert preset.key_problem == (
+        "it calls the vendor's public endpoint without a key: set [models.bare].api_key_env"
+    )
+    local = load('[models.local]\nprovider = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n')
+    assert not local.get("local").key_missing  # a local server may need no key
+
+
+def test_the_public_view_never_shows_credentials_in_the_base_url():
+    text = (
+        '[models.p]\nprovider = "openai"\nmodel = "m"\n'
+        'base_url = "https://user:sk-in-url-secret@llm.example.com/v1?api-key=sk-query-secret#x"\n'
+    )
+    shown = load(text).get("p").public()
+    assert shown["base_url"] == "https://llm.example.com/v1"
+    assert "secret" not in repr(shown)
