@@ -30,10 +30,12 @@ class ConversationsConfig(AppConfig):
         from conversations.agent.log_safety import add_secret_source
 
         add_secret_source(settings_secrets)
-        from conversations.runtime import call_metrics
+        from conversations.runtime import call_metrics, retry_notices
         from conversations.usage.writer import install as record_usage
+        from providers import metering
 
         call_metrics.install()  # provider calls and retries into /metrics (issue 17)
+        metering.add_retry_observer(retry_notices.observe_retry)  # a turn's chat hears of a long wait
         record_usage()  # one usage row per provider call, in every process (issue 17)
         from django.conf import settings
 

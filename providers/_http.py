@@ -191,7 +191,9 @@ class HTTPStreamProvider(LLMProvider):
                 if self.retry_elsewhere is not None and self.retry_elsewhere(exc):
                     raise
                 delay = self._retry_delay(exc, attempt)
-                notify_retry(self.name, exc.kind)
+                notify_retry(
+                    self.name, exc.kind, delay_s=delay, attempt=attempt + 1, max_retries=self.max_retries
+                )
                 logger.warning(
                     "provider %s: %s (%s, HTTP %s); retry %d/%d in %.2fs",
                     self.name,

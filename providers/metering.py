@@ -126,13 +126,27 @@ def notify(call: ProviderCall) -> None:
             log.exception("provider call observer %r failed", observer)
 
 
-RetryObserver = Callable[[str, str], object]
+@dataclass(frozen=True, slots=True)
+class ProviderRetry:
+    """A transport retry about to wait (``providers._http``): ``provider`` kind, the error's
+    ``kind``, ``delay_s`` seconds of wait, retry ``attempt`` (1-based) of ``max_retries``, and
+    the caller's scope (None outside any)."""
+
+    provider: str
+    kind: str
+    delay_s: float = 0.0
+    attempt: int = 1
+    max_retries: int = 1
+    scope: CallScope | None = None
+
+
+RetryObserver = Callable[[ProviderRetry], object]
 _retry_observers: list[RetryObserver] = []
 
 
 def add_retry_observer(observer: RetryObserver) -> None:
-    """Receive ``(provider name, error kind)`` for every transport retry of this process
-    (``providers._http``; metrics count them); idempotent."""
+    """Receive a :class:`ProviderRetry` for every transport retry of this process (metrics count
+    them; a turn's chat is told of a long wait); idempotent."""
     if observer not in _retry_observers:
         _retry_observers.append(observer)
 
@@ -142,12 +156,13 @@ def remove_retry_observer(observer: RetryObserver) -> None:
         _retry_observers.remove(observer)
 
 
-def notify_retry(provider: str, kind: str) -> None:
-    """Tell the retry observers that ``provider`` retries after an error of ``kind``; one that
-    raises is logged and skipped."""
+def notify_retry(provider: str, kind: str, *, delay_s: float = 0.0, attempt: int = 1, max_retries: int = 1) -> None:
+    """Tell the retry observers that ``provider`` retries after an error of ``kind`` (in the
+    caller's scope); one that raises is logged and skipped."""
+    retry = ProviderRetry(provider, kind, delay_s, attempt, max_retries, CALL_SCOPE.get())
     for observer in list(_retry_observers):
         try:
-            observer(provider, kind)
+            observer(retry)
         except Exception:
             log.exception("provider retry observer %r failed", observer)
 

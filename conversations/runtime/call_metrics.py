@@ -50,7 +50,12 @@ def observe_call(call: ProviderCall) -> None:
     )
 
 
+def observe_retry(retry: metering.ProviderRetry) -> None:
+    """A transport retry into ``picobot_provider_retries_total``."""
+    instruments.record_retry(retry.provider, retry.kind)
+
+
 def install() -> None:
     """Observe every metered call and transport retry of this process (idempotent)."""
     metering.add_observer(observe_call)
-    metering.add_retry_observer(instruments.record_retry)
+    metering.add_retry_observer(observe_retry)

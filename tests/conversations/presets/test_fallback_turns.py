@@ -149,3 +149,21 @@ async def test_an_exhausted_chain_fails_once_naming_the_presets_tried(presets, c
     assert turn["status"] == "failed"
     assert "no model preset could answer (tried A (overloaded), B (overloaded))" in turn["error"]
     assert len([f for f in client.of_type("turn_updated") if f["turn"]["status"] == "failed"]) == 1
+
+
+async def test_a_last_preset_waiting_out_a_rate_limit_tells_the_chat_when_it_tries_again(
+    presets, settings, connect, start_worker
+):
+    settings.PICOBOT = settings.PICOBOT.replace(llm_max_retries=2)
+    limited = refusal(429, "Rate limit reached", "rate_limit_exceeded", {"retry-after": "2"})
+    async with LocalSSEServer([limited, answers("after the wait")]) as a:
+        presets(preset_table("A", a.base_url))  # no fallback: the bounded retry honours Retry-After
+        await start_worker(None)
+        client = await connect(await make_token())
+        await client.until("ready")
+        await client.send({"type": "message", "content": "question", "client_msg_id": "q1"})
+        notice = await client.until("notification", lambda f: f.get("level") == "warning")
+        final = await client.until("turn_updated", lambda f: f["turn"]["status"] != "running")
+    assert notice["content"] == "The model is rate-limited; trying again in 2 s (retry 1 of 2)."
+    assert final["turn"]["status"] == "completed" and answer_text(final["turn"]) == "after the wait"
+    assert len(a.requests) == 2
