@@ -70,4 +70,15 @@ def check_presets() -> list[Check]:
             out.append(Check(OK, f"preset {preset.name}", f"{preset.label}: no key variable (api_key_env)"))
         else:
             out.append(Check(OK, f"preset {preset.name}", f"{preset.label}: ${preset.api_key_env} is set"))
+        keyless = [name for name in preset.fallbacks if catalog.presets[name].key_missing]
+        if keyless:  # such a fallback is left out of the chain when a turn runs
+            out.append(
+                Check(
+                    WARN,
+                    f"preset {preset.name} fallbacks",
+                    f"{', '.join(keyless)} cannot be used (no key): {preset.name} falls back to "
+                    + (", ".join(n for n in preset.fallbacks if n not in keyless) or "nothing"),
+                    "set their key variables, or list other fallbacks",
+                )
+            )
     return out

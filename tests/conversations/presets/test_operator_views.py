@@ -78,6 +78,7 @@ def test_doctor_reports_the_file_each_key_and_the_unused_llm_settings(two_preset
     assert "OK   preset A: A (openai model-A): $PRESET_KEY_A is set" in text
     assert "WARN preset B: B (openai model-B): $PRESET_KEY_B is not set" in text
     assert "fix: set PRESET_KEY_B in the server's environment" in text
+    assert "WARN preset A fallbacks: B cannot be used (no key): A falls back to nothing" in text
     assert SECRET not in text
     # The provider check is the default preset's.
     assert "LLM provider: openai at http://127.0.0.1:9/v1, model model-A" in text
