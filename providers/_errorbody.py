@@ -41,11 +41,14 @@ _OVERFLOW_CODES = frozenset(
 # Known phrasings: OpenAI "This model's maximum context length is …" / code
 # context_length_exceeded; Anthropic "prompt is too long: … > … maximum" and "input length and
 # `max_tokens` exceed context limit: …"; llama.cpp "exceeds the available context size"
-# (type exceed_context_size_error); xAI "maximum prompt length"; vLLM/OpenRouter/Gemini variants.
+# (type exceed_context_size_error); xAI "maximum prompt length"; vLLM/OpenRouter/Gemini variants;
+# vLLM "… is longer than the maximum model length of N"; Qwen DashScope "Range of input length
+# should be [1, N]" (code InvalidParameter).
 _OVERFLOW_TEXT = re.compile(
     r"context[ _-]?(length|window|limit)|maximum context|prompt is too long|input is too long|"
     r"reduce the length|too many (input )?tokens|exceeds? (the )?(model'?s? )?(max|maximum|context)|"
-    r"exceeds the available context|maximum prompt length|exceed_context_size",
+    r"exceeds the available context|maximum prompt length|exceed_context_size|"
+    r"longer than the maximum model length|range of input length should be",
     re.IGNORECASE,
 )
 _MAX_MESSAGE_CHARS = 500

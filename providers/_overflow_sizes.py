@@ -25,6 +25,7 @@ each seen in the wild:
   maximum context length"
 * Gemini: "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."
 * xAI: "This model's maximum prompt length is 131072 but the request contains 140000 tokens."
+* Qwen DashScope: "Range of input length should be [1, 30720]"
 * OpenAI (Responses): "Input tokens exceed the configured limit of 272000 tokens. Your messages
   resulted in 300000 tokens."
 
@@ -55,6 +56,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("limit", r"maximum prompt length is {n}"),
         ("limit", r"longer than the maximum model length of {n}"),
         ("limit", r"exceed the configured limit of {n} tokens"),
+        ("limit", r"range of input length should be \[1, {n}\]"),
         ("requested", r"you requested (?:about )?{n} tokens"),
         ("prompt", r"prompt is too long: {n} tokens?"),
         ("prompt", r"exceed context limit: {n} \+"),

@@ -156,7 +156,9 @@ def remove_retry_observer(observer: RetryObserver) -> None:
         _retry_observers.remove(observer)
 
 
-def notify_retry(provider: str, kind: str, *, delay_s: float = 0.0, attempt: int = 1, max_retries: int = 1) -> None:
+def notify_retry(
+    provider: str, kind: str, *, delay_s: float = 0.0, attempt: int = 1, max_retries: int = 1
+) -> None:
     """Tell the retry observers that ``provider`` retries after an error of ``kind`` (in the
     caller's scope); one that raises is logged and skipped."""
     retry = ProviderRetry(provider, kind, delay_s, attempt, max_retries, CALL_SCOPE.get())

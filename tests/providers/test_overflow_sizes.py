@@ -233,3 +233,24 @@ def test_the_anthropic_wording_gives_back_every_number_it_was_written_with(limit
         "prompt_tokens": prompt,
         "output_tokens": output,
     }
+
+
+@pytest.mark.parametrize(
+    ("message", "limit"),
+    [
+        ("Range of input length should be [1, 30720]", 30720),  # Qwen DashScope, code InvalidParameter
+        ("The decoder prompt (length 17772) is longer than the maximum model length of 16384.", 16384),
+    ],
+    ids=["dashscope", "vllm-decoder-prompt"],
+)
+def test_overflows_known_only_by_their_words_are_overflows_with_their_limit(message, limit):
+    body = json.dumps({"error": {"message": message, "code": "InvalidParameter"}}).encode()
+    error = error_from_http(400, {}, body, vendor="openai")
+    assert isinstance(error, ContextOverflowError) and error.limit_tokens == limit
+
+
+def test_a_range_of_max_tokens_is_a_bad_request_not_an_overflow():
+    body = json.dumps(
+        {"error": {"message": "Range of max_tokens should be [1, 8192]", "code": "InvalidParameter"}}
+    )
+    assert not isinstance(error_from_http(400, {}, body.encode(), vendor="openai"), ContextOverflowError)
