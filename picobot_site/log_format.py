@@ -16,6 +16,7 @@ Pure: standard library, python-json-logger and our pure redaction only.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Any
 
@@ -61,4 +62,8 @@ def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
         return {key: _redacted(item, secrets) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [_redacted(item, secrets) for item in value]
-    return value
+    if value is None or isinstance(value, bool | int | float | datetime.date | datetime.time):
+        return value
+    # Any other object (``extra={"request": <ASGIRequest …?token=…>}`` of django.request) would
+    # be written as its str(): redact that text, never the raw object.
+    return redact(str(value), secrets)

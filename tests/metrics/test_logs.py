@@ -85,3 +85,23 @@ def test_picobot_log_format_chooses_the_root_handlers_format(tmp_path: Path, log
         assert (line["dialog_id"], line["turn_id"]) == ("", "")
     else:
         assert last.endswith("WARNING probe: hello there")
+
+
+@pytest.mark.django_db
+def test_an_object_in_a_log_record_is_written_redacted(client):
+    """django.request logs a refused request with ``extra={"request": <ASGIRequest …>}``: its
+    text holds the query string, where an API token may travel (``?token=``)."""
+    token = "pb_Q3kd9sXv0aLm2Yp7Rt4Wz8Nc6Hb1Fe5Gj"
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonLogFormatter())
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    try:
+        answer = client.get(f"/api/usage?group_by=day&token={token}")
+    finally:
+        logger.removeHandler(handler)
+    assert answer.status_code == 401
+    (line,) = lines(out)
+    assert token not in out.getvalue() and "/api/usage?group_by=day&token=[redacted]" in line["request"]
+    assert isinstance(line["time"], str) and line["status_code"] == 401
