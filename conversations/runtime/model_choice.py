@@ -41,7 +41,7 @@ def choose_model(name: str | None) -> str:
     if preset.key_missing:
         raise ModelChoiceError(
             f"model preset {preset.name!r} is not available: the server has no key for it "
-            f"({preset.key_problem})"
+            "(an operator can add one; `manage.py doctor` says what to set)"
         )
     return preset.name
 

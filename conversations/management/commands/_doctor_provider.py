@@ -31,6 +31,55 @@ def _default_config() -> ProviderConfig:
     return catalog.presets[catalog.default].config
 
 
+def _file_terms() -> dict[str, str] | None:
+    """``PICOBOT_LLM_*`` name → what to fix instead when the default preset comes from a
+    ``[models]`` table (``[models.NAME].base_url`` …); None without one. Raises ValueError when
+    the file does not load."""
+    from conversations.runtime.provider import read_catalog
+
+    catalog = read_catalog()
+    if not catalog.from_file:
+        return None
+    preset = catalog.presets[catalog.default]
+    table = f"[models.{preset.name}]"
+    key = f"${preset.api_key_env} ({table}.api_key_env)" if preset.api_key_env else f"{table}.api_key_env"
+    return {
+        "PICOBOT_LLM_BASE_URL": f"{table}.base_url in PICOBOT_CONFIG",
+        "PICOBOT_LLM_MODEL": f"{table}.model",
+        "PICOBOT_LLM_API_KEY": key,
+        "PICOBOT_LLM_PROVIDER": f"{table}.provider",
+    }
+
+
+def check_provider(timeout: float, request: bool) -> list[Check]:
+    """The default preset's provider builds and, with ``request``, answers a 1-token probe; each
+    fix names what to change where it is set (a ``PICOBOT_LLM_*`` variable or the preset's key)."""
+    try:
+        terms = _file_terms()
+    except ValueError:  # the presets check already failed with the file's error
+        return [
+            Check(
+                WARN,
+                "LLM provider",
+                "not checked: PICOBOT_CONFIG does not load (see model presets)",
+                "fix the file first",
+            )
+        ]
+    checks = _check_provider(timeout, request)
+    if terms is None:
+        return checks
+    return [
+        dataclasses.replace(check, detail=_in_terms(check.detail, terms), fix=_in_terms(check.fix, terms))
+        for check in checks
+    ]
+
+
+def _in_terms(text: str, terms: dict[str, str]) -> str:
+    for variable, instead in terms.items():
+        text = text.replace(variable, instead)
+    return text.replace("the PICOBOT_LLM_* variable named above", "the preset's key named above")
+
+
 def _provider_config(timeout: float) -> ProviderConfig:
     config = _default_config()
     return dataclasses.replace(
@@ -70,7 +119,7 @@ async def _probe(provider: Any, timeout: float) -> None:
         await provider.aclose()
 
 
-def check_provider(timeout: float, request: bool) -> list[Check]:
+def _check_provider(timeout: float, request: bool) -> list[Check]:
     from providers import errors
     from providers.factory import build_provider
 

@@ -96,6 +96,23 @@ def test_doctor_reports_a_bad_file_with_its_error(presets):
     text, error = doctor()
     assert error is not None
     assert "FAIL model presets: PICOBOT_CONFIG: [models.a].model is required for provider 'openai'" in text
+    # The provider check cannot say more, and must not send the operator to PICOBOT_LLM_*.
+    assert "WARN LLM provider: not checked: PICOBOT_CONFIG does not load (see model presets)" in text
+    assert "PICOBOT_LLM_PROVIDER" not in text
+
+
+def test_doctors_provider_fixes_name_the_presets_table_not_the_unused_llm_settings(presets, monkeypatch):
+    monkeypatch.setenv("PRESET_KEY_A", SECRET)
+    presets(preset_table("A", "http://127.0.0.1:9/v1", api_key_env="PRESET_KEY_A"))
+    out = StringIO()
+    with pytest.raises(CommandError):
+        call_command("doctor", stdout=out, stderr=StringIO())  # probes port 9: nothing listens
+    text = out.getvalue()
+    assert "FAIL LLM provider: openai at http://127.0.0.1:9/v1, model model-A" in text
+    assert (
+        "[models.A].base_url in PICOBOT_CONFIG" in text
+        and "PICOBOT_LLM_" not in text.split("LLM provider")[-1]
+    )
 
 
 def test_doctor_without_a_file_says_the_llm_settings_are_the_default_preset():
