@@ -39,7 +39,8 @@ def _shaped(values: dict[str, Any]) -> dict[str, Any]:
         "input_tokens": values["input_tokens"] or 0,
         "output_tokens": values["output_tokens"] or 0,
         "cached_tokens": values["cached_tokens"] or 0,
-        "cost": float(values["cost"] or Decimal(0)),
+        # To the column's 12 places: SQLite sums decimals as floats (0.0818400000000001).
+        "cost": round(float(values["cost"] or Decimal(0)), 12),
     }
 
 
