@@ -13,7 +13,7 @@ from django.db.models import Sum
 from django.test import Client
 
 from conversations.auth import get_or_create_user
-from conversations.models import Dialog, Message, UsageRecord
+from conversations.models import UsageRecord
 from conversations.tools import Tool, ToolRegistry
 from conversations.usage.writer import usage_writer
 from providers.chunks import UsageChunk
@@ -22,6 +22,7 @@ from providers.messages import Usage
 from providers.testing import ScriptedProvider, script_text, script_tool_call
 from tests.conversations.api.conftest import ApiClient
 from tests.conversations.conftest import make_token
+from tests.conversations.context.test_turn_input import seed_chat
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -185,20 +186,6 @@ async def test_a_turn_with_a_tool_a_title_a_compaction_and_a_failure_each_leave_
     assert line in notice["content"]
 
 
-@database_sync_to_async
-def seed_history(session_id: str, cycles: int, chars: int) -> None:
-    """``cycles`` × (user, assistant) rows of ``chars`` characters in the dialog."""
-    dialog = Dialog.objects.get(pk=session_id)
-    rows = []
-    for n in range(cycles):
-        rows.append(Message(dialog=dialog, seq=2 * n + 1, role="user", content=f"topic {n}: " + "q" * chars))
-        rows.append(
-            Message(dialog=dialog, seq=2 * n + 2, role="assistant", content=f"about {n}: " + "a" * chars)
-        )
-    Message.objects.bulk_create(rows)
-    Dialog.objects.filter(pk=session_id).update(history_revision=len(rows), total_message_count=len(rows))
-
-
 async def test_an_automatic_compaction_inside_a_turn_is_a_compaction_row_under_the_turns_id(
     connect, start_worker, settings, priced_presets
 ):
@@ -211,7 +198,7 @@ async def test_an_automatic_compaction_inside_a_turn_is_a_compaction_row_under_t
     )
     client = await connect(await make_token("alice"))
     session = (await client.until("ready"))["active_session_id"]
-    await seed_history(session, 60, 500)  # ≈ 16 000 estimated tokens: past 80 % of the 8 000 window
+    await seed_chat(session, 60, 500)  # ≈ 16 000 estimated tokens: past 80 % of the 8 000 window
     await start_worker(provider)
     await client.send({"type": "message", "content": "What now?", "client_msg_id": "a-1"})
     committed = await client.until("turn_committed")
