@@ -102,7 +102,9 @@ async def run_within_budget(
     """
     from conversations.storage.runner import run_storage
 
-    refused = await run_storage(check_budget, user_id)
+    config = settings.PICOBOT
+    budgeted = user_id is not None and (config.user_daily_tokens > 0 or config.user_daily_cost > 0)
+    refused = await run_storage(check_budget, user_id) if budgeted else None  # no trip without one
     if refused is not None:
         raise TurnFailedError(
             TurnFailure.of(
