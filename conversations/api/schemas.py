@@ -188,6 +188,14 @@ class MediaOut(Schema):
     )
 
 
+class MessageOrigin(Schema):
+    """Where an automated user message came from (``conversations.agent.automated_input``)."""
+
+    kind: str = Field(..., description="schedule or task_notification")
+    ref: str = Field(..., description="the schedule's or the background task's id")
+    label: str = Field(..., description="a short text clients show with the message")
+
+
 class HistoryMessage(Schema):
     """PROTOCOL §1 "History message"."""
 
@@ -217,6 +225,11 @@ class HistoryMessage(Schema):
     media: list[MediaOut] = Field(
         default_factory=list,
         description="user messages only: the images sent with it, in order (empty on other messages)",
+    )
+    origin: MessageOrigin | None = Field(
+        None,
+        description="user messages only: set when no person typed it — a scheduled prompt's due "
+        "run or a background task's completion; null otherwise",
     )
 
 

@@ -42,7 +42,7 @@ from conversations.runtime.turn_alerts import (
 from conversations.runtime.turn_assembly import assemble_turn, turn_scope
 from conversations.runtime.turn_context import TurnContext
 from conversations.runtime.turn_outcome import await_turn, contained, turn_ending
-from conversations.runtime.turn_sinks import presentation_for
+from conversations.runtime.turn_sinks import presentation_for_turn
 from conversations.storage.runner import run_storage
 from conversations.tools.memory import recall_for_turn
 from delivery.turn import TurnController
@@ -227,7 +227,7 @@ class DialogExecutor:
         delivery = await TurnDelivery.open(
             controller,
             lambda: self.context.open_sink(start),
-            presentation_for(start.channel),
+            presentation_for_turn(start),
             self.context.outbound,
             channel=start.channel,
             chat_id=start.chat_id,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from channels.layers import get_channel_layer
 from django.conf import settings
 
 from conversations import storage
+from conversations.agent.automated_input import is_automated
 from conversations.runtime import notify, platforms
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy
@@ -43,3 +46,12 @@ def presentation_for(channel: str) -> PresentationPolicy:
         return PresentationPolicy.websocket()
     adapter = platforms.adapter_for(channel)
     return adapter.presentation if adapter is not None else PresentationPolicy.external()
+
+
+def presentation_for_turn(start: storage.TurnStart) -> PresentationPolicy:
+    """The turn's policy: its platform's, final-only (no live snapshots) when its input is
+    automated — a scheduled prompt or a task notification (``agent.automated_input``, issue 18)."""
+    policy = presentation_for(start.channel)
+    if is_automated(start.user_message.get("origin")):
+        return dataclasses.replace(policy, live=False)
+    return policy

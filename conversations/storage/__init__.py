@@ -39,7 +39,13 @@ from conversations.storage.dialogs import (
     set_dialog_model,
     switch_dialog,
 )
-from conversations.storage.inbox import accept_inbound, accept_message, dialogs_needing_work, running_inbox
+from conversations.storage.inbox import (
+    accept_automated,
+    accept_inbound,
+    accept_message,
+    dialogs_needing_work,
+    running_inbox,
+)
 from conversations.storage.lease import (
     Takeover,
     check_lease,
@@ -92,6 +98,7 @@ __all__ = [
     "MAX_TITLE_CHARS",
     "DeletedDialog",
     "ResolvedDialog",
+    "accept_automated",
     "accept_inbound",
     "active_dialog_created",
     "clean_user_title",

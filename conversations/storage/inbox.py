@@ -9,7 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from conversations.agent.inbound import InboundMessage
-from conversations.models import InboxMessage, now_ms
+from conversations.models import Dialog, InboxMessage, now_ms
 from conversations.storage import sql
 from conversations.storage.dialogs import resolve_dialog
 from conversations.storage.shapes import (
@@ -18,6 +18,7 @@ from conversations.storage.shapes import (
     InboxFullError,
     NotFoundError,
     scrub_text,
+    shown_ref,
 )
 from conversations.usage.budget import check_budget
 
@@ -146,6 +147,27 @@ def accept_inbound(owner: Any, message: InboundMessage) -> AcceptedMessage:
         received_at=message.received_at,
         source=message.source(),
         channel_context=dict(message.channel_context),
+    )
+
+
+def accept_automated(dialog_id: str, content: str, source: dict) -> AcceptedMessage:
+    """Queue input no person typed — a scheduled prompt's due run, a background task's
+    notification (``agent.automated_input``, issue 18) — in a live dialog's inbox, as its owner's.
+
+    It queues behind a running turn and survives a crash like any accepted message; the caller
+    wakes a worker (``runtime.agent_channel.wake_dialog``). The owner's budget and the inbox
+    capacity apply. Exactly-once is the caller's: create the run's own unique row in the same
+    ``transaction.atomic()`` block as this call.
+
+    Raises:
+        NotFoundError: the dialog is unknown or deleted.
+        InboxFullError, BudgetExceededError: as ``accept_message``.
+    """
+    dialog = Dialog.objects.filter(pk=dialog_id, deleted_at__isnull=True).select_related("owner").first()
+    if dialog is None:
+        raise NotFoundError(f"no dialog {shown_ref(dialog_id)}")
+    return accept_message(
+        dialog.owner, dialog.channel, dialog.chat_id, content, session_id=dialog.pk, source=source
     )
 
 

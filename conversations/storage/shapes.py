@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from conversations.agent.automated_input import origin_of
 from conversations.models import Dialog, InboxMessage, Message
 from providers.unicode_text import scrub_value
 
@@ -81,6 +82,7 @@ PROTOCOL_FIELDS = (
     "created_at",
     "outcome",
     "media",
+    "origin",
 )
 
 TURN_INTERRUPTED_ERROR = "interrupted by a server restart"
@@ -207,6 +209,7 @@ def _history_fields(row: Message) -> dict:
         "completion_status": row.completion_status,
         "truncated": row.truncated,
         "created_at": row.created_at,
+        "origin": origin_of(row.source),
     }
 
 

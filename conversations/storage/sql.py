@@ -21,6 +21,7 @@ from typing import Any
 
 from django.db import connection
 
+from conversations.agent.automated_input import origin_of
 from conversations.models import ChatState, Dialog, InboxMessage, MemoryItem, Message, Plan
 
 DIALOG = Dialog._meta.db_table
@@ -137,7 +138,7 @@ def json_value(value: Any) -> Any:
 
 _HISTORY_COLUMNS = (
     "id, seq, role, content, reasoning_content, tool_calls, tool_call_id, tool_name, is_error, turn_id, "
-    "iteration, completion_status, truncated, created_at, provider_state, media_refs"
+    "iteration, completion_status, truncated, created_at, provider_state, media_refs, source"
 )
 
 
@@ -159,6 +160,7 @@ def _history_row(row: tuple) -> dict:
         created_at,
         provider_state,
         media_refs,
+        source,
     ) = row
     turn = as_uuid(turn_id)
     return {
@@ -176,6 +178,7 @@ def _history_row(row: tuple) -> dict:
         "completion_status": completion_status,
         "truncated": bool(truncated),
         "created_at": created_at,
+        "origin": origin_of(json_value(source)),
         "provider_state": json_value(provider_state),
         "media_refs": json_value(media_refs) or [],
     }
