@@ -91,7 +91,12 @@ def test_a_deleted_dialog_takes_no_automated_input():
 
     user, _ = get_or_create_user("bob")
     dialog = Dialog.objects.create(
-        id="cli_chat:bob:d1", channel="cli_chat", chat_id="bob", dialog_id="d1", owner=user, deleted_at=now_ms()
+        id="cli_chat:bob:d1",
+        channel="cli_chat",
+        chat_id="bob",
+        dialog_id="d1",
+        owner=user,
+        deleted_at=now_ms(),
     )
     with pytest.raises(NotFoundError):
         storage.accept_automated(dialog.id, "x", automated_source(SCHEDULE, ref="1", label="x"))
