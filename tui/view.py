@@ -104,6 +104,20 @@ def user_text(row: dict[str, Any]) -> str:
     return f"{text} [{count} image{'s' if count != 1 else ''}]"
 
 
+ORIGIN_LABELS = {"schedule": "⏰ Scheduled", "task_notification": "⚙ Background task"}
+
+
+def sender_label(row: dict[str, Any]) -> str:
+    """Who a user row is from: "You", or the mark of input no person typed (PROTOCOL §1
+    ``origin``): "⏰ Scheduled · Daily news", "⚙ Background task"."""
+    origin = row.get("origin")
+    if not isinstance(origin, dict) or not origin.get("kind"):
+        return "You"
+    what = ORIGIN_LABELS.get(str(origin["kind"]), "Automated")
+    label = str(origin.get("label") or "")
+    return f"{what} · {label}" if label else what
+
+
 def provider_label(provider: dict[str, Any]) -> str:
     """``name · model``, one of them when they are equal ("replay", not "replay · replay")."""
     name, model = str(provider.get("name") or ""), str(provider.get("model") or "")

@@ -25,6 +25,7 @@ from tui.view import (
     Item,
     cut_off_text,
     pending_label,
+    sender_label,
     tool_line,
     turn_text,
     user_text,
@@ -79,7 +80,9 @@ class RowView(ItemView):
         role = row.get("role")
         if role == "user":
             self.add_class("user")
-            yield Static(Text(f"You  {_clock(row.get('created_at'))}", style="bold"), classes="who")
+            yield Static(
+                Text(f"{sender_label(row)}  {_clock(row.get('created_at'))}", style="bold"), classes="who"
+            )
             yield Static(Text(user_text(row)), classes="user-text")
             return
         self.add_class(role or "row")

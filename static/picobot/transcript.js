@@ -58,7 +58,8 @@
       const thumbs = h('div', { className: 'thumbs', 'data-testid': 'message-images' });
       const meta = h('span', { className: 'msg-meta' });
       el._text = it.text;
-      el.append(bubble, thumbs, h('div', { className: 'msg-foot' }, timeEl(), copyButton(() => el._text), meta));
+      const origin = h('div', { className: 'msg-origin', 'data-testid': 'message-origin', hidden: true });
+      el.append(origin, bubble, thumbs, h('div', { className: 'msg-foot' }, timeEl(), copyButton(() => el._text), meta));
       updateUser(el, it);
       return el;
     }
@@ -68,6 +69,8 @@
       if (it.messageId) el.dataset.messageId = it.messageId;
       if (it.clientMsgId) el.dataset.clientMsgId = it.clientMsgId;
       updateThumbs(el.querySelector('.thumbs'), it.media);
+      const origin = el.querySelector('.msg-origin');
+      if (it.origin && origin.hidden) { origin.textContent = it.origin; origin.hidden = false; el.dataset.origin = 'automated'; }
       setTime(el.querySelector('.msg-time'), it.at);
       const meta = el.querySelector('.msg-meta');
       const sig = `${it.status}|${it.queued}|${it.error}`;

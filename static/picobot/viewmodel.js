@@ -155,7 +155,15 @@
 
   function userFromRow(store, m) {
     return { kind: 'user', key: 'u:' + (store.clientIds.get(m.id) || m.id), seq: m.seq, text: m.content,
-      at: m.created_at, status: 'committed', messageId: m.id, media: thumbnails(store.media.get(m.id), m.media) };
+      at: m.created_at, status: 'committed', messageId: m.id, media: thumbnails(store.media.get(m.id), m.media),
+      origin: originText(m.origin) };
+  }
+
+  /** The mark of a user row no person typed (PROTOCOL §1 `origin`), or null. */
+  function originText(origin) {
+    if (!origin || !origin.kind) return null;
+    const what = origin.kind === 'schedule' ? '⏰ Scheduled' : origin.kind === 'task_notification' ? '⚙ Background task' : 'Automated';
+    return origin.label ? `${what} · ${origin.label}` : what;
   }
 
   function userFromPending(p) {
@@ -337,7 +345,7 @@
   }
 
   root.PicoBot = Object.assign(root.PicoBot || {}, {
-    View: { items, liveTurn, committedTurn, outcomeText, noteView, friendlyError, dateGroup, groupDialogs,
+    View: { items, liveTurn, committedTurn, outcomeText, originText, noteView, friendlyError, dateGroup, groupDialogs,
       providerLabel, timeLabels, helpLines, noticeMarkdown, completions, COMMANDS, retryable, sniffImage },
   });
 })(typeof window !== 'undefined' ? window : globalThis);

@@ -605,3 +605,23 @@ async def test_an_answer_kept_at_a_restart_says_its_last_seconds_are_missing(pag
         "Interrupted by a server restart",
         "Interrupted",
     ]
+
+
+async def test_automated_user_rows_carry_their_origin_mark(page: Any) -> None:
+    rows = [
+        row(1, "user", "t1", origin={"kind": "schedule", "ref": "3", "label": "Daily news"}),
+        row(2, "assistant", "t1", content="news", completion_status="completed"),
+        row(3, "user", "t2", origin={"kind": "task_notification", "ref": "9", "label": ""}),
+        row(4, "user", "t3", origin=None),
+        row(5, "user", "t4"),  # an older server sends no origin
+    ]
+    marks = await run(
+        page,
+        """([ready, hist]) => {
+          const s = new PicoBot.ChatStore();
+          s.apply(ready); s.apply(hist);
+          return s.viewItems().filter((i) => i.kind === 'user').map((i) => i.origin);
+        }""",
+        [READY, history(A, *rows)],
+    )
+    assert marks == ["⏰ Scheduled · Daily news", "⚙ Background task", None, None]
