@@ -66,6 +66,8 @@ class RunningTurn:
     """The turn's inbox row (where its checkpoint is saved: ``runtime.checkpoints``)."""
     preset: str = ""
     """The model preset answering the turn (the dialog's, or a fallback's once it took over)."""
+    live: bool = True
+    """False for a final-only turn (automated input): new connections get no running snapshot."""
 
     def answered_by(self, preset: str) -> None:
         """A fallback took over the turn (``providers.fallback``): the commit records ``preset``."""
@@ -224,10 +226,11 @@ class DialogExecutor:
         """One turn end to end; every failure is typed, shown and never reported completed."""
         self.cancel_reason = "stopped"
         controller = TurnController(start.turn_id, start.dialog_id, start.reply_message_id)
+        presentation = presentation_for_turn(start)
         delivery = await TurnDelivery.open(
             controller,
             lambda: self.context.open_sink(start),
-            presentation_for_turn(start),
+            presentation,
             self.context.outbound,
             channel=start.channel,
             chat_id=start.chat_id,
@@ -235,7 +238,12 @@ class DialogExecutor:
             pace=self.context.pace,  # a busy process sends fewer snapshots, not a queue of them
         )
         self.running = running = RunningTurn(
-            start.turn_id, start.channel, start.chat_id, controller, inbox_id=start.inbox_id
+            start.turn_id,
+            start.channel,
+            start.chat_id,
+            controller,
+            inbox_id=start.inbox_id,
+            live=presentation.live,
         )
         try:
             # Every log line of the turn names it (picobot_site.log_format; issue 17).

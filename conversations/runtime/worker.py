@@ -337,6 +337,7 @@ class AgentWorker:
             running = executor.running
             if (
                 running is None
+                or not running.live  # final-only: the chat sees its terminal snapshot alone
                 or running.channel != message.get("channel")
                 or running.chat_id != message.get("chat_id")
             ):

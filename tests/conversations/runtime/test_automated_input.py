@@ -102,3 +102,29 @@ def test_a_deleted_dialog_takes_no_automated_input():
         storage.accept_automated(dialog.id, "x", automated_source(SCHEDULE, ref="1", label="x"))
     with pytest.raises(NotFoundError):
         storage.accept_automated("cli_chat:bob:nope", "x", automated_source(SCHEDULE, ref="1", label="x"))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_client_joining_during_an_automated_turn_gets_no_running_snapshot(connect, start_worker):
+    import asyncio
+
+    from conversations.models import InboxMessage
+
+    await start_worker(ScriptedProvider([script_text(" ".join(f"w{i}" for i in range(80)))], delay=0.01))
+    token = await make_token()
+    first = await connect(token)
+    session = (await first.until("ready"))["active_session_id"]
+    accepted = await accept(session, "Nightly digest", automated_source(SCHEDULE, ref="7", label="digest"))
+    await wake_dialog(session)
+    started = database_sync_to_async(
+        lambda: InboxMessage.objects.filter(id=accepted.inbox_id, status="started").exists()
+    )
+    for _ in range(200):
+        if await started():
+            break
+        await asyncio.sleep(0.01)
+    late = await connect(token)
+    ready = await late.until("ready")
+    assert [r["session_id"] for r in ready["running"]] == [session]
+    await late.until("turn_committed")
+    assert all(f["turn"]["status"] != "running" for f in late.of_type("turn_updated"))
