@@ -15,7 +15,14 @@ import httpx
 import openai
 import pytest
 
-from providers.testing import LocalSSEServer, RecordedRequest, SSEResponse, openai_events, split_events, sse_body
+from providers.testing import (
+    LocalSSEServer,
+    RecordedRequest,
+    SSEResponse,
+    openai_events,
+    split_events,
+    sse_body,
+)
 from tests.e2e.serve_process import ServeProcess, manage, openai_env
 
 pytestmark = [pytest.mark.e2e]
@@ -83,7 +90,9 @@ async def test_openai_sdk_talks_to_the_agent_through_v1(tmp_path: Path):
             ("user", "Earlier question"),
             ("assistant", "Earlier answer"),
         ]
-        assert second[-1]["role"] == "tool" and second[-2]["tool_calls"][0]["function"]["name"] == "current_time"
+        assert (
+            second[-1]["role"] == "tool" and second[-2]["tool_calls"][0]["function"]["name"] == "current_time"
+        )
 
         # Streaming: reasoning and content deltas, finish, usage chunk.
         stream = await client.chat.completions.create(
@@ -94,7 +103,9 @@ async def test_openai_sdk_talks_to_the_agent_through_v1(tmp_path: Path):
         )
         chunks = [c async for c in stream]
         deltas = [c.choices[0].delta for c in chunks if c.choices]
-        assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == "Nothing to think about."
+        assert (
+            "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == "Nothing to think about."
+        )
         assert "".join(d.content or "" for d in deltas) == "plain answer"
         assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
         assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == 15
@@ -169,7 +180,9 @@ async def test_openai_errors_come_in_openais_shape(tmp_path: Path):
         assert tools.value.body["param"] == "tools" and "client-side tools" in tools.value.message
 
         with pytest.raises(openai.BadRequestError) as last:
-            await client.chat.completions.create(model=PRESET, messages=[{"role": "assistant", "content": "hi"}])
+            await client.chat.completions.create(
+                model=PRESET, messages=[{"role": "assistant", "content": "hi"}]
+            )
         assert last.value.body["type"] == "invalid_request_error" and last.value.body["param"] == "messages"
 
         async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
