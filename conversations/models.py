@@ -147,8 +147,12 @@ class InboxMessage(models.Model):
     # ``{text, reasoning, iteration, revision, at}``; a takeover commits it as the turn's
     # ``interrupted`` answer (``storage.checkpoints``). Cleared when the turn ends.
     checkpoint = models.JSONField(null=True, blank=True)
-    # The model preset that answered the turn (after any fallback; "" before it ran; issue 17).
+    # While queued: the preset the turn must use ("" = the dialog's; the OpenAI-compatible endpoint
+    # sets it per request, issue 18). Once run: the preset that answered (after any fallback; issue 17).
     model = models.CharField(max_length=64, blank=True, default="")
+    # Extra system instructions for this turn only (an OpenAI request's system messages, issue 18):
+    # appended to the system prompt of the turn's requests, never stored in history.
+    instructions = models.TextField(blank=True, default="")
 
     class Meta:
         constraints = [

@@ -1,10 +1,10 @@
-"""URL map: the WebUI, login/logout, the Django admin, the REST API, the Feishu webhook, the Prometheus scrape. WebSocket routes live in ``asgi.py``."""
+"""URL map: the WebUI, login/logout, the Django admin, the REST API, the OpenAI-compatible /v1, the Feishu webhook, the Prometheus scrape. WebSocket routes live in ``asgi.py``."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from conversations.admin.presets import model_presets_view
 from conversations.api import api
@@ -19,6 +19,7 @@ urlpatterns = [
     path("admin/model-presets/", model_presets_view, name="admin-model-presets"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("v1/", include("conversations.api.openai_compat.urls")),  # OpenAI-compatible (issue 18)
     path("feishu/events/", feishu_events, name="feishu-events"),
     path("feishu/events", feishu_events),  # as typed in the console without the slash: no redirect
     path("metrics", metrics, name="metrics"),  # Prometheus' default metrics_path (issue 17)

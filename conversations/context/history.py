@@ -105,6 +105,18 @@ def repair_tool_pairs(messages: list[Message]) -> list[Message]:
     return out
 
 
+CLIENT_INSTRUCTIONS_HEADING = "\n\nInstructions from the client for this turn:\n"
+
+
+def with_client_instructions(system_prompt: str, instructions: str) -> str:
+    """``system_prompt`` followed by a turn's extra instructions (an OpenAI-compatible request's
+    system messages, issue 18) under a heading; unchanged when ``instructions`` is blank. The
+    deployment's own prompt comes first: the client adds to it, never replaces it."""
+    if not instructions.strip():
+        return system_prompt
+    return system_prompt + CLIENT_INSTRUCTIONS_HEADING + instructions.strip()
+
+
 def build_turn_input(
     system_prompt: str, rows: list[dict], *, runtime_context: str = "", summary: str = ""
 ) -> list[Message]:

@@ -17,6 +17,7 @@ from django.conf import settings
 
 from conversations.agent.loop import AgentLoop, AgentResult
 from conversations.agent.tool_registry import ToolContext
+from conversations.context.history import with_client_instructions
 from conversations.context.overflow import run_with_overflow_recovery
 from conversations.context.turn_input import TurnInputBuilder
 from conversations.runtime.provider import preset_for, turn_provider
@@ -67,6 +68,7 @@ def assemble_turn(
         window_tokens=preset.context_window,
         preset=preset,  # output budget; a window its provider states is learned for it (issue 17)
     )
+    builder.system_prompt = with_client_instructions(builder.system_prompt, start.instructions)
     # The dialog's preset, or its fallback chain (providers.fallback; issue 17).
     answering = turn_provider(preset.name, context.provider_for, fallback_notice(start, running.answered_by))
     loop = AgentLoop(

@@ -14,6 +14,11 @@ from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy
 from delivery.sinks import TurnSink
 
+API_CHANNEL = "openai"
+"""The channel of the OpenAI-compatible endpoint's one-request dialogs (issue 18): never listed
+with a user's dialogs; published like a cli_chat chat (to its group, reasoning shown) for the
+request that follows it."""
+
 
 def split_session_id(session_id: str) -> tuple[str, str]:
     """``(channel, chat_id)`` of a unified id ``"{channel}:{chat_id}:{dialog_id}"`` (seed 004 §2.2)."""
@@ -42,7 +47,7 @@ async def open_turn_sink(start: storage.TurnStart) -> TurnSink:
 
 def presentation_for(channel: str) -> PresentationPolicy:
     """The presentation policy of a platform (seed 003 §11 defaults; a registered platform's own)."""
-    if channel == "cli_chat":
+    if channel in ("cli_chat", API_CHANNEL):
         return PresentationPolicy.websocket()
     adapter = platforms.adapter_for(channel)
     return adapter.presentation if adapter is not None else PresentationPolicy.external()

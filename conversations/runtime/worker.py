@@ -33,7 +33,7 @@ from conversations.runtime.sessions import SessionManager, session_manager
 from conversations.runtime.supervisor import TaskSupervisor
 from conversations.runtime.titles import TitleService
 from conversations.runtime.turn_context import SinkFactory, TurnContext
-from conversations.runtime.turn_sinks import open_turn_sink
+from conversations.runtime.turn_sinks import API_CHANNEL, open_turn_sink
 from conversations.runtime.worker_consumer import AgentWorkerConsumer
 from conversations.storage.runner import run_storage
 from conversations.tools import ToolRegistry, default_registry
@@ -98,6 +98,7 @@ class AgentWorker:
         self.outbound = outbound or OutboundDispatcher(
             {
                 "cli_chat": CliChatSender(get_channel_layer()),
+                API_CHANNEL: CliChatSender(get_channel_layer()),
                 **{adapter.channel: adapter.sender for adapter in platforms.adapters()},
             }
         )

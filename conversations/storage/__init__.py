@@ -6,6 +6,15 @@ the package namespace (``storage.commit_turn``), so a test can replace one funct
 outside caller. Modules, errors and the rules they keep: ``README.md``.
 """
 
+from conversations.storage.api_dialogs import (
+    REQUEST_DIALOG_TITLE,
+    named_dialog,
+    open_request_dialog,
+    request_turn,
+    retire_request_dialog,
+    turn_usage,
+    withdraw_queued,
+)
 from conversations.storage.background import (
     commit_generated_title,
     commit_summary,
@@ -86,6 +95,13 @@ from conversations.storage.turns import (
 )
 
 __all__ = [
+    "REQUEST_DIALOG_TITLE",
+    "named_dialog",
+    "open_request_dialog",
+    "request_turn",
+    "retire_request_dialog",
+    "turn_usage",
+    "withdraw_queued",
     "CheckpointWrite",
     "commit_checkpoint",
     "write_checkpoints",

@@ -53,6 +53,8 @@ def accept_message(
     received_at: int | None = None,
     source: dict | None = None,
     channel_context: dict | None = None,
+    model: str = "",
+    instructions: str = "",
 ) -> AcceptedMessage:
     """Durably accept a user message into its dialog's inbox (the ``ack`` point, DESIGN §5).
 
@@ -60,7 +62,8 @@ def accept_message(
     by ``resolve_dialog`` (a new one after the idle TTL). A repeated ``client_msg_id`` returns the
     existing row with ``duplicate=True`` and creates nothing. ``received_at`` (ms) becomes the
     user row's ``created_at``; ``source`` and the opaque ``channel_context`` are stored as given
-    (seed 000 §10).
+    (seed 000 §10). ``model`` (a preset name, "" = the dialog's) and ``instructions`` (extra
+    system text) apply to this message's turn only (the OpenAI-compatible endpoint, issue 18).
 
     Raises:
         NotFoundError: ``session_id`` is unknown, deleted or foreign, or a repeated
@@ -114,6 +117,8 @@ def accept_message(
                 received_at=received_at or now_ms(),
                 source=source or {},
                 channel_context=scrub_text(channel_context) or {},
+                model=model,
+                instructions=scrub_text(instructions) or "",
             )
     except IntegrityError:
         # A concurrent send with the same client_msg_id won the race: answer with its row.

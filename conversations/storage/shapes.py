@@ -253,8 +253,10 @@ class TurnStart:
     ``channel_context`` is the inbound message's opaque platform context, for the turn's sink
     (seed 000 §10.1: passed through, never interpreted). ``prefetched`` is what the turn's input
     builder reads, read in the same storage trip as the start (``session_turns.begin_turn``), or
-    None: the builder reads it itself. ``model`` is the dialog's model preset ("" = the default;
-    ``/model``), ``owner_id`` its owner's user pk (usage rows; None for an ownerless dialog).
+    None: the builder reads it itself. ``model`` is the turn's model preset: the one its message
+    asked for, else the dialog's ("" = the default; ``/model``), ``owner_id`` its owner's user pk
+    (usage rows; None for an ownerless dialog). ``instructions``: extra system instructions for
+    this turn only (an OpenAI-compatible request's system messages; "" = none).
     """
 
     dialog_id: str
@@ -274,6 +276,7 @@ class TurnStart:
     prefetched: dict | None = None
     model: str = ""
     owner_id: int | None = None
+    instructions: str = ""
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,10 @@ class _Columns:
 _DIALOG = _Columns(Dialog, lambda f: f.get_internal_type() != "BooleanField")
 _CHAT_STATE = _Columns(ChatState, lambda f: True)  # every column is a plain value
 _QUEUED_JSON = ("media", "source", "channel_context")
-_QUEUED = _Columns(InboxMessage, lambda f: f.attname in {"id", "content", "received_at", *_QUEUED_JSON})
+_QUEUED = _Columns(
+    InboxMessage,
+    lambda f: f.attname in {"id", "content", "received_at", "model", "instructions", *_QUEUED_JSON},
+)
 
 
 def fetch_one(sql: str, params: list) -> tuple | None:

@@ -201,8 +201,9 @@ def start_next_turn(
         history_revision=seq,
         history_is_delta=delta,
         channel_context=row.channel_context or {},
-        model=dialog.model,
+        model=row.model or dialog.model,
         owner_id=dialog.owner_id,
+        instructions=row.instructions,
     )
 
 

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible endpoint under ``/v1`` (issue 18): ``README.md`` of ``conversations/api``."""
