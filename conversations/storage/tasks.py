@@ -32,6 +32,7 @@ from conversations.storage.shapes import (
     scrub_text,
     shown_ref,
 )
+from conversations.usage.budget import check_budget
 
 RUNNING = BackgroundTask.Status.RUNNING
 NOTIFIED = frozenset({BackgroundTask.Status.COMPLETED, BackgroundTask.Status.FAILED})
@@ -92,7 +93,7 @@ def create_task(
     Raises:
         NotFoundError: the dialog is unknown or deleted.
         TaskLimitError: the dialog's owner (an ownerless dialog: the dialog) already has
-            ``max_running`` running tasks.
+            ``max_running`` running tasks, or the owner's daily budget is used up (issue 17).
     """
     with transaction.atomic():
         dialog = Dialog.objects.select_for_update().filter(pk=dialog_id, deleted_at__isnull=True).first()
@@ -107,6 +108,9 @@ def create_task(
                 f"at most {max_running} background tasks may run at once; wait for one to finish or stop "
                 f"one (/tasks lists them)"
             )
+        refused = check_budget(dialog.owner_id)
+        if refused is not None:
+            raise TaskLimitError(refused.message)
         stamp = now_ms()
         row = BackgroundTask.objects.create(
             id=task_id,
