@@ -144,17 +144,17 @@ class BackgroundTaskRunner:
             )
             self.running[task_id] = self.supervisor.spawn(self._run(started, request), name=f"task:{task_id}")
         except task_rows.TaskLimitError as exc:
-            self.running.pop(task_id, None)
             raise ToolError(str(exc)) from None
         except NotFoundError:
-            self.running.pop(task_id, None)
             raise ToolError("this dialog no longer exists") from None
         except SupervisorClosedError:
-            self.running.pop(task_id, None)
             await run_storage(
                 task_rows.end_task, task_id, self.worker_id, Status.INTERRUPTED, error=INTERRUPTED_ERROR
             )
             raise ToolError("the server is shutting down; start the task again in a moment") from None
+        finally:
+            if self.running.get(task_id) is None:  # not started: a row left running is swept
+                self.running.pop(task_id, None)
         log.info("background task %s started in %s", task_id, context.dialog_id)
         return task_id
 
