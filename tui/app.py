@@ -39,7 +39,7 @@ COMMANDS = [  # PROTOCOL §1 "Slash commands"
     ("/info", "about this dialog"),
     ("/model [name]", "list the model presets, or switch to one"),
     ("/tasks", "your background tasks"),
-    ("/stop [task <id>]", "stop the running turn, or a background task"),
+    ("/stop", "stop the running turn (/stop task <id>: a background task)"),
 ]
 
 
