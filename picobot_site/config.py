@@ -196,6 +196,39 @@ class PicoBotSettings(BaseSettings):
         "metadata address, `0.0.0.0` and multicast stay refused",
     )
 
+    # --- background tasks (issue 18; README "Background tasks") ----------------------------------
+    task_max_seconds: float = setting(
+        600.0,
+        "a background task's time limit, and the most a `spawn_task` call may ask for; past it the task "
+        "ends failed",
+        unit="s",
+        gt=0,
+    )
+    task_max_iterations: int = setting(
+        12,
+        "model requests a background task may make, and the most a `spawn_task` call may ask for; a task "
+        "still calling tools after them ends failed",
+        ge=1,
+    )
+    task_max_tokens: int = setting(
+        200_000,
+        "tokens (input + output, summed over its model requests) a background task may use, and the most "
+        "a `spawn_task` call may ask for; past them it ends failed",
+        ge=1,
+    )
+    task_max_running: int = setting(
+        3,
+        "background tasks one user may have running at once (over all their dialogs); `0` turns "
+        "`spawn_task` off",
+        ge=0,
+    )
+    task_result_max_chars: int = setting(
+        8000,
+        "characters of a background task's final answer that are kept and sent back to its dialog; the "
+        "rest is cut with a marker",
+        ge=100,
+    )
+
     # --- dialogs, titles, compaction ----------------------------------------------------------
     inbox_capacity: int = setting(32, "queued messages per dialog before new ones are refused", ge=1)
     session_ttl_hours: float = setting(

@@ -38,8 +38,9 @@ from providers.types import ProviderRequest
 
 log = logging.getLogger(__name__)
 
-CALL_KINDS = ("turn", "title", "compaction", "probe")
-"""What a call was made for: a turn's model request, a title, a summary, doctor's probe."""
+CALL_KINDS = ("turn", "title", "compaction", "probe", "task")
+"""What a call was made for: a turn's model request, a title, a summary, doctor's probe, a
+background task's sub-agent (issue 18)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,8 @@ COMMANDS = [  # PROTOCOL §1 "Slash commands"
     ("/compact", "summarise older history now"),
     ("/info", "about this dialog"),
     ("/model [name]", "list the model presets, or switch to one"),
-    ("/stop", "stop the running turn"),
+    ("/tasks", "your background tasks"),
+    ("/stop", "stop the running turn (/stop task <id>: a background task)"),
 ]
 
 

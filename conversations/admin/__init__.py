@@ -1,5 +1,5 @@
 """PicoBot in the Django admin: dialogs and their history, messages, the inbox, API tokens, memory
-items, plans, received Feishu messages and usage rows (DESIGN §3 data model, §8 "secrets never in admin list pages", §9 the admin is
+items, plans, received Feishu messages, usage rows and background tasks (DESIGN §3 data model, §8 "secrets never in admin list pages", §9 the admin is
 staff-only — Django's admin site already refuses non-staff users).
 
 Importing this package registers every model admin (Django's autodiscovery imports
@@ -7,6 +7,6 @@ Importing this package registers every model admin (Django's autodiscovery impor
 storable JSON, writes through storage — are in ``README.md`` here.
 """
 
-from conversations.admin import dialogs, feishu, memory, messages, plans, tokens, usage
+from conversations.admin import dialogs, feishu, memory, messages, plans, tasks, tokens, usage
 
-__all__ = ["dialogs", "feishu", "memory", "messages", "plans", "tokens", "usage"]
+__all__ = ["dialogs", "feishu", "memory", "messages", "plans", "tasks", "tokens", "usage"]

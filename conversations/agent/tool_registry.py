@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -61,12 +61,16 @@ class ToolContext:
         owner_id: the dialog owner's user id, or None when not known to the caller; tools that
             scope by owner then read it from the dialog row (an ownerless dialog is scoped to its
             chat).
+        turn_id: the turn whose model made the call ("" when not known).
+        tool_call_id: the call's id; :meth:`ToolRegistry.run` sets it for each call.
     """
 
     dialog_id: str
     channel: str = ""
     chat_id: str = ""
     owner_id: int | None = None
+    turn_id: str = ""
+    tool_call_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,22 @@ class ToolRegistry:
     def __contains__(self, name: str) -> bool:
         return name in self._tools
 
+    def names(self) -> list[str]:
+        """The tools' names, in registration order."""
+        return list(self._tools)
+
+    def subset(self, names: list[str] | tuple[str, ...]) -> ToolRegistry:
+        """A new registry with only the tools ``names`` (in this registry's order) and this one's
+        bounds; names it does not hold are skipped (a background task's tool subset)."""
+        wanted = set(names)
+        return ToolRegistry(
+            [tool for name, tool in self._tools.items() if name in wanted],
+            default_timeout=self.default_timeout,
+            max_result_chars=self.max_result_chars,
+            max_concurrent_calls=self.max_concurrent_calls,
+            max_argument_bytes=self.max_argument_bytes,
+        )
+
     def bind(self, context: ToolContext) -> BoundToolRegistry:
         """A view of this registry whose calls carry ``context`` (one per turn; cheap).
 
@@ -257,7 +277,7 @@ class ToolRegistry:
         try:
             async with self._call_slots(), asyncio.timeout(limit):
                 if tool.needs_context:
-                    content = await tool.handler(arguments, context)
+                    content = await tool.handler(arguments, replace(context, tool_call_id=call.id))
                 else:
                     content = await tool.handler(arguments)
         except TimeoutError:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from conversations import storage
+from conversations.chat import task_commands
 from conversations.runtime import notify
 from conversations.runtime.agent_channel import request_stop
 from conversations.runtime.model_choice import (
@@ -66,7 +67,8 @@ COMMANDS: dict[str, CommandSpec] = {
     "/compact": CommandSpec("/compact", "summarise older history now to free context"),
     "/info": CommandSpec("/info", "about the current dialog: ids, counts, model, token usage"),
     "/model": CommandSpec("/model [name]", "list the model presets, or switch this dialog to one"),
-    "/stop": CommandSpec("/stop", "stop the running turn"),
+    "/tasks": CommandSpec("/tasks", "your background tasks: id, status, time, prompt"),
+    "/stop": CommandSpec("/stop [task <id>]", "stop the running turn, or a background task"),
 }
 HELP_TEXT = "Commands:\n" + "\n".join(f"{c.usage} — {c.summary}" for c in COMMANDS.values())
 
@@ -255,8 +257,18 @@ async def _model(client: CommandClient, channel: str, argument: str, session_id:
     )
 
 
-async def _stop(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+async def _tasks(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
     _no_argument(argument)
+    await client.send_frame(await task_commands.list_tasks(client))
+
+
+async def _stop(client: CommandClient, channel: str, argument: str, session_id: str | None) -> None:
+    if argument:
+        words = argument.split()
+        if len(words) != 2 or words[0].lower() != "task":
+            raise UsageError("/stop stops the running turn; /stop task <id> a background task (see /tasks)")
+        await client.send_frame(await task_commands.stop_task(client, words[1]))
+        return
     target = await _target(client, channel, session_id)
     await client.stop_turn(target.id, typed=True)  # typed: the turn running now, whatever was stopped before
 
@@ -351,6 +363,7 @@ _HANDLERS = {
     "/compact": _compact,
     "/info": _info,
     "/model": _model,
+    "/tasks": _tasks,
     "/stop": _stop,
 }
 

@@ -7,6 +7,9 @@ finds queued input anyway (DESIGN §2). Message types:
 - ``dialog.stop`` ``{dialog_id, turn_id?, reply_channel?}`` on the workers group: cancel its running
   turn — only the turn ``turn_id`` when given (a repeated stop never cancels the next turn); the
   owner answers ``stop.ack`` ``{dialog_id, turn_id}`` on ``reply_channel``.
+- ``task.stop`` ``{task_id}`` on the workers group: cancel that background task (only the worker
+  running it has it; a lost message is made up by the task's heartbeat, which reads the stop
+  request from its row).
 - ``turns.replay`` ``{channel, chat_id, reply_channel}`` on the workers group: send the latest
   snapshot of the chat's running turns to a newly connected client.
 """
@@ -45,3 +48,8 @@ async def request_stop(
     if reply_channel:
         message["reply_channel"] = reply_channel
     await get_channel_layer().group_send(WORKERS_GROUP, message)
+
+
+async def request_task_stop(task_id: str) -> None:
+    """Ask every agent worker to cancel background task ``task_id`` (only its owner runs it)."""
+    await get_channel_layer().group_send(WORKERS_GROUP, {"type": "task.stop", "task_id": task_id})

@@ -73,7 +73,9 @@ def assemble_turn(
     answering = turn_provider(preset.name, context.provider_for, fallback_notice(start, running.answered_by))
     loop = AgentLoop(
         answering,
-        context.tools.bind(ToolContext(start.dialog_id, start.channel, start.chat_id)),
+        context.tools.bind(
+            ToolContext(start.dialog_id, start.channel, start.chat_id, turn_id=str(start.turn_id))
+        ),
         running.controller.apply,
         max_iterations=config.max_iterations,
         tool_timeout=config.tool_timeout,

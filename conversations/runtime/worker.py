@@ -23,6 +23,7 @@ from django.conf import settings
 from conversations import storage
 from conversations.runtime import platforms
 from conversations.runtime.agent_channel import AGENT_CHANNEL, WORKERS_GROUP
+from conversations.runtime.background_tasks import BackgroundTaskRunner
 from conversations.runtime.checkpoints import CheckpointSource, TurnCheckpointer
 from conversations.runtime.consumer_base import dispatch_channels
 from conversations.runtime.executor import DialogExecutor
@@ -37,6 +38,7 @@ from conversations.runtime.turn_sinks import API_CHANNEL, open_turn_sink
 from conversations.runtime.worker_consumer import AgentWorkerConsumer
 from conversations.storage.runner import run_storage
 from conversations.tools import ToolRegistry, default_registry
+from conversations.tools.tasks import spawn_task_tool
 from conversations.usage.writer import flush_usage
 from delivery.load import LoopLagGauge
 from delivery.outbound import OutboundDispatcher
@@ -69,7 +71,9 @@ class AgentWorker:
     Args:
         worker_id: This worker's lease owner id.
         provider: The LLM provider (default: the configured one).
-        tools: The tool registry (default: the built-in tools).
+        tools: The tool registry (default: the built-in tools and ``spawn_task``, whose tasks
+            run in ``self.tasks``; a given registry gets no ``spawn_task``: register
+            ``spawn_task_tool(worker.tasks)`` on it to have one).
         sink_factory: Opens a turn's sink (seed 003 §10.1 ``open_turn``); default: the registered
             platform's (``runtime.platforms``), else the cli_chat sink. It may raise: the turn is then delivered final-only (seed 000 §5.1).
         outbound: The dispatcher for complete messages (the plain fallbacks); default: one with
@@ -93,7 +97,15 @@ class AgentWorker:
         self.provider = provider or get_provider()
         self._given_provider = provider
         self._metered: dict[str, LLMProvider] = {}
-        self.tools = tools or default_registry()
+        # Background LLM work of this worker (titles, seed 000 §12; tasks, issue 18): reaped by stop().
+        self.supervisor = TaskSupervisor("agent-worker")
+        self.tasks = BackgroundTaskRunner(worker_id, self.provider_for, self.supervisor)
+        """Background tasks started by ``spawn_task`` in this worker's turns (issue 18)."""
+        if tools is None:
+            tools = default_registry()
+            if settings.PICOBOT.task_max_running > 0:
+                tools.register(spawn_task_tool(self.tasks))
+        self.tools = self.tasks.tools = tools
         self.open_sink: SinkFactory = sink_factory or open_turn_sink
         self.outbound = outbound or OutboundDispatcher(
             {
@@ -104,8 +116,6 @@ class AgentWorker:
         )
         self.executors: dict[str, DialogExecutor] = {}
         self.sessions = sessions if sessions is not None else session_manager()
-        # Background LLM work of this worker (titles, seed 000 §12): reaped by stop().
-        self.supervisor = TaskSupervisor("agent-worker")
         # Titles on the default preset, metered like every call (usage rows: issue 17).
         self.titles = TitleService.from_settings(self.provider_for(""), self.supervisor)
         self.consumer_ready = asyncio.Event()
@@ -170,6 +180,7 @@ class AgentWorker:
         self.load.start()
         self._loops.append(asyncio.ensure_future(self._scan_loop()))
         self._loops.append(asyncio.ensure_future(self._group_refresh_loop()))
+        self._loops.append(asyncio.ensure_future(self.tasks.run_heartbeat()))
         if self.checkpointer.period > 0:
             self._loops.append(asyncio.ensure_future(self.checkpointer.run()))
         cleanup_seconds = settings.PICOBOT.session_cleanup_minutes * 60
@@ -220,6 +231,8 @@ class AgentWorker:
         self.stopped.set()
         for executor in list(self.executors.values()):
             executor.cancel_turn(SHUTDOWN_REASON)
+        # Background tasks end interrupted, with their notices, while the layer still works.
+        await self.tasks.shutdown(timeout=min(timeout, 5.0))
         tasks = [*self._loops, *self._tasks]
         for task in self._loops:
             task.cancel()
@@ -302,6 +315,10 @@ class AgentWorker:
                 del self.executors[dialog_id]
         if executor.epoch:
             await run_storage(storage.release_lease, dialog_id, self.worker_id, executor.epoch)
+
+    def stop_task(self, task_id: str) -> bool:
+        """Cancel background task ``task_id`` if this worker runs it (it ends ``cancelled``)."""
+        return self.tasks.stop(task_id)
 
     def stop_turn(
         self, dialog_id: str, turn_id: str | None = None, *, setting_up: bool = False

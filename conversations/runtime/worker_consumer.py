@@ -39,6 +39,8 @@ class WorkerControl(Protocol):
         self, dialog_id: str, turn_id: str | None = None, *, setting_up: bool = False
     ) -> bool | None: ...
 
+    def stop_task(self, task_id: str) -> bool: ...
+
     def spawn(self, coro: Awaitable) -> asyncio.Task: ...
 
     async def replay_running(self, message: dict) -> None: ...
@@ -101,6 +103,9 @@ class AgentWorkerConsumer(LoopDispatch, AsyncConsumer):
             worker.spawn(stop_if_setting_up())
         elif stopped:
             await acknowledge()
+
+    async def task_stop(self, message: dict) -> None:
+        self.worker.stop_task(str(message.get("task_id", "")))
 
     async def turns_replay(self, message: dict) -> None:
         self.worker.spawn(self.worker.replay_running(message))

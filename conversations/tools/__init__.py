@@ -1,7 +1,7 @@
 """Agent tools: the built-in tools and :func:`default_registry` (DESIGN §6; ``tools/README.md``).
 
 Built-in: ``current_time``, ``memory_save`` / ``memory_search``, ``plan_update`` / ``plan_get``
-and ``http_fetch``. Memory and plan tools need the turn's :class:`ToolContext`: run the turn on
+and ``http_fetch``; ``spawn_task`` (``tools.tasks``) is added by the worker that runs the tasks. Memory and plan tools need the turn's :class:`ToolContext`: run the turn on
 ``registry.bind(ToolContext(...))``. Plugin modules named by ``PICOBOT_TOOL_MODULES`` add more
 through their ``register(registry)``. The registry itself is ``conversations.agent.tool_registry``.
 """

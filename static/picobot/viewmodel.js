@@ -14,7 +14,7 @@
 
   /** The slash commands (PROTOCOL.md "Slash commands") for completion: [name, args, summary].
    *  `instant`: Enter on it in the popup sends it at once; the others complete to "name " and wait. */
-  const INSTANT = new Set(['/new', '/sessions', '/compact', '/info', '/stop', '/help']);
+  const INSTANT = new Set(['/new', '/sessions', '/compact', '/info', '/tasks', '/stop', '/help']);
   const COMMANDS = [
     ['/new', '[title]', 'Start a new dialog'],
     ['/sessions', '', 'List your dialogs'],
@@ -24,7 +24,8 @@
     ['/compact', '', 'Summarise older history now'],
     ['/info', '', 'About this dialog: ids, counts, model, usage'],
     ['/model', '[name]', 'List the model presets, or switch this dialog to one'],
-    ['/stop', '', 'Stop the running turn'],
+    ['/tasks', '', 'Your background tasks'],
+    ['/stop', '[task <id>]', 'Stop the running turn, or a background task'],
     ['/help', '', 'List the commands'],
   ].map(([name, args, summary]) => ({ name, args, summary, instant: INSTANT.has(name) }));
 
