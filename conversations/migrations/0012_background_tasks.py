@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('conversations', '0010_model_presets_usage'),
+        ('conversations', '0011_openai_endpoint'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
