@@ -100,7 +100,8 @@ class McpManager:
         return [c.status for c in self.connections.values()] + list(self.invalid)
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """Stop every server (children included) within ``timeout`` seconds, then save once more."""
+        """Stop every server (children included) within ``timeout`` seconds; then ``save([])``
+        (the worker's status rows go: it runs no server any more)."""
         for task in self._loops:
             task.cancel()
         connections, self.connections = list(self.connections.values()), {}
@@ -113,7 +114,7 @@ class McpManager:
         if self.save is not None:
             try:
                 async with asyncio.timeout(2):
-                    await self.save([c.status for c in connections])
+                    await self.save([])
             except Exception:
                 log.warning("MCP servers: could not save their stopped state", exc_info=True)
 
