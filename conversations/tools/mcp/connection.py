@@ -144,7 +144,8 @@ class McpConnection:
             except BaseException as exc:  # noqa: BLE001 - an SDK bug or a dying server must not end supervision
                 if not self._lost:  # a loss a call saw was logged there: one line per failure
                     error = _error_text(exc)
-                    log.warning("MCP server %s failed: %s", self.config.name, log_safe(error))
+                    if error != self.status.last_error:  # a server that stays down is not logged per retry
+                        log.warning("MCP server %s failed: %s", self.config.name, log_safe(error))
                     self._set(FAILED, error)
             finally:
                 self._session = None
@@ -167,7 +168,7 @@ class McpConnection:
                 await self._relist(session)
             self._session = session
             self.connected.set()
-            self._set(CONNECTED)
+            self._set(CONNECTED, "")
             await self._watch(session)
 
     def _transport(self) -> contextlib.AbstractAsyncContextManager:
