@@ -16,6 +16,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from conversations.admin.common import ms_column
 from conversations.admin.fields import STORABLE_JSON
 from conversations.models import McpServer, McpServerStatus, now_ms
 from conversations.tools.mcp.config import parse_server
@@ -72,11 +73,7 @@ class McpServerAdmin(SafeLookupsMixin, admin.ModelAdmin):
     def target(self, row: McpServer) -> str:
         return row.command or row.url
 
-    @admin.display(description="updated")
-    def updated(self, row: McpServer) -> str:
-        from conversations.admin.common import ms_column
-
-        return ms_column(row.updated_at)
+    updated = ms_column("updated_at", "updated")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return request.user.is_superuser

@@ -218,7 +218,7 @@ async def test_a_server_that_answers_garbage_or_is_down_never_blocks_the_worker(
     garbage = server_table("junk", command="/bin/sh", args=["-c", "echo not-json-rpc; sleep 30"])
     down = server_table("down", url="http://127.0.0.1:1/mcp")
     mcp_config(stdio_table() + garbage + down)
-    worker = await start_worker(ScriptedProvider([]), **worker_options(connect_timeout=5.0))
+    worker = await start_worker(ScriptedProvider([]), **worker_options(connect_timeout=2.0))
     await connected(worker)
 
     for _ in range(200):
