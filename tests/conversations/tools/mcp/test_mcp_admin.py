@@ -4,6 +4,7 @@ up by the worker's refresh, and serve/runagent refusing a bad ``[mcp_servers]`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from io import StringIO
 
@@ -167,3 +168,25 @@ def test_serve_and_runagent_refuse_a_bad_mcp_table_at_start(mcp_config, command)
     assert str(raised.value).startswith(
         "MCP configuration: PICOBOT_CONFIG: [mcp_servers.a]: unknown key 'comand'"
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_doctor_starts_each_server_once_and_lists_its_tools(mcp_config):
+    mcp_config(
+        stdio_table("t", tools=["echo", "slow"]) + '[mcp_servers.down]\nurl = "http://127.0.0.1:1/mcp"\n'
+    )
+    out = StringIO()
+    with contextlib.suppress(CommandError):  # the unreachable server is a WARN; other checks may FAIL here
+        call_command("doctor", "--no-llm-request", "--timeout", "10", stdout=out, stderr=StringIO())
+    text = out.getvalue()
+    assert "OK   MCP server t: stdio " in text and "(from PICOBOT_CONFIG): t__echo, t__slow" in text
+    assert "WARN MCP server down: http http://127.0.0.1:1/mcp (from PICOBOT_CONFIG): ConnectError" in text
+
+
+@pytest.mark.django_db
+def test_doctor_fails_a_bad_mcp_table_naming_it(mcp_config):
+    mcp_config('[mcp_servers.a]\nurl = "ftp://x"\n')
+    out = StringIO()
+    with pytest.raises(CommandError):
+        call_command("doctor", "--no-llm-request", stdout=out, stderr=StringIO())
+    assert "FAIL MCP servers: PICOBOT_CONFIG: [mcp_servers.a].url must be an http(s) URL" in out.getvalue()
