@@ -40,16 +40,23 @@ async def _probe_all(timeout: float) -> list[Check]:
 
 async def _probe(config: object, timeout: float) -> Check:
     from conversations.tools import ToolRegistry
-    from conversations.tools.mcp.connection import McpConnection
+    from conversations.tools.mcp.connection import CONNECTED, FAILED, McpConnection, ServerStatus
 
-    connection = McpConnection(config, ToolRegistry(), environ=os.environ, connect_timeout=timeout)
+    settled = asyncio.Event()  # connected, or failed once
+
+    def changed(status: ServerStatus) -> None:
+        if status.state in (CONNECTED, FAILED):
+            settled.set()
+
+    connection = McpConnection(
+        config, ToolRegistry(), environ=os.environ, connect_timeout=timeout, on_status=changed
+    )
     name = f"MCP server {config.name}"
     where = f"{config.transport} {config.public()['target']} (from {config.source})"
     connection.start()
     try:
         async with asyncio.timeout(timeout + 1):
-            while not connection.connected.is_set() and not connection.status.last_error:
-                await asyncio.sleep(0.05)
+            await settled.wait()
     except TimeoutError:
         pass
     reached, error = connection.connected.is_set(), connection.status.last_error
