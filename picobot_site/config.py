@@ -156,6 +156,20 @@ class PicoBotSettings(BaseSettings):
         unit="s",
         gt=0,
     )
+    mcp_connect_timeout: float = setting(
+        30.0,
+        "MCP tool servers (`[mcp_servers]` in `PICOBOT_CONFIG`, or the admin): bound of starting, "
+        "initializing and listing a server, and of a liveness ping",
+        unit="s",
+        gt=0,
+    )
+    mcp_refresh_seconds: float = setting(
+        30.0,
+        "how often each agent worker reads the MCP servers again (the admin's rows; a changed one "
+        "restarts); `0`: only at start",
+        unit="s",
+        ge=0,
+    )
     tool_result_max_chars: int = setting(
         16000,
         "a tool result longer than this many characters is cut, with a marker saying how much was cut "

@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from conversations.admin.mcp import mcp_status_view
 from conversations.admin.presets import model_presets_view
 from conversations.api import api
 from conversations.chat import views
@@ -17,6 +18,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/model-presets/", model_presets_view, name="admin-model-presets"),
+    path("admin/mcp-servers/", mcp_status_view, name="admin-mcp-servers"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("v1/", include("conversations.api.openai_compat.urls")),  # OpenAI-compatible (issue 18)

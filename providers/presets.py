@@ -50,8 +50,9 @@ PRESET_KEYS = frozenset(
 )
 """The keys a ``[models.NAME]`` table may hold (any other is refused as a likely typo)."""
 
-TOP_LEVEL_KEYS = frozenset({"models", "default_model"})
-"""What the file may hold outside its ``[models.NAME]`` tables (any other key is refused)."""
+TOP_LEVEL_KEYS = frozenset({"models", "default_model", "mcp_servers"})
+"""What the file may hold outside its ``[models.NAME]`` tables (any other key is refused);
+``[mcp_servers]`` is read by ``conversations.tools.mcp.config``."""
 
 MILLION = Decimal(1_000_000)
 

@@ -7,6 +7,6 @@ Importing this package registers every model admin (Django's autodiscovery impor
 storable JSON, writes through storage — are in ``README.md`` here.
 """
 
-from conversations.admin import dialogs, feishu, memory, messages, plans, tasks, tokens, usage
+from conversations.admin import dialogs, feishu, mcp, memory, messages, plans, tasks, tokens, usage
 
-__all__ = ["dialogs", "feishu", "memory", "messages", "plans", "tasks", "tokens", "usage"]
+__all__ = ["dialogs", "feishu", "mcp", "memory", "messages", "plans", "tasks", "tokens", "usage"]

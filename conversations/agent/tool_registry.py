@@ -170,12 +170,39 @@ class ToolRegistry:
             ValueError: ``tool.parameters`` is not a valid Draft 2020-12 schema (a plugin with a
                 broken schema fails at start-up, not at the model's first call).
         """
-        try:
-            Draft202012Validator.check_schema(tool.parameters)
-        except SchemaError as exc:
-            raise ValueError(f"tool {tool.name!r}: invalid parameters schema: {exc.message}") from exc
-        self._tools[tool.name] = tool
-        self._validators[tool.name] = Draft202012Validator(tool.parameters)
+        validator = _validator(tool)
+        # Copy-on-write: a bound view (a running turn) keeps the tables it was bound with.
+        self._tools = {**self._tools, tool.name: tool}
+        self._validators = {**self._validators, tool.name: validator}
+
+    def replace_tools(self, prefix: str, tools: list[Tool]) -> dict[str, str]:
+        """Swap every tool whose name starts with ``prefix`` for ``tools``, in one step.
+
+        Tools appearing and disappearing at run time (an MCP server's list changed) go through
+        here: a turn already running keeps the set it was bound with (:meth:`bind`), the next
+        turn sees the new one. A tool of ``tools`` whose name does not start with ``prefix`` or
+        whose schema is invalid is left out.
+
+        Returns:
+            The left-out tools: name → reason (empty when all were taken).
+        """
+        refused: dict[str, str] = {}
+        kept: dict[str, tuple[Tool, Draft202012Validator]] = {}
+        for tool in tools:
+            if not tool.name.startswith(prefix):
+                refused[tool.name] = f"its name does not start with {prefix!r}"
+                continue
+            try:
+                kept[tool.name] = (tool, _validator(tool))
+            except ValueError as exc:
+                refused[tool.name] = str(exc)
+        others = {name: tool for name, tool in self._tools.items() if not name.startswith(prefix)}
+        self._tools = {**others, **{name: pair[0] for name, pair in kept.items()}}
+        self._validators = {
+            **{name: self._validators[name] for name in others},
+            **{name: pair[1] for name, pair in kept.items()},
+        }
+        return refused
 
     def definitions(self) -> list[ToolDefinition]:
         """Definitions of every tool, in registration order."""
@@ -203,7 +230,8 @@ class ToolRegistry:
     def bind(self, context: ToolContext) -> BoundToolRegistry:
         """A view of this registry whose calls carry ``context`` (one per turn; cheap).
 
-        The view shares the tools: one registered later is visible through it too.
+        The view keeps the tools as they are now: one registered, replaced or removed later
+        (``replace_tools``) is seen by the next view, never half-way through a turn.
         """
         return BoundToolRegistry(self, context)
 
@@ -334,6 +362,19 @@ class ToolRegistry:
         return ToolOutcome(content=content, is_error=True, preview=result_preview(message))
 
 
+def _validator(tool: Tool) -> Draft202012Validator:
+    """The validator of ``tool``'s arguments.
+
+    Raises:
+        ValueError: ``tool.parameters`` is not a valid Draft 2020-12 schema.
+    """
+    try:
+        Draft202012Validator.check_schema(tool.parameters)
+    except SchemaError as exc:
+        raise ValueError(f"tool {tool.name!r}: invalid parameters schema: {exc.message}") from exc
+    return Draft202012Validator(tool.parameters)
+
+
 def being_cancelled() -> bool:
     """Whether the running task is being cancelled (``Task.cancelling()``): a ``CancelledError``
     raised then is a real cancellation; one raised otherwise is a tool's own failure."""
@@ -349,7 +390,8 @@ class BoundToolRegistry(ToolRegistry):
     """
 
     def __init__(self, registry: ToolRegistry, context: ToolContext) -> None:
-        # Shares the parent's tables (no copy): registering on either is seen by both.
+        # The parent's tables as they are now: the parent replaces them (never mutates them) when
+        # its tools change, so this view stays what it was for the whole turn.
         self._tools = registry._tools
         self._validators = registry._validators
         self.default_timeout = registry.default_timeout

@@ -60,9 +60,14 @@ def assemble_turn(
     running.preset = preset.name
     # One input path (seed 000 §7.1): compaction under the `compacting` phase, and one rebuild
     # after a context overflow (§7.2), all inside the task that /stop and the deadline cancel.
+    # One view of the tools for the whole turn: tools that appear or disappear meanwhile (an MCP
+    # server's list changed) are the next turn's.
+    tools = context.tools.bind(
+        ToolContext(start.dialog_id, start.channel, start.chat_id, turn_id=str(start.turn_id))
+    )
     builder = TurnInputBuilder.from_settings(
         context.provider_for(preset.name),
-        tools=context.tools.definitions(),
+        tools=tools.definitions(),
         memory_recall=recall_memories,
         phase=running.controller,
         window_tokens=preset.context_window,
@@ -73,9 +78,7 @@ def assemble_turn(
     answering = turn_provider(preset.name, context.provider_for, fallback_notice(start, running.answered_by))
     loop = AgentLoop(
         answering,
-        context.tools.bind(
-            ToolContext(start.dialog_id, start.channel, start.chat_id, turn_id=str(start.turn_id))
-        ),
+        tools,
         running.controller.apply,
         max_iterations=config.max_iterations,
         tool_timeout=config.tool_timeout,

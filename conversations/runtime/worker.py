@@ -38,6 +38,8 @@ from conversations.runtime.turn_sinks import API_CHANNEL, open_turn_sink
 from conversations.runtime.worker_consumer import AgentWorkerConsumer
 from conversations.storage.runner import run_storage
 from conversations.tools import ToolRegistry, default_registry
+from conversations.tools.mcp.manager import McpManager
+from conversations.tools.mcp.sources import mcp_manager
 from conversations.tools.tasks import spawn_task_tool
 from conversations.usage.writer import flush_usage
 from delivery.load import LoopLagGauge
@@ -81,6 +83,8 @@ class AgentWorker:
         sessions: The runtime sessions of the live dialogs (seed 004 §6); default: the process's
             ``session_manager()``. ``start()`` runs its TTL cleanup every
             ``PICOBOT.session_cleanup_minutes`` minutes (seed 004 §6.4).
+        mcp: The MCP tool servers (issue 18); default: those of ``PICOBOT_CONFIG`` and the admin
+            (``tools.mcp.sources``), their tools in ``tools``. Started and stopped with the worker.
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class AgentWorker:
         sink_factory: SinkFactory | None = None,
         outbound: OutboundDispatcher | None = None,
         sessions: SessionManager | None = None,
+        mcp: McpManager | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.provider = provider or get_provider()
@@ -106,6 +111,7 @@ class AgentWorker:
             if settings.PICOBOT.task_max_running > 0:
                 tools.register(spawn_task_tool(self.tasks))
         self.tools = self.tasks.tools = tools
+        self.mcp = mcp if mcp is not None else mcp_manager(self.tools, worker_id)
         self.open_sink: SinkFactory = sink_factory or open_turn_sink
         self.outbound = outbound or OutboundDispatcher(
             {
@@ -174,7 +180,9 @@ class AgentWorker:
         return self.stopped.is_set()
 
     async def start(self) -> None:
-        """Start the layer consumer, the lease keeper thread and the inbox scan; scan once now."""
+        """Start the layer consumer, the lease keeper thread and the inbox scan; scan once now.
+        The MCP servers start connecting (a server that is down never delays the start)."""
+        await self.mcp.start()
         self._loops.append(asyncio.ensure_future(self._consumer_loop()))
         self.lease_keeper.start()
         self.load.start()
@@ -246,6 +254,7 @@ class AgentWorker:
             if pending:  # cancelled means cancelled *and awaited*: nothing runs on after stop()
                 await asyncio.wait(pending, timeout=2)
         await self.lease_keeper.stop()  # after the executors: their last commits kept the leases
+        await self.mcp.stop(timeout=min(timeout, 5.0))  # after the turns that called their tools
         await self.load.stop()
         # Titles after the executors (a last commit may have scheduled one): cancelled, not awaited long.
         await self.supervisor.close(timeout=min(timeout, 2.0))

@@ -10,6 +10,8 @@ Checks, one line each (``OK`` / ``WARN`` / ``FAIL``):
 * LLM provider (the default preset's): the configuration builds (``providers.factory.build_provider``), and for a real
   provider one cheap authenticated request — a streamed completion of at most 1 token, no
   retries, short timeouts (DESIGN §8);
+* MCP servers: the ``[mcp_servers]`` tables load; each server (file and admin) starts or
+  answers and lists its tools, then stops;
 * feishu: off, or the app's credentials get a tenant token and the bot info API answers;
 * settings: the ``PICOBOT_*`` variables changed from their defaults (``settings.PICOBOT``, typed
   and checked at start-up), ``DEBUG`` off, ``ALLOWED_HOSTS``, the secret key, a writable data directory (DESIGN
@@ -39,6 +41,7 @@ from django.db.migrations.executor import MigrationExecutor
 from conversations.management.commands._common import PicoBotCommand
 from conversations.management.commands._doctor_check import FAIL, OK, WARN, Check, safe_url
 from conversations.management.commands._doctor_feishu import check_feishu
+from conversations.management.commands._doctor_mcp import check_mcp
 from conversations.management.commands._doctor_presets import check_presets
 from conversations.management.commands._doctor_provider import check_provider
 from picobot_site.config_rules import env_name, shown_value
@@ -325,6 +328,7 @@ class Command(PicoBotCommand):
             ("model presets", check_presets),
             ("LLM provider", lambda: check_provider(timeout, not no_llm_request)),
             ("tools", check_tools),
+            ("MCP servers", lambda: check_mcp(timeout)),
             ("feishu", lambda: check_feishu(timeout)),
             ("settings", check_settings),
         ]

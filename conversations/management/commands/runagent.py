@@ -32,6 +32,7 @@ class Command(PicoBotCommand):
     def handle(self, *args: object, worker_id: str, **options: object) -> None:
         from conversations.runtime.provider import get_provider
         from conversations.tools import default_registry
+        from conversations.tools.mcp.sources import read_file_servers
 
         require_database()  # unmigrated or unreachable: one line now, not a log of failing scans
         try:
@@ -42,6 +43,10 @@ class Command(PicoBotCommand):
             default_registry()  # PICOBOT_TOOL_MODULES errors before anything starts
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
+        try:
+            read_file_servers()  # a bad [mcp_servers] table stops the start, naming table and key
+        except ValueError as exc:
+            raise CommandError(f"MCP configuration: {exc}") from exc
         apply_switch_interval()
         asyncio.run(self._run(worker_id))
 

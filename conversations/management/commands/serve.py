@@ -105,6 +105,7 @@ class Command(PicoBotCommand):
         from conversations.runtime.provider import get_provider
         from conversations.runtime.supervisor import close_control_supervisor
         from conversations.runtime.worker import AgentWorker, default_worker_id
+        from conversations.tools.mcp.sources import read_file_servers
         from conversations.usage.writer import flush_usage
         from picobot_site.asgi import application
 
@@ -114,6 +115,10 @@ class Command(PicoBotCommand):
         except ValueError as exc:  # a configuration mistake: say what to set, no traceback
             raise CommandError(f"LLM configuration: {exc}") from exc
         if not no_worker:
+            try:
+                read_file_servers()  # a bad [mcp_servers] table stops the start, naming table and key
+            except ValueError as exc:
+                raise CommandError(f"MCP configuration: {exc}") from exc
             try:
                 # No provider given: each turn gets its dialog's preset (and fallbacks) from the
                 # catalog; a provider passed in would answer for every preset (the tests' seam).

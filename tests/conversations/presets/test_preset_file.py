@@ -160,7 +160,9 @@ def test_a_key_holding_control_characters_is_refused():
 
 
 def test_an_unknown_top_level_key_is_refused_as_a_likely_typo():
-    with pytest.raises(ValueError, match=r"unknown key 'default_modle' \(known: default_model, models\)"):
+    with pytest.raises(
+        ValueError, match=r"unknown key 'default_modle' \(known: default_model, mcp_servers, models\)"
+    ):
         load('default_modle = "fast"\n' + GOOD.replace('default_model = "smart"', ""))
 
 

@@ -557,12 +557,35 @@ async def test_a_context_tool_without_a_context_is_an_error_result():
     )
 
 
-def test_a_bound_registry_shares_the_tools_and_their_definitions():
+def test_a_bound_registry_keeps_the_tools_it_was_bound_with_and_the_next_one_sees_new_ones():
     registry = ToolRegistry([make_tool(echo, name="a")])
     bound = registry.bind(CONTEXT)
     registry.register(make_tool(echo, name="b"))
 
-    assert [d.name for d in bound.definitions()] == ["a", "b"] and "b" in bound
+    assert [d.name for d in bound.definitions()] == ["a"] and "b" not in bound
+    assert [d.name for d in registry.bind(CONTEXT).definitions()] == ["a", "b"]
+
+
+async def test_replace_tools_swaps_a_prefix_group_at_once_and_leaves_out_bad_schemas():
+    registry = ToolRegistry([make_tool(echo, name="a"), make_tool(echo, name="srv__old")])
+    running = registry.bind(CONTEXT)
+
+    refused = registry.replace_tools(
+        "srv__",
+        [
+            make_tool(echo, name="srv__new"),
+            Tool("srv__broken", "bad", {"type": "no-such-type"}, echo),
+            make_tool(echo, name="other"),
+        ],
+    )
+
+    assert set(refused) == {"srv__broken", "other"} and "invalid parameters schema" in refused["srv__broken"]
+    assert [d.name for d in registry.definitions()] == ["a", "srv__new"]
+    assert (await registry.run(call("srv__old"))).is_error
+    # The turn that was running keeps its view: its old tool still runs, the new one is unknown to it.
+    assert not (await running.run(call("srv__old", {"x": 1}))).is_error
+    assert "srv__new" not in running
+    assert registry.replace_tools("srv__", []) == {} and [d.name for d in registry.definitions()] == ["a"]
 
 
 async def test_the_calls_of_one_batch_run_concurrently_through_a_bound_registry():
