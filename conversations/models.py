@@ -363,3 +363,6 @@ class FeishuMessage(models.Model):
 
     def __str__(self) -> str:
         return f"feishu {self.message_id} ({self.status})"
+
+
+from conversations.schedule_models import Schedule, ScheduleRun  # noqa: E402, F401  (issue 18)

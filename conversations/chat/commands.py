@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from conversations import storage
+from conversations.chat import schedule_command
 from conversations.runtime import notify
 from conversations.runtime.agent_channel import request_stop
 from conversations.runtime.model_choice import (
@@ -66,6 +67,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "/compact": CommandSpec("/compact", "summarise older history now to free context"),
     "/info": CommandSpec("/info", "about the current dialog: ids, counts, model, token usage"),
     "/model": CommandSpec("/model [name]", "list the model presets, or switch this dialog to one"),
+    "/schedule": CommandSpec(schedule_command.USAGE, schedule_command.SUMMARY),
     "/stop": CommandSpec("/stop", "stop the running turn"),
 }
 HELP_TEXT = "Commands:\n" + "\n".join(f"{c.usage} — {c.summary}" for c in COMMANDS.values())
@@ -351,6 +353,7 @@ _HANDLERS = {
     "/compact": _compact,
     "/info": _info,
     "/model": _model,
+    "/schedule": schedule_command.schedule_command,
     "/stop": _stop,
 }
 

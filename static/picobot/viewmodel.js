@@ -24,6 +24,7 @@
     ['/compact', '', 'Summarise older history now'],
     ['/info', '', 'About this dialog: ids, counts, model, usage'],
     ['/model', '[name]', 'List the model presets, or switch this dialog to one'],
+    ['/schedule', 'add "<cron>" <prompt> | list | delete <id>', 'Scheduled prompts of this dialog'],
     ['/stop', '', 'Stop the running turn'],
     ['/help', '', 'List the commands'],
   ].map(([name, args, summary]) => ({ name, args, summary, instant: INSTANT.has(name) }));

@@ -469,6 +469,7 @@ async def test_completion_sends_argumentless_commands_and_images_are_checked_by_
         "/compact": True,
         "/info": True,
         "/model": False,
+        "/schedule": False,
         "/stop": True,
         "/help": True,
     }
