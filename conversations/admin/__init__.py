@@ -7,6 +7,6 @@ Importing this package registers every model admin (Django's autodiscovery impor
 storable JSON, writes through storage — are in ``README.md`` here.
 """
 
-from conversations.admin import dialogs, feishu, memory, messages, plans, tokens, usage
+from conversations.admin import dialogs, feishu, memory, messages, plans, schedules, tokens, usage
 
-__all__ = ["dialogs", "feishu", "memory", "messages", "plans", "tokens", "usage"]
+__all__ = ["dialogs", "feishu", "memory", "messages", "plans", "schedules", "tokens", "usage"]
