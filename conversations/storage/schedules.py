@@ -93,7 +93,8 @@ def create_schedule(
     limit = settings.PICOBOT.schedules_per_user
     now = now_ms()
     with transaction.atomic():
-        if Schedule.objects.filter(_scope(dialog.owner, dialog.channel, dialog.chat_id)).count() >= limit:
+        mine = Schedule.objects.filter(_scope(dialog.owner, dialog.channel, dialog.chat_id))
+        if mine.filter(dialog__deleted_at__isnull=True).count() >= limit:  # a deleted dialog's do not run
             raise ScheduleLimitError(
                 f"you already have {limit} scheduled prompts (the limit); delete one first"
             )

@@ -84,16 +84,19 @@ async def test_a_body_that_is_not_a_schedule_is_the_usual_422():
     assert response.status_code == 422 and response.json()["code"] == "validation_error"
 
 
-async def test_the_per_user_cap_is_a_409(settings):
+async def test_the_per_user_cap_is_a_409_and_a_deleted_dialogs_schedules_do_not_count(settings):
     settings.PICOBOT = settings.PICOBOT.replace(schedules_per_user=2)
     alice, dialog = await client_and_dialog("alice")
-    for n in range(2):
-        assert (
-            await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "@daily", "prompt": f"p{n}"})
-        ).status_code == 201
+    other = (await alice.post("/dialogs", json={"title": "other"})).json()["session_id"]
+    for target in (dialog, other):
+        created = await alice.post(f"/dialogs/{target}/schedules", json={"cron": "@daily", "prompt": "p"})
+        assert created.status_code == 201
     refused = await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "@daily", "prompt": "p3"})
     assert refused.status_code == 409 and refused.json()["code"] == "schedule_limit"
     assert "2 scheduled prompts" in refused.json()["message"]
+    assert (await alice.delete(f"/dialogs/{other}")).status_code == 204
+    again = await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "@daily", "prompt": "p3"})
+    assert again.status_code == 201
 
 
 async def test_another_users_schedules_and_dialogs_are_404():
