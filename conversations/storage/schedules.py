@@ -250,7 +250,7 @@ def _fire(pk: int, worker_id: str, now: int, grace_ms: int, policy: str) -> Fire
             ignore_conflicts=True,
         )
         if plan.run:
-            _queue(row, run, dialog)
+            _queue(row, run)
         else:
             run.detail = "missed while the server was down"
         run.save(update_fields=["status", "detail", "inbox"])
@@ -277,7 +277,7 @@ def _fire(pk: int, worker_id: str, now: int, grace_ms: int, policy: str) -> Fire
 DIALOG_GONE = "its dialog was deleted"
 
 
-def _queue(row: Schedule, run: ScheduleRun, dialog: Dialog | None) -> None:
+def _queue(row: Schedule, run: ScheduleRun) -> None:
     """Put the slot's prompt in the dialog's inbox (in the caller's transaction) and note on ``run``."""
     label = f"Scheduled ({row.cron}): {row.prompt}"
     source = automated_source(SCHEDULE, ref=str(row.pk), label=label, slot_at=run.slot_at)
