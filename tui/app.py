@@ -38,8 +38,8 @@ COMMANDS = [  # PROTOCOL §1 "Slash commands"
     ("/compact", "summarise older history now"),
     ("/info", "about this dialog"),
     ("/model [name]", "list the model presets, or switch to one"),
-    ('/schedule add "<cron>" <prompt> | list | delete <id>', "scheduled prompts"),
     ("/stop", "stop the running turn"),
+    ('/schedule add "<cron>" <prompt> | list | delete <id>', "scheduled prompts"),
 ]
 
 
