@@ -370,6 +370,9 @@ class FeishuMessage(models.Model):
         return f"feishu {self.message_id} ({self.status})"
 
 
+from conversations.schedule_models import Schedule, ScheduleRun  # noqa: E402, F401  (issue 18)
+
+
 class BackgroundTask(models.Model):
     """A sub-agent started by the ``spawn_task`` tool (seed 000 §9; issue 18 "Background tasks").
 

@@ -353,6 +353,28 @@ class PicoBotSettings(BaseSettings):
     inbox_scan_seconds: float = setting(
         5.0, "how often a worker looks for queued input whose wake-up message was lost", unit="s", gt=0
     )
+    schedule_poll_seconds: float = setting(
+        10.0,
+        "how often each agent worker looks for due scheduled prompts (see Scheduled prompts); `0` turns "
+        "the scheduler off in this process",
+        unit="s",
+        ge=0,
+    )
+    schedule_grace_seconds: float = setting(
+        120.0,
+        "a scheduled prompt found due more than this long after its time counts as missed (the server "
+        "was down) and follows `PICOBOT_SCHEDULE_MISSED`",
+        unit="s",
+        ge=1,
+    )
+    schedule_missed: Literal["run_once", "skip"] = setting(
+        "run_once",
+        "what a missed scheduled prompt does: `run_once` runs the most recent missed time once (older ones "
+        "are skipped), `skip` skips them all; either way the chat is told",
+    )
+    schedules_per_user: int = setting(
+        20, "how many scheduled prompts one user (one Feishu chat) may have", ge=0, le=10_000
+    )
     reconcile_quiet_seconds: float = setting(
         5.0,
         'a turn a WebSocket connection watches ([PROTOCOL "Convergence"](docs/PROTOCOL.md)) that shows '
@@ -547,7 +569,7 @@ class PicoBotSettings(BaseSettings):
             return {key: value for key, value in data.items() if value != ""}
         return data
 
-    @field_validator("llm_provider", "feishu_mode", "feishu_streaming", mode="before")
+    @field_validator("llm_provider", "feishu_mode", "feishu_streaming", "schedule_missed", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value

@@ -40,6 +40,7 @@ COMMANDS = [  # PROTOCOL §1 "Slash commands"
     ("/model [name]", "list the model presets, or switch to one"),
     ("/tasks", "your background tasks"),
     ("/stop", "stop the running turn (/stop task <id>: a background task)"),
+    ('/schedule add "<cron>" <prompt> | list | delete <id>', "scheduled prompts"),
 ]
 
 

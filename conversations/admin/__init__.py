@@ -7,6 +7,17 @@ Importing this package registers every model admin (Django's autodiscovery impor
 storable JSON, writes through storage — are in ``README.md`` here.
 """
 
-from conversations.admin import dialogs, feishu, mcp, memory, messages, plans, tasks, tokens, usage
+from conversations.admin import (
+    dialogs,
+    feishu,
+    mcp,
+    memory,
+    messages,
+    plans,
+    schedules,
+    tasks,
+    tokens,
+    usage,
+)
 
-__all__ = ["dialogs", "feishu", "mcp", "memory", "messages", "plans", "tasks", "tokens", "usage"]
+__all__ = ["dialogs", "feishu", "mcp", "memory", "messages", "plans", "schedules", "tasks", "tokens", "usage"]

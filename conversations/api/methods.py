@@ -39,6 +39,10 @@ def _not_allowed_view(path: str, allowed: list[str]) -> Any:
 
         async def not_allowed(request: HttpRequest, session_id: str, message_id: str, index: int) -> None:
             refuse()
+    elif "{schedule_id}" in path:  # one schedule (``conversations.api.schedules``)
+
+        async def not_allowed(request: HttpRequest, schedule_id: int) -> None:
+            refuse()
     elif "{path:session_id}" in path:
 
         async def not_allowed(request: HttpRequest, session_id: str) -> None:

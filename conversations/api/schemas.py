@@ -296,3 +296,43 @@ class CompactOut(Schema):
     session_id: str
     status: Literal["started"] = "started"
     message: str
+
+
+class ScheduleOut(Schema):
+    """A scheduled prompt (issue 18; ``storage.schedules``)."""
+
+    id: int
+    session_id: str = Field(..., description="the dialog whose inbox its prompt enters")
+    cron: str = Field(
+        ..., description="a 5-field cron expression, an alias such as `@daily`, or `@every 30m`"
+    )
+    tz: str = Field(..., description="the IANA time zone the cron expression is read in")
+    prompt: str
+    enabled: bool
+    next_run_at: int | None = Field(..., description="the next due time (ms); null while paused")
+    created_at: int
+    last_run_at: int | None = Field(..., description="the latest slot handled (ms), null before the first")
+    last_status: str = Field(
+        ..., description='`queued`, `skipped` (missed), `refused` or "" before the first'
+    )
+    last_detail: str = Field(..., description="why the latest slot was skipped or refused")
+
+
+class SchedulePage(Schema):
+    items: list[ScheduleOut] = Field(..., description="oldest first")
+
+
+class ScheduleCreate(_Input):
+    cron: str = Field(
+        ...,
+        max_length=100,
+        description='minute hour day-of-month month day-of-week (`"0 9 * * MON-FRI"`), `@hourly`, '
+        "`@daily`, `@weekly`, `@monthly`, `@yearly`, or an interval `@every N` + m|h|d (≥ 1 minute)",
+    )
+    prompt: str = Field(..., max_length=4000, description="what enters the inbox at each due time")
+    tz: str | None = Field(None, max_length=64, description="an IANA zone; default `PICOBOT_TIME_ZONE`")
+    enabled: bool = True
+
+
+class ScheduleUpdate(_Input):
+    enabled: bool = Field(..., description="false pauses it; true resumes it from now (no missed runs)")

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from conversations import storage
-from conversations.chat import task_commands
+from conversations.chat import schedule_command, task_commands
 from conversations.runtime import notify
 from conversations.runtime.agent_channel import request_stop
 from conversations.runtime.model_choice import (
@@ -67,6 +67,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "/compact": CommandSpec("/compact", "summarise older history now to free context"),
     "/info": CommandSpec("/info", "about the current dialog: ids, counts, model, token usage"),
     "/model": CommandSpec("/model [name]", "list the model presets, or switch this dialog to one"),
+    "/schedule": CommandSpec(schedule_command.USAGE, schedule_command.SUMMARY),
     "/tasks": CommandSpec("/tasks", "your background tasks: id, status, time, prompt"),
     "/stop": CommandSpec("/stop [task <id>]", "stop the running turn, or a background task"),
 }
@@ -363,6 +364,7 @@ _HANDLERS = {
     "/compact": _compact,
     "/info": _info,
     "/model": _model,
+    "/schedule": schedule_command.schedule_command,
     "/tasks": _tasks,
     "/stop": _stop,
 }

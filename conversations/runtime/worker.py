@@ -29,6 +29,7 @@ from conversations.runtime.consumer_base import dispatch_channels
 from conversations.runtime.executor import DialogExecutor
 from conversations.runtime.lease_keeper import LeaseKeeper
 from conversations.runtime.provider import get_provider, preset_for
+from conversations.runtime.scheduler import ScheduleRunner
 from conversations.runtime.session_turns import claim_and_begin, known_state
 from conversations.runtime.sessions import SessionManager, session_manager
 from conversations.runtime.supervisor import TaskSupervisor
@@ -146,6 +147,8 @@ class AgentWorker:
             worker_id, self.running_turns, settings.PICOBOT.turn_checkpoint_seconds
         )
         """Saves what running turns showed, for a takeover after this process dies (0 s: off)."""
+        self.scheduler = ScheduleRunner(worker_id)
+        """Fires due scheduled prompts every ``PICOBOT_SCHEDULE_POLL_SECONDS`` (0 s: off)."""
         self.turn_context = TurnContext(
             worker_id=worker_id,
             provider=self.provider,
@@ -191,6 +194,8 @@ class AgentWorker:
         self._loops.append(asyncio.ensure_future(self.tasks.run_heartbeat()))
         if self.checkpointer.period > 0:
             self._loops.append(asyncio.ensure_future(self.checkpointer.run()))
+        if self.scheduler.period > 0:
+            self._loops.append(asyncio.ensure_future(self.scheduler.run()))
         cleanup_seconds = settings.PICOBOT.session_cleanup_minutes * 60
         if cleanup_seconds > 0:  # evicts idle runtime sessions; never dies on an error (seed 004 §6.4)
             self._loops.append(asyncio.ensure_future(self.sessions.run_cleanup(cleanup_seconds)))

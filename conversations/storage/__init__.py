@@ -66,6 +66,15 @@ from conversations.storage.lease import (
 from conversations.storage.media import message_image
 from conversations.storage.notices import mark_notices_sent, pending_interrupted_notices
 from conversations.storage.outcomes import turn_states
+from conversations.storage.schedules import (
+    FiredSlot,
+    ScheduleLimitError,
+    create_schedule,
+    delete_schedule,
+    fire_due_schedules,
+    schedules_of,
+    set_schedule_enabled,
+)
 from conversations.storage.shapes import (
     DEFAULT_TITLE,
     TURN_INTERRUPTED_ERROR,
@@ -115,6 +124,13 @@ __all__ = [
     "DeletedDialog",
     "ResolvedDialog",
     "accept_automated",
+    "FiredSlot",
+    "ScheduleLimitError",
+    "create_schedule",
+    "delete_schedule",
+    "fire_due_schedules",
+    "schedules_of",
+    "set_schedule_enabled",
     "accept_inbound",
     "active_dialog_created",
     "clean_user_title",

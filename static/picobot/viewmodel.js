@@ -24,6 +24,7 @@
     ['/compact', '', 'Summarise older history now'],
     ['/info', '', 'About this dialog: ids, counts, model, usage'],
     ['/model', '[name]', 'List the model presets, or switch this dialog to one'],
+    ['/schedule', 'add "<cron>" <prompt> | list | delete <id>', 'Scheduled prompts of this dialog'],
     ['/tasks', '', 'Your background tasks'],
     ['/stop', '[task <id>]', 'Stop the running turn, or a background task'],
     ['/help', '', 'List the commands'],

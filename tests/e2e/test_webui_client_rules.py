@@ -349,7 +349,7 @@ async def test_labels_completion_and_friendly_errors(page: Any) -> None:
     )
     assert got["provider"] == ["replay", "openai · gpt", "x"]
     assert got["groups"] == ["Today", "Yesterday", "Previous 7 days", "Previous 30 days", "January 2025"]
-    assert len(got["completion"][0]) == 10 and got["completion"][1:] == [["/rename"], [], []]
+    assert len(got["completion"][0]) == 11 and got["completion"][1:] == [["/rename"], [], []]
     assert got["errors"][0].startswith("That dialog") and "not_found" not in got["errors"][0]
     assert got["errors"][1] == "Unknown command /x; type /help for the list"
     assert got["errors"][2].endswith("(reference ab12)") and "internal_error" not in got["errors"][2]
@@ -469,6 +469,7 @@ async def test_completion_sends_argumentless_commands_and_images_are_checked_by_
         "/compact": True,
         "/info": True,
         "/model": False,
+        "/schedule": False,
         "/tasks": True,
         "/stop": True,
         "/help": True,

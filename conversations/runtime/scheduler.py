@@ -1,0 +1,105 @@
+"""The scheduler: every agent worker process polls for due scheduled prompts (issue 18).
+
+``ScheduleRunner.tick`` fires due slots through ``storage.fire_due_schedules`` (each slot's run
+row and inbox row commit together, so processes that race take each slot once), then wakes the
+dialogs whose prompt was queued and tells chats about missed and refused runs
+(``runtime.notify``, which reaches external platforms such as Feishu too). Persist first, then
+notify: a lost wake-up is found by the inbox scan; a lost notice is only a notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from django.conf import settings
+
+from conversations import storage
+from conversations.agent.schedule_timing import ScheduleSpecError, parse_zone
+from conversations.models import now_ms
+from conversations.runtime import notify
+from conversations.runtime.agent_channel import wake_dialog
+from conversations.storage.runner import run_storage
+
+log = logging.getLogger(__name__)
+
+
+def slot_text(slot_at: int, tz: str) -> str:
+    """``"2026-03-02 09:00 CET"``: a slot in its schedule's zone (UTC when the zone is unknown)."""
+    try:
+        zone = parse_zone(tz)
+    except ScheduleSpecError:
+        zone = parse_zone("UTC")
+    return datetime.fromtimestamp(slot_at / 1000, zone).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def slot_notice(slot: storage.FiredSlot) -> tuple[str, str] | None:
+    """``(level, text)`` the chat is told about a handled slot, or None for an ordinary run."""
+    name, when = f"Scheduled prompt {slot.schedule_id}", slot_text(slot.slot_at, slot.tz)
+    earlier = f" {slot.skipped_count} earlier time(s) were skipped." if slot.skipped_count else ""
+    if slot.status == "refused":
+        return "warning", f"{name} could not run at {when}: {slot.detail}.{earlier}"
+    if slot.missed and slot.status == "queued":
+        return "info", f"{name} was due at {when} while the server was down; running it now.{earlier}"
+    if slot.missed:
+        return "info", f"{name} was due at {when} while the server was down; skipped.{earlier}"
+    if slot.skipped_count:
+        return "info", f"{name}: {slot.skipped_count} time(s) missed while the server was down were skipped."
+    return None
+
+
+class ScheduleRunner:
+    """Polls for due schedules every ``period`` s (``PICOBOT_SCHEDULE_POLL_SECONDS``).
+
+    Args:
+        worker_id: Recorded on the run rows this process creates.
+        clock: Now in ms (tests move it).
+    """
+
+    def __init__(self, worker_id: str, *, clock: Callable[[], int] = now_ms) -> None:
+        self.worker_id = worker_id
+        self.clock = clock
+        self.period = settings.PICOBOT.schedule_poll_seconds
+
+    async def tick(self) -> list[storage.FiredSlot]:
+        """Fire what is due now, wake and notify; returns the slots this process handled."""
+        fired = await run_storage(
+            storage.fire_due_schedules,
+            self.worker_id,
+            self.clock(),
+            int(settings.PICOBOT.schedule_grace_seconds * 1000),
+            settings.PICOBOT.schedule_missed,
+        )
+        for slot in fired:
+            notice = slot_notice(slot)
+            if notice is not None and slot.channel:
+                try:
+                    await notify.publish_notification(
+                        slot.channel,
+                        slot.chat_id,
+                        notice[0],
+                        notice[1],
+                        session_id=slot.dialog_id,
+                        key=f"schedule:{slot.schedule_id}:{slot.slot_at}",
+                    )
+                except Exception:
+                    log.warning("could not tell chat of schedule %s", slot.schedule_id, exc_info=True)
+            if slot.status == "queued":
+                try:
+                    await wake_dialog(slot.dialog_id)
+                except Exception:  # the inbox scan finds it
+                    log.warning("could not wake dialog %s", slot.dialog_id, exc_info=True)
+        return fired
+
+    async def run(self) -> None:
+        """Tick every ``period`` s until cancelled; an error is logged and the next tick tries again."""
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduled prompts: poll failed")
+            await asyncio.sleep(self.period)

@@ -1,0 +1,115 @@
+"""Scheduled prompts over REST: list, create (201, 422 per field, 409 over the cap), pause, delete;
+another user's schedule or dialog is a 404."""
+
+from __future__ import annotations
+
+import pytest
+from channels.db import database_sync_to_async
+
+from conversations import storage
+from tests.conversations.api.conftest import ApiClient, user_with_token
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+async def client_and_dialog(username: str) -> tuple[ApiClient, str]:
+    user, token = await user_with_token(username)
+    dialog = await database_sync_to_async(storage.active_dialog)(user, "cli_chat", str(user.pk))
+    return ApiClient(token), dialog.id
+
+
+async def test_a_schedule_is_created_listed_paused_and_deleted():
+    alice, dialog = await client_and_dialog("alice")
+    created = await alice.post(
+        f"/dialogs/{dialog}/schedules",
+        json={"cron": "0 9 * * MON-FRI", "prompt": "Daily report", "tz": "Asia/Tokyo"},
+    )
+    assert created.status_code == 201, created.json()
+    item = created.json()
+    assert (item["cron"], item["tz"], item["prompt"], item["enabled"]) == (
+        "0 9 * * MON-FRI",
+        "Asia/Tokyo",
+        "Daily report",
+        True,
+    )
+    assert item["next_run_at"] % 3_600_000 == 0  # 09:00 Tokyo is a whole UTC hour
+
+    default_tz = await alice.post(
+        f"/dialogs/{dialog}/schedules", json={"cron": "@every 2h", "prompt": "ping"}
+    )
+    assert default_tz.json()["tz"] == "UTC"  # PICOBOT_TIME_ZONE
+    listing = (await alice.get(f"/dialogs/{dialog}/schedules")).json()["items"]
+    assert [i["id"] for i in listing] == [item["id"], default_tz.json()["id"]]
+
+    paused = await alice.patch(f"/schedules/{item['id']}", json={"enabled": False})
+    assert paused.status_code == 200 and (paused.json()["enabled"], paused.json()["next_run_at"]) == (
+        False,
+        None,
+    )
+    resumed = (await alice.patch(f"/schedules/{item['id']}", json={"enabled": True})).json()
+    assert resumed["enabled"] and resumed["next_run_at"] == item["next_run_at"]
+
+    deleted = await alice.delete(f"/schedules/{item['id']}")
+    assert deleted.status_code == 204
+    assert [i["id"] for i in (await alice.get(f"/dialogs/{dialog}/schedules")).json()["items"]] == [
+        default_tz.json()["id"]
+    ]
+    again = await alice.delete(f"/schedules/{item['id']}")
+    assert again.status_code == 404 and again.json()["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "says"),
+    [
+        ({"cron": "0 25 * * *", "prompt": "x"}, "cron", "not a valid cron expression"),
+        ({"cron": "@every 10s", "prompt": "x"}, "cron", "@every N"),
+        ({"cron": "* * * * * *", "prompt": "x"}, "cron", "5 fields"),
+        ({"cron": "0 9 * * *", "prompt": "x", "tz": "Moon/Base"}, "tz", "unknown time zone"),
+        ({"cron": "0 9 * * *", "prompt": "   "}, "prompt", "give the prompt"),
+    ],
+)
+async def test_bad_fields_are_a_422_naming_the_field_and_nothing_is_created(body, field, says):
+    alice, dialog = await client_and_dialog("alice")
+    response = await alice.post(f"/dialogs/{dialog}/schedules", json=body)
+    assert response.status_code == 422
+    error = response.json()
+    assert error["code"] == "invalid_schedule" and says in error["message"] and error["ref"]
+    assert error["errors"][0]["loc"] == ["body", field]
+    assert (await alice.get(f"/dialogs/{dialog}/schedules")).json()["items"] == []
+
+
+async def test_a_body_that_is_not_a_schedule_is_the_usual_422():
+    alice, dialog = await client_and_dialog("alice")
+    response = await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "0 9 * * *"})
+    assert response.status_code == 422 and response.json()["code"] == "validation_error"
+
+
+async def test_the_per_user_cap_is_a_409_and_a_deleted_dialogs_schedules_do_not_count(settings):
+    settings.PICOBOT = settings.PICOBOT.replace(schedules_per_user=2)
+    alice, dialog = await client_and_dialog("alice")
+    other = (await alice.post("/dialogs", json={"title": "other"})).json()["session_id"]
+    for target in (dialog, other):
+        created = await alice.post(f"/dialogs/{target}/schedules", json={"cron": "@daily", "prompt": "p"})
+        assert created.status_code == 201
+    refused = await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "@daily", "prompt": "p3"})
+    assert refused.status_code == 409 and refused.json()["code"] == "schedule_limit"
+    assert "2 scheduled prompts" in refused.json()["message"]
+    assert (await alice.delete(f"/dialogs/{other}")).status_code == 204
+    again = await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "@daily", "prompt": "p3"})
+    assert again.status_code == 201
+
+
+async def test_another_users_schedules_and_dialogs_are_404():
+    alice, dialog = await client_and_dialog("alice")
+    bob, _ = await client_and_dialog("bob")
+    item = (
+        await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "@daily", "prompt": "mine"})
+    ).json()
+    for response in (
+        await bob.get(f"/dialogs/{dialog}/schedules"),
+        await bob.post(f"/dialogs/{dialog}/schedules", json={"cron": "@daily", "prompt": "theirs"}),
+        await bob.delete(f"/schedules/{item['id']}"),
+        await bob.patch(f"/schedules/{item['id']}", json={"enabled": False}),
+    ):
+        assert response.status_code == 404 and response.json()["code"] == "not_found"
+    assert (await alice.get(f"/dialogs/{dialog}/schedules")).json()["items"][0]["enabled"] is True
