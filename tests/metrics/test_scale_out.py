@@ -18,7 +18,7 @@ import websockets
 
 from providers.testing import LocalSSEServer
 from tests.conversations.streams import answer_pieces, tool_call_pieces
-from tests.e2e.serve_process import manage, server_env
+from tests.e2e.serve_process import manage, openai_env, server_env
 from tests.metrics.scrape import Samples, parse, value
 from tests.services.conftest import require_service
 from tests.services.test_scale_out import free_port, spawn, stop, wait_for_port
@@ -51,11 +51,7 @@ async def test_the_web_process_scrape_shows_the_turns_the_agent_process_ran(
         extra = {
             "PICOBOT_DATABASE_URL": postgres_url,
             "PICOBOT_REDIS_URL": redis_url,
-            "PICOBOT_LLM_PROVIDER": "openai",
-            "PICOBOT_LLM_BASE_URL": llm.base_url,
-            "PICOBOT_LLM_MODEL": "test-model",
-            "PICOBOT_LLM_API_KEY": "k",
-            "PICOBOT_LLM_MAX_RETRIES": "0",
+            **openai_env(llm),
             "PICOBOT_METRICS_DIR": str(tmp_path / "metrics"),
             "PICOBOT_METRICS_TOKEN": TOKEN,
         }

@@ -23,7 +23,7 @@ from providers.testing import (
     split_events,
     sse_body,
 )
-from tests.e2e.serve_process import manage, server_env
+from tests.e2e.serve_process import manage, openai_env, server_env
 from tests.services.conftest import require_service
 from tests.services.test_scale_out import free_port, postgres_url, spawn, stop, wait_for_port  # noqa: F401
 
@@ -63,11 +63,7 @@ async def test_a_killed_runagent_s_task_ends_interrupted_once_and_never_runs_aga
         extra = {
             "PICOBOT_DATABASE_URL": postgres_url,
             "PICOBOT_REDIS_URL": redis_url,
-            "PICOBOT_LLM_PROVIDER": "openai",
-            "PICOBOT_LLM_BASE_URL": server.base_url,
-            "PICOBOT_LLM_MODEL": "test-model",
-            "PICOBOT_LLM_API_KEY": "k",
-            "PICOBOT_LLM_MAX_RETRIES": "0",
+            **openai_env(server),
             "PICOBOT_LEASE_SECONDS": "2",
             "PICOBOT_LEASE_RENEW_SECONDS": "0.5",
             "PICOBOT_INBOX_SCAN_SECONDS": "0.5",

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from providers.testing import LocalSSEServer
-from tests.e2e.serve_process import manage, server_env
+from tests.e2e.serve_process import manage, openai_env, server_env
 from tests.e2e.test_openai_endpoint import upstream
 from tests.services.conftest import require_service
 from tests.services.test_scale_out import WEB_PROCESSES, free_port, spawn, stop, wait_for_port
@@ -28,11 +28,7 @@ async def test_v1_streams_a_runagent_turn_and_a_leaving_client_stops_it(tmp_path
         extra = {
             "PICOBOT_DATABASE_URL": postgres_url,
             "PICOBOT_REDIS_URL": redis_url,
-            "PICOBOT_LLM_PROVIDER": "openai",
-            "PICOBOT_LLM_BASE_URL": llm.base_url,
-            "PICOBOT_LLM_MODEL": "test-model",
-            "PICOBOT_LLM_API_KEY": "k",
-            "PICOBOT_LLM_MAX_RETRIES": "0",
+            **openai_env(llm),
         }
         manage(tmp_path, "migrate", "--noinput", extra_env=extra)
         token = manage(tmp_path, "createtoken", "dora", extra_env=extra).strip().splitlines()[-1]

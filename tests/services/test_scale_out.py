@@ -20,7 +20,7 @@ import websockets
 
 from providers.testing import LocalSSEServer
 from tests.conversations.streams import CALL_ID, answer_pieces, tool_call_pieces
-from tests.e2e.serve_process import REPO, manage, server_env
+from tests.e2e.serve_process import REPO, manage, openai_env, server_env
 from tests.services.conftest import require_service
 
 pytestmark = [pytest.mark.services, pytest.mark.e2e]
@@ -108,11 +108,7 @@ async def test_web_and_runagent_processes_share_postgres_and_redis(
         extra = {
             "PICOBOT_DATABASE_URL": postgres_url,
             "PICOBOT_REDIS_URL": redis_url,
-            "PICOBOT_LLM_PROVIDER": "openai",
-            "PICOBOT_LLM_BASE_URL": llm.base_url,
-            "PICOBOT_LLM_MODEL": "test-model",
-            "PICOBOT_LLM_API_KEY": "k",
-            "PICOBOT_LLM_MAX_RETRIES": "0",
+            **openai_env(llm),
         }
         manage(tmp_path, "migrate", "--noinput", extra_env=extra)
         token = manage(tmp_path, "createtoken", "carol", extra_env=extra).strip().splitlines()[-1]

@@ -12,7 +12,7 @@ import pytest
 
 from providers.testing import LocalSSEServer
 from tests.conversations.streams import answer_pieces
-from tests.e2e.serve_process import manage, server_env
+from tests.e2e.serve_process import manage, openai_env, server_env
 from tests.services.conftest import require_service
 from tests.services.test_scale_out import postgres_url, spawn, stop  # noqa: F401 - fixture used here
 
@@ -62,11 +62,7 @@ async def test_two_runagent_processes_run_each_due_slot_once_and_a_missed_one_on
         extra = {
             "PICOBOT_DATABASE_URL": database,
             "PICOBOT_REDIS_URL": redis_url,
-            "PICOBOT_LLM_PROVIDER": "openai",
-            "PICOBOT_LLM_BASE_URL": llm.base_url,
-            "PICOBOT_LLM_MODEL": "test-model",
-            "PICOBOT_LLM_API_KEY": "k",
-            "PICOBOT_LLM_MAX_RETRIES": "0",
+            **openai_env(llm),
             "PICOBOT_SCHEDULE_POLL_SECONDS": "0.05",
         }
         manage(tmp_path, "migrate", "--noinput", extra_env=extra)
