@@ -104,18 +104,18 @@ def user_text(row: dict[str, Any]) -> str:
     return f"{text} [{count} image{'s' if count != 1 else ''}]"
 
 
-ORIGIN_LABELS = {"schedule": "⏰ Scheduled", "task_notification": "⚙ Background task"}
+ORIGIN_MARKS = {"schedule": ("⏰", "Scheduled"), "task_notification": ("⚙", "Background task")}
 
 
 def sender_label(row: dict[str, Any]) -> str:
     """Who a user row is from: "You", or the mark of input no person typed (PROTOCOL §1
-    ``origin``): "⏰ Scheduled · Daily news", "⚙ Background task"."""
+    ``origin``): its icon and the server's label ("⏰ Scheduled (0 9 * * *): news"), else the
+    kind's name ("⚙ Background task")."""
     origin = row.get("origin")
     if not isinstance(origin, dict) or not origin.get("kind"):
         return "You"
-    what = ORIGIN_LABELS.get(str(origin["kind"]), "Automated")
-    label = str(origin.get("label") or "")
-    return f"{what} · {label}" if label else what
+    icon, what = ORIGIN_MARKS.get(str(origin["kind"]), ("•", "Automated"))
+    return f"{icon} {origin.get('label') or what}"
 
 
 def provider_label(provider: dict[str, Any]) -> str:

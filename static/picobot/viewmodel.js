@@ -164,8 +164,9 @@
   /** The mark of a user row no person typed (PROTOCOL §1 `origin`), or null. */
   function originText(origin) {
     if (!origin || !origin.kind) return null;
-    const what = origin.kind === 'schedule' ? '⏰ Scheduled' : origin.kind === 'task_notification' ? '⚙ Background task' : 'Automated';
-    return origin.label ? `${what} · ${origin.label}` : what;
+    // The server's label names what it is ("Scheduled (0 9 * * *): …"); the mark adds the icon.
+    const [icon, what] = origin.kind === 'schedule' ? ['⏰', 'Scheduled'] : origin.kind === 'task_notification' ? ['⚙', 'Background task'] : ['•', 'Automated'];
+    return `${icon} ${origin.label || what}`;
   }
 
   function userFromPending(p) {

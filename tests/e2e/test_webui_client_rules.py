@@ -349,7 +349,7 @@ async def test_labels_completion_and_friendly_errors(page: Any) -> None:
     )
     assert got["provider"] == ["replay", "openai · gpt", "x"]
     assert got["groups"] == ["Today", "Yesterday", "Previous 7 days", "Previous 30 days", "January 2025"]
-    assert len(got["completion"][0]) == 11 and got["completion"][1:] == [["/rename"], [], []]
+    assert len(got["completion"][0]) == 12 and got["completion"][1:] == [["/rename"], [], []]
     assert got["errors"][0].startswith("That dialog") and "not_found" not in got["errors"][0]
     assert got["errors"][1] == "Unknown command /x; type /help for the list"
     assert got["errors"][2].endswith("(reference ab12)") and "internal_error" not in got["errors"][2]
@@ -611,7 +611,7 @@ async def test_an_answer_kept_at_a_restart_says_its_last_seconds_are_missing(pag
 
 async def test_automated_user_rows_carry_their_origin_mark(page: Any) -> None:
     rows = [
-        row(1, "user", "t1", origin={"kind": "schedule", "ref": "3", "label": "Daily news"}),
+        row(1, "user", "t1", origin={"kind": "schedule", "ref": "3", "label": "Scheduled (0 9 * * *): news"}),
         row(2, "assistant", "t1", content="news", completion_status="completed"),
         row(3, "user", "t2", origin={"kind": "task_notification", "ref": "9", "label": ""}),
         row(4, "user", "t3", origin=None),
@@ -626,4 +626,4 @@ async def test_automated_user_rows_carry_their_origin_mark(page: Any) -> None:
         }""",
         [READY, history(A, *rows)],
     )
-    assert marks == ["⏰ Scheduled · Daily news", "⚙ Background task", None, None]
+    assert marks == ["⏰ Scheduled (0 9 * * *): news", "⚙ Background task", None, None]

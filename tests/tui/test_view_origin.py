@@ -11,9 +11,12 @@ from tui.view import sender_label
 @pytest.mark.parametrize(
     ("origin", "shown"),
     [
-        ({"kind": "schedule", "ref": "3", "label": "Daily news"}, "⏰ Scheduled · Daily news"),
+        (
+            {"kind": "schedule", "ref": "3", "label": "Scheduled (0 9 * * *): Daily news"},
+            "⏰ Scheduled (0 9 * * *): Daily news",
+        ),
         ({"kind": "task_notification", "ref": "9", "label": ""}, "⚙ Background task"),
-        ({"kind": "something_new", "ref": "1", "label": "x"}, "Automated · x"),
+        ({"kind": "something_new", "ref": "1", "label": "x"}, "• x"),
         (None, "You"),
         ({}, "You"),
         ("schedule", "You"),

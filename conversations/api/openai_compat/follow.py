@@ -111,7 +111,8 @@ class TurnFollower:
 
 
 def abandon(dialog_id: str, inbox_id: str, *, retire: bool) -> None:
-    """End the turn of ``inbox_id`` whose client left, in a task of its own (see the module)."""
+    """End the turn of ``inbox_id`` whose client left (nothing to do when it has ended), then
+    retire its one-request dialog when ``retire``: in a task of its own (see the module)."""
     task = asyncio.ensure_future(_abandon(dialog_id, inbox_id, retire=retire))
     _abandoning.add(task)
     task.add_done_callback(_abandoning.discard)

@@ -212,14 +212,11 @@ class RequestTurn:
         if self._ended:
             return
         self._ended = True
-        await self.follower.close()
-        if not ended:
+        if not ended or self.retire:
+            # In a task of its own, started before any await: a client that closes right after
+            # [DONE] cancels this coroutine, and the one-request dialog must still be retired.
             follow.abandon(self.dialog_id, self.inbox_id, retire=self.retire)
-        elif self.retire:
-            try:
-                await run_storage(storage.retire_request_dialog, self.dialog_id)
-            except Exception:
-                log.warning("could not retire the request dialog %s", self.dialog_id, exc_info=True)
+        await self.follower.close()
 
     def end_from_thread(self, loop: asyncio.AbstractEventLoop) -> None:
         """:meth:`end` (not ended) scheduled on ``loop`` from another thread (a response's

@@ -149,6 +149,8 @@ def parse_request(body: bytes) -> CompletionRequest:
     """
     try:
         data = json.loads(body)
+    except RecursionError:  # nesting deeper than the parser's stack: never a chat request
+        raise _bad("the request body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError):
         raise _bad("the request body is not valid JSON") from None
     if not isinstance(data, dict):

@@ -54,6 +54,7 @@ def test_a_request_splits_into_history_prompt_and_instructions():
         (b"{not json", None),
         (b"[]", None),
         (b"\xff\xfe", None),
+        (b'{"model": "default", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None),
         (body(model=""), "model"),
         (body(model=3), "model"),
         (body(messages=[]), "messages"),
