@@ -201,3 +201,12 @@ def plan_due(
         skipped=slots[:-1][-MAX_RECORDED_SKIPS:],
         skipped_count=len(slots) - 1,
     )
+
+
+def slot_text(slot_at: int, tz: str) -> str:
+    """``"2026-03-02 09:00 CET"``: a slot (ms) in its schedule's zone (UTC when the zone is unknown)."""
+    try:
+        zone = parse_zone(tz)
+    except ScheduleSpecError:
+        zone = parse_zone("UTC")
+    return datetime.fromtimestamp(slot_at / 1000, zone).strftime("%Y-%m-%d %H:%M %Z")

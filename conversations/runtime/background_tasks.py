@@ -195,13 +195,15 @@ class BackgroundTaskRunner:
                 f"ran past its time limit of {limits.max_seconds:g} s",
             )
         except asyncio.CancelledError:
-            reason = self._reasons.pop(started.id, Status.INTERRUPTED)
+            reason = self._reasons.get(started.id, Status.INTERRUPTED)
             error = STOPPED_ERROR if reason == Status.CANCELLED else INTERRUPTED_ERROR
             try:
                 if reason != GONE:
-                    await self._end(started, _Ending(reason, _partial(loop), error), loop)
+                    # Shielded: a second stop (or the shutdown) must not cut the end and its notice.
+                    await asyncio.shield(self._end(started, _Ending(reason, _partial(loop), error), loop))
             finally:
                 self.running.pop(started.id, None)
+                self._reasons.pop(started.id, None)
             raise
         except ToolFatalError as exc:
             ending = _Ending(Status.FAILED, _partial(loop), f"a tool could not go on: {exc}")
@@ -262,7 +264,9 @@ class BackgroundTaskRunner:
         task = self.running.get(task_id)
         if task is None or task.done():
             return False
-        self._reasons.setdefault(task_id, reason)
+        if task_id in self._reasons:  # already stopping: cancelling again would cut its end short
+            return True
+        self._reasons[task_id] = reason
         task.cancel()
         return True
 

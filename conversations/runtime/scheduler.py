@@ -12,27 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime
 
 from django.conf import settings
 
 from conversations import storage
-from conversations.agent.schedule_timing import ScheduleSpecError, parse_zone
+from conversations.agent.schedule_timing import slot_text
 from conversations.models import now_ms
 from conversations.runtime import notify
 from conversations.runtime.agent_channel import wake_dialog
 from conversations.storage.runner import run_storage
 
 log = logging.getLogger(__name__)
-
-
-def slot_text(slot_at: int, tz: str) -> str:
-    """``"2026-03-02 09:00 CET"``: a slot in its schedule's zone (UTC when the zone is unknown)."""
-    try:
-        zone = parse_zone(tz)
-    except ScheduleSpecError:
-        zone = parse_zone("UTC")
-    return datetime.fromtimestamp(slot_at / 1000, zone).strftime("%Y-%m-%d %H:%M %Z")
 
 
 def slot_notice(slot: storage.FiredSlot) -> tuple[str, str] | None:

@@ -27,6 +27,7 @@ from conversations.agent.schedule_timing import (
     parse_spec,
     parse_zone,
     plan_due,
+    slot_text,
 )
 from conversations.models import Dialog, Schedule, ScheduleRun, now_ms
 from conversations.storage.inbox import accept_automated
@@ -280,6 +281,8 @@ DIALOG_GONE = "its dialog was deleted"
 def _queue(row: Schedule, run: ScheduleRun) -> None:
     """Put the slot's prompt in the dialog's inbox (in the caller's transaction) and note on ``run``."""
     label = f"Scheduled ({row.cron}): {row.prompt}"
+    if run.missed:  # history says so too: a notice reaches only the sockets open at that moment
+        label = f"Scheduled ({row.cron}), late: due {slot_text(run.slot_at, row.tz)} while the server was down: {row.prompt}"
     source = automated_source(SCHEDULE, ref=str(row.pk), label=label, slot_at=run.slot_at)
     try:
         with transaction.atomic():  # a savepoint: a refusal keeps the run row

@@ -427,3 +427,22 @@ async def test_running_tasks_are_capped_per_user(connect, start_worker, settings
     assert not results[0]["is_error"] and results[1]["is_error"]
     assert "at most 1 background tasks may run at once" in results[1]["content"]
     assert len(await tasks()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_second_stop_while_the_first_ends_the_task_loses_neither_end_nor_notice(
+    connect, start_worker
+):
+    never = asyncio.Event()
+    provider = TaskProvider(parent=[spawn("c1"), script_text("started")], task=[[never, *script_text("x")]])
+    worker = await start(start_worker, provider)
+    client, _ = await chat(connect)
+    await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
+    task = await until_started()
+    assert worker.tasks.stop(task.id)
+    await asyncio.sleep(0)  # the task is inside its end …
+    assert worker.tasks.stop(task.id)  # … when the second stop (or the heartbeat's) comes
+    await client.until("notification", lambda f: "was stopped" in f["content"])
+    assert (await until_ended(task.id)).status == "cancelled"
+    await asyncio.sleep(0.2)
+    assert len([f for f in client.of_type("notification") if "was stopped" in f["content"]]) == 1

@@ -87,6 +87,8 @@ async def test_a_restart_across_due_times_follows_the_missed_policy_and_says_so(
         assert notice["content"].endswith("running it now. 2 earlier time(s) were skipped.")
         committed = await client.until("turn_committed")
         assert committed["messages"][0]["content"] == "Check the queue"
+        label = committed["messages"][0]["origin"]["label"]  # history says so too
+        assert label.startswith("Scheduled (@every 1h), late: due ") and "while the server was down" in label
         assert runs[-1][1:3] == ("queued", True)
     else:
         assert "; skipped." in notice["content"]
