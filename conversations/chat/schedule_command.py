@@ -17,8 +17,7 @@ import re
 from typing import Any
 
 from conversations import storage
-from conversations.agent.schedule_timing import ScheduleSpecError
-from conversations.runtime.scheduler import slot_text
+from conversations.agent.schedule_timing import ScheduleSpecError, slot_text
 from conversations.storage.runner import run_storage
 
 USAGE = '/schedule add "<cron>" <prompt> | list | delete <id> | pause <id> | resume <id>'
@@ -26,6 +25,8 @@ SUMMARY = "scheduled prompts of this dialog: add, list (all yours), delete, paus
 
 _QUOTED = re.compile(r"""(["'])(.*?)\1\s+(.+)""", re.DOTALL)
 _UNQUOTED = re.compile(r"(@every\s+\d+\s*[a-z]+|@[a-z]+)\s+(.+)", re.DOTALL | re.IGNORECASE)
+_QUOTED_ALONE = re.compile(r"""(["'])(.*?)\1""", re.DOTALL)
+_UNQUOTED_ALONE = re.compile(r"@every\s+\d+\s*[a-z]+|@[a-z]+", re.IGNORECASE)
 EXCERPT_CHARS = 60
 
 
@@ -35,7 +36,10 @@ def split_add(argument: str) -> tuple[str, str]:
     Raises:
         ValueError: no quoted cron expression (or ``@`` form) followed by a prompt.
     """
-    match = _QUOTED.fullmatch(argument.strip()) or _UNQUOTED.fullmatch(argument.strip())
+    text = argument.strip()
+    if _QUOTED_ALONE.fullmatch(text) or _UNQUOTED_ALONE.fullmatch(text):
+        raise ValueError('the prompt is missing: /schedule add "0 9 * * *" <prompt>')
+    match = _QUOTED.fullmatch(text) or _UNQUOTED.fullmatch(text)
     if match is None:
         raise ValueError(
             'put the cron expression in quotes, then the prompt: /schedule add "0 9 * * *" <prompt>'

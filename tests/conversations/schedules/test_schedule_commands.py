@@ -32,9 +32,15 @@ def test_add_takes_a_quoted_cron_expression_or_an_at_form_then_the_prompt(argume
     assert split_add(argument) == parts
 
 
-@pytest.mark.parametrize("argument", ["0 9 * * * no quotes", '"0 9 * * *"', '"0 9 * * *   ', ""])
+@pytest.mark.parametrize("argument", ["0 9 * * * no quotes", '"0 9 * * *   ', ""])
 def test_add_without_a_quoted_cron_expression_and_a_prompt_is_refused(argument):
     with pytest.raises(ValueError, match="put the cron expression in quotes"):
+        split_add(argument)
+
+
+@pytest.mark.parametrize("argument", ['"0 9 * * *"', "'*/1 * * * *'  ", "@daily", "@every 5m"])
+def test_add_with_a_cron_expression_but_no_prompt_says_the_prompt_is_missing(argument):
+    with pytest.raises(ValueError, match="the prompt is missing"):
         split_add(argument)
 
 
