@@ -53,6 +53,14 @@ DEFAULT_MAX_BYTES_PER_SECOND = 500_000
 PUBLISH_SHARE_INVERSE = 4
 
 
+FINISH_ATTEMPTS = 3
+FINISH_TIMEOUT = 10.0  # seconds for one ``finish`` call
+FINISH_RETRY_DELAYS = (0.1, 0.2, 0.4)  # seconds before the 2nd, 3rd, … attempt
+# The longest a live process keeps trying one final with the defaults (seconds): a recovery path
+# in another process waits this long after the turn ended before it delivers the same final.
+FINISH_BUDGET = FINISH_ATTEMPTS * FINISH_TIMEOUT + sum(FINISH_RETRY_DELAYS[: FINISH_ATTEMPTS - 1])
+
+
 class DeliveryCoordinator:
     """Delivers one turn to one sink. Use once: construct, ``start()``, then ``handle.wait()``.
 
@@ -90,9 +98,9 @@ class DeliveryCoordinator:
         sink: TurnSink,
         policy: PresentationPolicy,
         *,
-        finish_attempts: int = 3,
-        finish_timeout: float = 10.0,
-        retry_delays: Sequence[float] = (0.1, 0.2, 0.4),
+        finish_attempts: int = FINISH_ATTEMPTS,
+        finish_timeout: float = FINISH_TIMEOUT,
+        retry_delays: Sequence[float] = FINISH_RETRY_DELAYS,
         update_timeout: float = 5.0,
         close_timeout: float = 5.0,
         is_current: Callable[[], bool] | None = None,

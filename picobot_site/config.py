@@ -445,7 +445,8 @@ class PicoBotSettings(BaseSettings):
         15.0,
         "how often each agent worker delivers again the Feishu answers whose final the platform has not "
         "confirmed (the process died between the platform's acceptance and its own record, or every "
-        "attempt failed): those whose turn ended two periods ago, with the same idempotency keys",
+        "attempt failed): those whose turn ended two periods plus the live process's own retry time "
+        "(about 30 s) ago, with the same idempotency keys",
         gt=0,
     )
 

@@ -31,6 +31,7 @@ from conversations.feishu.client import FeishuClient
 from conversations.feishu.receive import FeishuReceiver
 from conversations.feishu.sender import FeishuSender
 from conversations.storage.runner import run_storage
+from delivery.coordinator import FINISH_BUDGET
 from delivery.outbound import OutboundDispatcher, OutboundMessage
 from delivery.platforms.feishu.api import FeishuError
 from delivery.platforms.feishu.sink import FeishuTurnSink
@@ -123,8 +124,9 @@ class FeishuPlatform:
         self._scan: asyncio.Task | None = None
         self.long_connection: Any = None
         # An answer whose turn ended this long ago and whose final is still not confirmed is
-        # delivered again by the scan (two periods: the live process's own retries come first).
-        self.settled_ms = int(2_000 * config.recovery_seconds)
+        # delivered again by the scan: two periods after the live process's own retries ended
+        # (a slow process is not dead; two deliveries racing on one card could show it twice).
+        self.settled_ms = int(1_000 * (FINISH_BUDGET + 2 * config.recovery_seconds))
 
     # --- identity --------------------------------------------------------------------------
     async def bot_open_id(self, timeout: float = BOT_INFO_SECONDS) -> str | None:

@@ -15,7 +15,8 @@ from channels.db import database_sync_to_async
 
 from conversations.feishu import platform as platform_module
 from conversations.feishu.platform import FeishuPlatform, uninstall
-from conversations.models import FeishuMessage
+from conversations.models import FeishuMessage, InboxMessage, now_ms
+from delivery.coordinator import FINISH_BUDGET
 from delivery.platforms.feishu.cards import CARD_TEXT_BUDGET, text_size
 from providers.testing import ScriptedProvider, script_text, script_tool_call
 from tests.conversations.feishu.conftest import CHAT, GROUP, make_platform, message_event
@@ -188,15 +189,26 @@ async def test_killed_after_the_platform_accepted_the_final_the_restart_shows_it
     user = await ask(first, feishu_server, "question")
     assert await asyncio.to_thread(hold.applied.wait, 15)
 
-    # The process is dead from here on: it never records anything again.
-    async def dead(self, turn_id, state):
-        await asyncio.Event().wait()
+    # The process is dead from here on: no card store it made records anything again, so its
+    # own retries (still scheduled in this test's event loop) never act after the "restart".
+    restarted = asyncio.Event()
+    real_init, real_save = platform_module._CardStore.__init__, platform_module._CardStore.save
 
-    monkeypatch.setattr(platform_module._CardStore, "save", dead)
+    def init(self, inbox_id):
+        real_init(self, inbox_id)
+        self.alive = restarted.is_set()
+
+    async def save(self, turn_id, state):
+        if not getattr(self, "alive", False):
+            await asyncio.Event().wait()
+        await real_save(self, turn_id, state)
+
+    monkeypatch.setattr(platform_module._CardStore, "__init__", init)
+    monkeypatch.setattr(platform_module._CardStore, "save", save)
     hold.release.set()
     found = await row(user)
     assert found.final_delivered_at is None and found.inbox.status == "done"
-    monkeypatch.undo()
+    restarted.set()
 
     uninstall()
     second = make_platform(feishu_server, streaming=streaming)  # the restarted process
@@ -303,6 +315,39 @@ async def test_a_final_not_confirmed_within_the_uuid_hour_is_given_up_and_record
     found = await row(user)
     assert found.final_delivered_at is None and "not confirmed within 0 min" in found.note
     assert len(await failures()) == 1  # the executor's record of the failed finish; no second one
+
+
+async def test_the_recovery_scan_leaves_a_final_alone_while_its_live_process_may_still_retry(
+    feishu, feishu_server, start_worker
+):
+    """A slow process is not dead: another process's scan delivers an unconfirmed final again only
+    once the live process's own finish attempts (``FINISH_BUDGET``) and two scan periods are over;
+    two deliveries racing on one card could leave the answer shown twice."""
+    answer = "An answer whose card never closes, slowly enough for the card to open first."
+    feishu_server.api.fail("set_streaming", None, times=None, when=lambda kw: kw["enabled"] is False)
+    await start_worker(ScriptedProvider([script_text(answer)], delay=0.1))
+    user = await ask(feishu, feishu_server, "hello")
+    for _ in range(300):
+        if await failures():  # the live process's attempts are over
+            break
+        await asyncio.sleep(0.05)
+    assert await failures()
+    other = FeishuPlatform(feishu.config, api=feishu.api)  # another process, default settings
+    settled_ms = int(1_000 * (FINISH_BUDGET + 2 * feishu.config.recovery_seconds))
+    assert other.settled_ms == settled_ms
+
+    async def ended_ago(ms: int) -> int:
+        await database_sync_to_async(
+            lambda: InboxMessage.objects.filter(feishu__message_id=user).update(
+                finished_at=now_ms() - ms
+            )
+        )()
+        before = len(feishu_server.requests)
+        await other.scan_once()
+        return len(feishu_server.requests) - before
+
+    assert await ended_ago(int(1_000 * FINISH_BUDGET) + 1_000) == 0
+    assert await ended_ago(settled_ms + 1_000) > 0  # now it is tried again
 
 
 @database_sync_to_async
