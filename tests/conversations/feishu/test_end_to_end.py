@@ -338,9 +338,7 @@ async def test_the_recovery_scan_leaves_a_final_alone_while_its_live_process_may
 
     async def ended_ago(ms: int) -> int:
         await database_sync_to_async(
-            lambda: InboxMessage.objects.filter(feishu__message_id=user).update(
-                finished_at=now_ms() - ms
-            )
+            lambda: InboxMessage.objects.filter(feishu__message_id=user).update(finished_at=now_ms() - ms)
         )()
         before = len(feishu_server.requests)
         await other.scan_once()
