@@ -61,7 +61,7 @@ from providers.metering import CallScope, call_scope
 log = logging.getLogger(__name__)
 
 Status = BackgroundTask.Status
-INTERRUPTED_ERROR = "interrupted: its server process stopped"
+INTERRUPTED_ERROR = "its server process stopped"
 STOPPED_ERROR = "stopped by the user"
 SHUTDOWN_GRACE_SECONDS = 5.0
 GONE = "gone"

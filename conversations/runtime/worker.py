@@ -22,10 +22,9 @@ from django.conf import settings
 
 from conversations import storage
 from conversations.runtime import platforms
-from conversations.runtime.agent_channel import AGENT_CHANNEL, WORKERS_GROUP
+from conversations.runtime.agent_channel import WORKERS_GROUP
 from conversations.runtime.background_tasks import BackgroundTaskRunner
 from conversations.runtime.checkpoints import CheckpointSource, TurnCheckpointer
-from conversations.runtime.consumer_base import dispatch_channels
 from conversations.runtime.executor import DialogExecutor
 from conversations.runtime.lease_keeper import LeaseKeeper
 from conversations.runtime.provider import get_provider, preset_for
@@ -36,7 +35,11 @@ from conversations.runtime.supervisor import TaskSupervisor
 from conversations.runtime.titles import TitleService
 from conversations.runtime.turn_context import SinkFactory, TurnContext
 from conversations.runtime.turn_sinks import API_CHANNEL, open_turn_sink
-from conversations.runtime.worker_consumer import AgentWorkerConsumer
+from conversations.runtime.worker_consumer import (
+    refresh_group_membership,
+    replay_running_turns,
+    run_consumer,
+)
 from conversations.storage.runner import run_storage
 from conversations.tools import ToolRegistry, default_registry
 from conversations.tools.mcp.manager import McpManager
@@ -46,7 +49,6 @@ from conversations.usage.writer import flush_usage
 from delivery.load import LoopLagGauge
 from delivery.outbound import OutboundDispatcher
 from delivery.platforms.cli_chat import CliChatSender
-from delivery.presentation import PresentationPolicy, serialize_snapshot
 from picobot_site.metrics import instruments
 from providers.base import LLMProvider
 from providers.metering import MeteredProvider
@@ -186,11 +188,11 @@ class AgentWorker:
         """Start the layer consumer, the lease keeper thread and the inbox scan; scan once now.
         The MCP servers start connecting (a server that is down never delays the start)."""
         await self.mcp.start()
-        self._loops.append(asyncio.ensure_future(self._consumer_loop()))
+        self._loops.append(asyncio.ensure_future(run_consumer(self)))
         self.lease_keeper.start()
         self.load.start()
         self._loops.append(asyncio.ensure_future(self._scan_loop()))
-        self._loops.append(asyncio.ensure_future(self._group_refresh_loop()))
+        self._loops.append(asyncio.ensure_future(refresh_group_membership(self)))
         self._loops.append(asyncio.ensure_future(self.tasks.run_heartbeat()))
         if self.checkpointer.period > 0:
             self._loops.append(asyncio.ensure_future(self.checkpointer.run()))
@@ -205,39 +207,6 @@ class AgentWorker:
                 await adapter.start()
             except Exception:
                 log.exception("platform %s did not start; its chats get no answers", adapter.channel)
-
-    async def _group_refresh_loop(self) -> None:
-        """Re-join the workers group periodically: layers drop members after ``group_expiry``."""
-        interval = settings.PICOBOT.group_refresh_seconds
-        while True:
-            await asyncio.sleep(interval)
-            if self.consumer_channel:
-                try:
-                    await get_channel_layer().group_add(WORKERS_GROUP, self.consumer_channel)
-                except Exception:
-                    log.exception("could not refresh the workers group membership")
-
-    async def _consumer_loop(self) -> None:
-        """Run the layer consumer; if the layer fails (Redis restarts), log and start it again.
-
-        The inbox scan keeps turns running meanwhile, but stop requests and replays travel only
-        through the layer, so the consumer must not stay dead.
-        """
-        layer = get_channel_layer()
-        delay = 0.5
-        while True:
-            consumer = AgentWorkerConsumer(worker=self)
-            consumer.channel_layer = layer
-            try:
-                consumer.channel_name = await layer.new_channel()
-                await consumer.dispatch({"type": "worker.start"})  # joins the workers group (again)
-                await dispatch_channels(layer, [AGENT_CHANNEL, consumer.channel_name], consumer.dispatch)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("agent channel consumer failed; restarting in %.1f s", delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Cancel running turns and loops and wait for them (bounded by ``timeout`` s)."""
@@ -360,36 +329,7 @@ class AgentWorker:
 
     async def replay_running(self, message: dict) -> None:
         """Send the latest snapshots of a chat's running turns to one new connection."""
-        reply = message.get("reply_channel")
-        if not reply:
-            return
-        layer = get_channel_layer()
-        policy = PresentationPolicy.websocket()
-        for executor in list(self.executors.values()):
-            running = executor.running
-            if (
-                running is None
-                or not running.live  # final-only: the chat sees its terminal snapshot alone
-                or running.channel != message.get("channel")
-                or running.chat_id != message.get("chat_id")
-            ):
-                continue
-            snapshot = running.controller.snapshot()
-            try:
-                await layer.send(
-                    reply,
-                    {
-                        "type": "turn.snapshot",
-                        "turn_id": snapshot.id,
-                        "session_id": snapshot.session_id,
-                        "revision": snapshot.revision,
-                        "terminal": snapshot.is_terminal,
-                        "json": serialize_snapshot(snapshot, policy),
-                    },
-                )
-            except Exception:  # the layer is down: the client shows the placeholder until the next snapshot
-                log.warning("could not replay turn %s to a new connection", snapshot.id, exc_info=True)
-                return
+        await replay_running_turns(list(self.executors.values()), message)
 
     # --- background loops ---------------------------------------------------------------------
     async def scan_once(self) -> None:

@@ -1,23 +1,27 @@
 """The agent worker's channel-layer consumer: routes each message to the worker, never awaits a turn.
 
-Driven by ``AgentWorker._consumer_loop`` (``consumer_base.dispatch_channels``), not by Channels'
-ASGI loop. The messages and their senders: ``agent_channel``.
+Driven by :func:`run_consumer` (``consumer_base.dispatch_channels``), not by Channels' ASGI loop.
+The messages and their senders: ``agent_channel``. Also here: the worker's other layer chores
+(:func:`refresh_group_membership`, :func:`replay_running_turns`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
-from typing import Protocol
+from collections.abc import Awaitable, Iterable
+from typing import Any, Protocol
 
 from channels.consumer import AsyncConsumer
+from channels.layers import get_channel_layer
+from django.conf import settings
 
 from conversations import storage
-from conversations.runtime.agent_channel import WORKERS_GROUP
-from conversations.runtime.consumer_base import LoopDispatch
+from conversations.runtime.agent_channel import AGENT_CHANNEL, WORKERS_GROUP
+from conversations.runtime.consumer_base import LoopDispatch, dispatch_channels
 from conversations.runtime.turn_sinks import split_session_id
 from conversations.storage.runner import run_storage
+from delivery.presentation import PresentationPolicy, serialize_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,78 @@ class WorkerControl(Protocol):
     def spawn(self, coro: Awaitable) -> asyncio.Task: ...
 
     async def replay_running(self, message: dict) -> None: ...
+
+
+async def run_consumer(worker: WorkerControl) -> None:
+    """Run the worker's layer consumer; if the layer fails (Redis restarts), log and start it again.
+
+    The inbox scan keeps turns running meanwhile, but stop requests and replays travel only
+    through the layer, so the consumer must not stay dead.
+    """
+    layer = get_channel_layer()
+    delay = 0.5
+    while True:
+        consumer = AgentWorkerConsumer(worker=worker)
+        consumer.channel_layer = layer
+        try:
+            consumer.channel_name = await layer.new_channel()
+            await consumer.dispatch({"type": "worker.start"})  # joins the workers group (again)
+            await dispatch_channels(layer, [AGENT_CHANNEL, consumer.channel_name], consumer.dispatch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("agent channel consumer failed; restarting in %.1f s", delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+async def refresh_group_membership(worker: WorkerControl) -> None:
+    """Re-join the workers group every ``PICOBOT_GROUP_REFRESH_SECONDS``: layers drop members
+    after ``group_expiry``."""
+    interval = settings.PICOBOT.group_refresh_seconds
+    while True:
+        await asyncio.sleep(interval)
+        if worker.consumer_channel:
+            try:
+                await get_channel_layer().group_add(WORKERS_GROUP, worker.consumer_channel)
+            except Exception:
+                log.exception("could not refresh the workers group membership")
+
+
+async def replay_running_turns(executors: Iterable[Any], message: dict) -> None:
+    """Send the latest snapshot of each live running turn of ``message``'s chat (``channel``,
+    ``chat_id``) to its ``reply_channel``; final-only turns are skipped (the chat sees their
+    terminal snapshot alone). ``executors``: ``DialogExecutor``s."""
+    reply = message.get("reply_channel")
+    if not reply:
+        return
+    layer = get_channel_layer()
+    policy = PresentationPolicy.websocket()
+    for executor in executors:
+        running = executor.running
+        if (
+            running is None
+            or not running.live
+            or running.channel != message.get("channel")
+            or running.chat_id != message.get("chat_id")
+        ):
+            continue
+        snapshot = running.controller.snapshot()
+        try:
+            await layer.send(
+                reply,
+                {
+                    "type": "turn.snapshot",
+                    "turn_id": snapshot.id,
+                    "session_id": snapshot.session_id,
+                    "revision": snapshot.revision,
+                    "terminal": snapshot.is_terminal,
+                    "json": serialize_snapshot(snapshot, policy),
+                },
+            )
+        except Exception:  # the layer is down: the client shows the placeholder until the next snapshot
+            log.warning("could not replay turn %s to a new connection", snapshot.id, exc_info=True)
+            return
 
 
 class AgentWorkerConsumer(LoopDispatch, AsyncConsumer):

@@ -260,18 +260,31 @@ def _fire(pk: int, worker_id: str, now: int, grace_ms: int, policy: str) -> Fire
         if run.detail == DIALOG_GONE:
             row.enabled, row.next_run_at = False, None
         row.save(update_fields=["next_run_at", "last_run_at", "last_status", "last_detail", "enabled"])
+    return _fired(row, dialog, plan.slot_at, run.status, run.detail, plan.missed, plan.skipped_count)
+
+
+def _fired(
+    row: Schedule,
+    dialog: Dialog | None,
+    slot_at: int,
+    status: str,
+    detail: str,
+    missed: bool = False,
+    skipped_count: int = 0,
+) -> FiredSlot:
+    channel, chat_id = (dialog.channel, dialog.chat_id) if dialog else ("", "")
     return FiredSlot(
         row.pk,
         row.dialog_id,
-        dialog.channel if dialog else "",
-        dialog.chat_id if dialog else "",
+        channel,
+        chat_id,
         row.cron,
         row.tz,
-        plan.slot_at,
-        run.status,
-        plan.missed,
-        plan.skipped_count,
-        run.detail,
+        slot_at,
+        status,
+        missed,
+        skipped_count,
+        detail,
     )
 
 
@@ -307,16 +320,4 @@ def _disable(row: Schedule, dialog: Dialog | None, worker_id: str, now: int, rea
     row.enabled, row.next_run_at = False, None
     row.last_run_at, row.last_status, row.last_detail = slot, Status.REFUSED, reason[:300]
     row.save(update_fields=["enabled", "next_run_at", "last_run_at", "last_status", "last_detail"])
-    return FiredSlot(
-        row.pk,
-        row.dialog_id,
-        dialog.channel if dialog else "",
-        dialog.chat_id if dialog else "",
-        row.cron,
-        row.tz,
-        slot,
-        Status.REFUSED,
-        False,
-        0,
-        reason,
-    )
+    return _fired(row, dialog, slot, Status.REFUSED, reason)

@@ -102,6 +102,14 @@ def require_database() -> None:
         raise database_error(exc) from exc
 
 
+def provider_config_error(exc: ValueError) -> CommandError:
+    """The operator's error for a provider that cannot be built: a ``PICOBOT_CONFIG`` file that
+    cannot be read or parsed names the file itself (it holds more than the LLM presets, e.g.
+    ``[mcp_servers]``); any other mistake is labelled ``LLM configuration``."""
+    text = str(exc)
+    return CommandError(text if text.startswith("PICOBOT_CONFIG") else f"LLM configuration: {text}")
+
+
 def apply_switch_interval() -> float:
     """Set the interpreter's thread switch interval from ``PICOBOT_SWITCH_INTERVAL_MS`` (serve and
     runagent: an event loop beside storage threads). Returns the interval in force, seconds."""

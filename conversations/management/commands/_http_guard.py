@@ -7,7 +7,8 @@ POST cost the process over 1 GB. :func:`install_body_limit` makes the server's H
 refuse a body over the limit *before* it is read: by its ``Content-Length`` as soon as the headers
 arrive (no ``100 Continue`` is sent), or — chunked or lying — as soon as more bytes than the limit
 have arrived. The answer is a JSON ``413 body_too_large`` (``{code, message, ref}``, as every API
-error) and the connection is closed (after a short lingering read that drops what is still in
+error; under ``/v1/`` OpenAI's ``{"error": {…, "code": "request_too_large"}}``) and the
+connection is closed (after a short lingering read that drops what is still in
 flight); the application never sees the request and nothing of the body is kept.
 
 Only ``serve`` installs it. ``daphne picobot_site.asgi:application`` (the scale-out mode) has no
@@ -26,6 +27,7 @@ from typing import Any
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 
+from conversations.api.openai_compat.wire import INVALID_REQUEST, error_body
 from picobot_site.headers import RAW_ANSWER_HEADERS
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ class BodyLimitedRequest(WebRequest):
     def gotLength(self, length: int | None) -> None:  # noqa: N802 - Twisted's name
         self._body_received = 0
         self._body_refused = False
+        # The request line's path (Twisted keeps it on the channel until the body is complete).
+        self._target = getattr(self.channel, "_path", b"") or b""
         if length is not None and length > self.max_body_bytes:
             # Answered before any body byte is read; no "100 Continue" invites the client to send it.
             self.requestHeaders.removeHeader(b"expect")
@@ -81,13 +85,12 @@ class BodyLimitedRequest(WebRequest):
         self._body_refused = True
         ref = secrets.token_hex(4)
         log.info("HTTP request body refused with 413 (ref %s): %s", ref, why)
-        body = json.dumps(
-            {
-                "code": "body_too_large",
-                "message": f"the request body exceeds {self.max_body_bytes} bytes",
-                "ref": ref,
-            }
-        ).encode()
+        message = f"the request body exceeds {self.max_body_bytes} bytes"
+        if self._target.startswith(b"/v1/"):  # the OpenAI-compatible endpoint answers in OpenAI's shape
+            payload = error_body(message, type=INVALID_REQUEST, code="request_too_large")
+        else:
+            payload = {"code": "body_too_large", "message": message, "ref": ref}
+        body = json.dumps(payload).encode()
         head = (
             b"HTTP/1.1 413 Content Too Large\r\n"
             b"Content-Type: application/json; charset=utf-8\r\n"

@@ -18,6 +18,7 @@ from conversations.management.commands._common import (
     PicoBotCommand,
     apply_switch_interval,
     layer_round_trip,
+    provider_config_error,
     require_database,
     start_failure,
 )
@@ -38,7 +39,7 @@ class Command(PicoBotCommand):
         try:
             get_provider()
         except ValueError as exc:  # a configuration mistake: say what to set, no traceback
-            raise CommandError(f"LLM configuration: {exc}") from exc
+            raise provider_config_error(exc) from exc
         try:
             default_registry()  # PICOBOT_TOOL_MODULES errors before anything starts
         except ImproperlyConfigured as exc:

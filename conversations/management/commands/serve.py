@@ -42,6 +42,7 @@ from conversations.management.commands._common import (
     apply_switch_interval,
     bounded_int,
     layer_round_trip,
+    provider_config_error,
     require_database,
     start_failure,
 )
@@ -113,7 +114,7 @@ class Command(PicoBotCommand):
         try:
             provider = get_provider()
         except ValueError as exc:  # a configuration mistake: say what to set, no traceback
-            raise CommandError(f"LLM configuration: {exc}") from exc
+            raise provider_config_error(exc) from exc
         if not no_worker:
             try:
                 read_file_servers()  # a bad [mcp_servers] table stops the start, naming table and key

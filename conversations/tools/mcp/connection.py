@@ -18,7 +18,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
@@ -37,40 +36,22 @@ from conversations.tools.mcp.config import (
     stdio_environment,
 )
 from conversations.tools.mcp.results import result_text
+from conversations.tools.mcp.status import (  # noqa: F401  (re-exported)
+    CONNECTED,
+    FAILED,
+    STARTING,
+    STOPPED,
+    ServerStatus,
+)
 
 log = logging.getLogger(__name__)
 
-STARTING, CONNECTED, FAILED, STOPPED = "starting", "connected", "failed", "stopped"
 DESCRIPTION_MAX_CHARS = 1024
 MAX_TOOLS = 256
 """Tools taken from one server at most (a server listing thousands would swamp every request)."""
 MAX_LIST_PAGES = 20
 ERROR_MAX_CHARS = 300
 CLIENT_INFO = mcp_types.Implementation(name="picobot", version="1")
-
-
-@dataclass
-class ServerStatus:
-    """What the admin and ``doctor`` show of one server in one worker.
-
-    Attributes:
-        name, source, transport, target: from its configuration (``McpServerConfig.public``).
-        state: ``starting`` | ``connected`` | ``failed`` | ``stopped``.
-        last_error: why it last failed ("" when it never did), one line, redacted.
-        tools: the registry names of its tools (``NAME__tool``).
-        skipped: the server's tools left out, name → why (allow list, unusable name, bad schema).
-        changed_at: wall-clock seconds of the last change.
-    """
-
-    name: str
-    source: str
-    transport: str
-    target: str
-    state: str = STARTING
-    last_error: str = ""
-    tools: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    changed_at: float = field(default_factory=time.time)
 
 
 class McpConnection:

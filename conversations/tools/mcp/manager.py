@@ -13,11 +13,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from conversations.agent.log_safety import log_safe
 from conversations.agent.tool_registry import ToolRegistry
 from conversations.tools.mcp.config import McpServerConfig
-from conversations.tools.mcp.connection import McpConnection, ServerStatus
+from conversations.tools.mcp.status import ServerStatus
+
+if TYPE_CHECKING:
+    from conversations.tools.mcp.connection import McpConnection
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,8 @@ class McpManager:
             log.warning("MCP servers: could not read the configuration: %s", log_safe(str(exc)))
             return
         wanted = {config.name: config for config in configs}
+        if wanted:  # the SDK is imported only once a server is configured
+            from conversations.tools.mcp.connection import McpConnection
         for name, connection in list(self.connections.items()):
             if wanted.get(name) != connection.config:
                 del self.connections[name]

@@ -17,8 +17,8 @@ from django.conf import settings
 from conversations.agent.tool_registry import ToolRegistry
 from conversations.storage.runner import run_storage
 from conversations.tools.mcp.config import McpServerConfig, load_mcp_servers, parse_server
-from conversations.tools.mcp.connection import FAILED, ServerStatus
 from conversations.tools.mcp.manager import McpManager
+from conversations.tools.mcp.status import FAILED, ServerStatus
 
 ADMIN_SOURCE = "admin"
 

@@ -74,6 +74,15 @@ async def test_bodies_over_the_limit_are_refused_before_they_are_read(tmp_path):
             server.url, f"{post}Transfer-Encoding: chunked\r\n\r\n".encode(), chunks, chunked=True
         )
         assert parse(answer)[0] == 413
+        # The OpenAI-compatible endpoint's clients read OpenAI's error shape, this answer included.
+        answer = await raw_request(
+            server.url,
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 838860800\r\n\r\n",
+        )
+        status, _, body = parse(answer)
+        assert status == 413 and body["error"]["code"] == "request_too_large"
+        assert body["error"]["type"] == "invalid_request_error" and "exceeds" in body["error"]["message"]
         # The server is fine, and bodies under the limit still reach the API (its own 413 over 1 MiB).
         health = await raw_request(
             server.url, b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"

@@ -258,7 +258,7 @@ async def test_a_restart_ends_a_running_task_interrupted_with_one_notice_and_nev
     notice = await client.until("notification", lambda f: "interrupted" in f["content"])
     assert notice["session_id"] == session and task.id in notice["content"]
     ended = await until_ended(task.id)
-    assert (ended.status, ended.error) == ("interrupted", "interrupted: its server process stopped")
+    assert (ended.status, ended.error) == ("interrupted", "its server process stopped")
     assert ended.notification_inbox_id is None  # a notice, no turn
 
     second = await start(start_worker, provider, worker_id="host-b")

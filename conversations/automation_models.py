@@ -1,4 +1,5 @@
-"""Rows of scheduled prompts (issue 18 "Scheduled prompts"); re-exported by ``conversations.models``.
+"""Automated input's rows: scheduled prompts and background tasks (issue 18); re-exported by
+``conversations.models``.
 
 Times are ms since the Unix epoch, as everywhere (``conversations.models``).
 """
@@ -68,3 +69,52 @@ class ScheduleRun(models.Model):
 
     def __str__(self) -> str:
         return f"schedule {self.schedule_id} slot {self.slot_at} ({self.status})"
+
+
+class BackgroundTask(models.Model):
+    """A sub-agent started by the ``spawn_task`` tool (seed 000 §9; issue 18 "Background tasks").
+
+    It runs in one worker process (``worker_id``), which stamps ``heartbeat_at`` (ms) while it runs;
+    a running row whose heartbeat lapsed belongs to a dead process and ends ``interrupted``
+    (``runtime.background_tasks``). Every end is one conditional update from ``running``, so it
+    happens once. A completed or failed task's ``TaskNotification`` is the inbox row
+    ``notification_inbox_id`` of its dialog. ``limits`` is ``{max_seconds, max_iterations,
+    max_tokens}``; ``tools`` the names the sub-agent may call. Times are ms since the epoch.
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        INTERRUPTED = "interrupted"
+
+    id = models.CharField(primary_key=True, max_length=16)
+    dialog = models.ForeignKey(Dialog, on_delete=models.CASCADE, related_name="tasks")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE)
+    parent_turn_id = models.CharField(max_length=64, blank=True, default="")
+    tool_call_id = models.TextField(blank=True, default="")
+    prompt = models.TextField()
+    tools = models.JSONField(default=list, blank=True)
+    limits = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    result = models.TextField(blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    heartbeat_at = models.BigIntegerField(null=True, blank=True)
+    stop_requested_at = models.BigIntegerField(null=True, blank=True)
+    started_at = models.BigIntegerField(default=now_ms)
+    finished_at = models.BigIntegerField(null=True, blank=True)
+    iterations = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    notification_inbox_id = models.UUIDField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "worker_id"]),
+            models.Index(fields=["owner", "started_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.id} ({self.status})"
