@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
@@ -94,6 +95,7 @@ def create_schedule(
     limit = settings.PICOBOT.schedules_per_user
     now = now_ms()
     with transaction.atomic():
+        _lock_scope(dialog)  # two creates at once must not both pass the count (PostgreSQL)
         mine = Schedule.objects.filter(_scope(dialog.owner, dialog.channel, dialog.chat_id))
         if mine.filter(dialog__deleted_at__isnull=True).count() >= limit:  # a deleted dialog's do not run
             raise ScheduleLimitError(
@@ -112,6 +114,16 @@ def create_schedule(
             updated_at=now,
         )
     return schedule_item(row)
+
+
+def _lock_scope(dialog: Dialog) -> None:
+    """Row-lock what the schedule limit counts over, until the caller's transaction ends: the
+    owner's user row, or (an ownerless chat) the chat's dialogs. SQLite serialises writers anyway."""
+    if dialog.owner_id is not None:
+        rows = get_user_model().objects.filter(pk=dialog.owner_id)
+    else:
+        rows = Dialog.objects.filter(channel=dialog.channel, chat_id=dialog.chat_id)
+    list(rows.select_for_update().values_list("pk", flat=True))
 
 
 def schedules_of(
