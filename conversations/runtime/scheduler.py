@@ -4,7 +4,8 @@
 row and inbox row commit together, so processes that race take each slot once), then wakes the
 dialogs whose prompt was queued and tells chats about missed and refused runs
 (``runtime.notify``, which reaches external platforms such as Feishu too). Persist first, then
-notify: a lost wake-up is found by the inbox scan; a lost notice is only a notice.
+notify: a lost wake-up is found by the inbox scan; a lost notice is only a notice. Once an hour
+a tick also prunes run rows older than ``RUN_HISTORY_DAYS``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from conversations.runtime.agent_channel import wake_dialog
 from conversations.storage.runner import run_storage
 
 log = logging.getLogger(__name__)
+
+RUN_HISTORY_DAYS = 30
+"""Run rows (the admin's history of each schedule) are kept this long, then pruned."""
+PRUNE_EVERY_MS = 3_600_000
 
 
 def slot_notice(slot: storage.FiredSlot) -> tuple[str, str] | None:
@@ -52,6 +57,7 @@ class ScheduleRunner:
         self.worker_id = worker_id
         self.clock = clock
         self.period = settings.PICOBOT.schedule_poll_seconds
+        self._pruned_at: int | None = None
 
     async def tick(self) -> list[storage.FiredSlot]:
         """Fire what is due now, wake and notify; returns the slots this process handled."""
@@ -81,7 +87,18 @@ class ScheduleRunner:
                     await wake_dialog(slot.dialog_id)
                 except Exception:  # the inbox scan finds it
                     log.warning("could not wake dialog %s", slot.dialog_id, exc_info=True)
+        await self._prune()
         return fired
+
+    async def _prune(self) -> None:
+        """At most once an hour: delete run rows older than ``RUN_HISTORY_DAYS``."""
+        now = self.clock()
+        if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY_MS:
+            return
+        self._pruned_at = now
+        deleted = await run_storage(storage.prune_schedule_runs, now - RUN_HISTORY_DAYS * 86_400_000)
+        if deleted:
+            log.info("scheduled prompts: %d run rows older than %d days pruned", deleted, RUN_HISTORY_DAYS)
 
     async def run(self) -> None:
         """Tick every ``period`` s until cancelled; an error is logged and the next tick tries again."""

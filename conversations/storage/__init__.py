@@ -72,6 +72,7 @@ from conversations.storage.schedules import (
     create_schedule,
     delete_schedule,
     fire_due_schedules,
+    prune_schedule_runs,
     schedules_of,
     set_schedule_enabled,
 )
@@ -129,6 +130,7 @@ __all__ = [
     "create_schedule",
     "delete_schedule",
     "fire_due_schedules",
+    "prune_schedule_runs",
     "schedules_of",
     "set_schedule_enabled",
     "accept_inbound",

@@ -303,6 +303,13 @@ def _fired(
 DIALOG_GONE = "its dialog was deleted"
 
 
+def prune_schedule_runs(older_than_ms: int) -> int:
+    """Delete the run rows of slots before ``older_than_ms``; returns how many went. A slot that
+    old is never fired again (``next_run_at`` is past it), so its row no longer guards anything."""
+    deleted, _ = ScheduleRun.objects.filter(slot_at__lt=older_than_ms).delete()
+    return deleted
+
+
 def _queue(row: Schedule, run: ScheduleRun) -> None:
     """Put the slot's prompt in the dialog's inbox (in the caller's transaction) and note on ``run``."""
     label = f"Scheduled ({row.cron}): {row.prompt}"

@@ -147,3 +147,31 @@ async def test_the_scheduler_polls_by_itself_and_stops_with_the_worker(connect, 
     assert committed["messages"][0]["origin"]["ref"] == str(item["id"])
     await worker.stop(timeout=5)
     assert all(task.done() for task in worker._loops)
+
+
+async def test_run_rows_older_than_the_history_window_are_pruned_once_an_hour(start_worker):
+    from conversations.runtime.scheduler import RUN_HISTORY_DAYS
+
+    worker = await start_worker(chatty())
+    item, _ = await add_schedule()
+    day = 24 * HOUR
+    now = item["next_run_at"] - 3 * HOUR  # nothing due during the test
+    window = RUN_HISTORY_DAYS * day
+
+    @database_sync_to_async
+    def add_runs(*slots: int) -> None:
+        ScheduleRun.objects.bulk_create(
+            [ScheduleRun(schedule_id=item["id"], slot_at=slot, status="queued") for slot in slots]
+        )
+
+    await add_runs(now - window - day, now - window + day)
+    worker.scheduler.clock = at(now)
+    assert await worker.scheduler.tick() == []
+    assert [run[0] for run in await runs_of(item["id"])] == [now - window + day]
+    await add_runs(now - window - 2 * day)
+    worker.scheduler.clock = at(now + HOUR - 1)
+    await worker.scheduler.tick()
+    assert len(await runs_of(item["id"])) == 2, "pruned at most once an hour"
+    worker.scheduler.clock = at(now + HOUR)
+    await worker.scheduler.tick()
+    assert [run[0] for run in await runs_of(item["id"])] == [now - window + day]
