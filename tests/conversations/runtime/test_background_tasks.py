@@ -446,3 +446,24 @@ async def test_a_second_stop_while_the_first_ends_the_task_loses_neither_end_nor
     assert (await until_ended(task.id)).status == "cancelled"
     await asyncio.sleep(0.2)
     assert len([f for f in client.of_type("notification") if "was stopped" in f["content"]]) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_task_is_refused_when_its_owner_used_up_the_daily_budget(connect, start_worker, settings):
+    """The budget is checked again when a task starts: one spent up during the parent's turn
+    (issue 17) refuses the task, and the parent's turn says why."""
+    from tests.conversations.usage.test_budgets import spend
+
+    settings.PICOBOT = settings.PICOBOT.replace(user_daily_tokens=1000)
+    spent = asyncio.Event()
+    provider = TaskProvider(parent=[[spent, *spawn("c1")], script_text("no task then")], task=[])
+    await start(start_worker, provider)
+    client, _ = await chat(connect)
+    await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
+    await client.until("turn_updated")  # the turn runs: its message was within the budget
+    await spend("alice", 1000)
+    spent.set()
+    committed = await client.until("turn_committed")
+    (result,) = [m for m in committed["messages"] if m["role"] == "tool"]
+    assert result["is_error"] and "daily token budget" in result["content"]
+    assert await tasks() == [] and provider.task_requests == []
