@@ -1,4 +1,5 @@
-"""Scheduled prompts over REST (issue 18): a dialog's schedules, adding, pausing and deleting one.
+"""Scheduled prompts over REST (issue 18): a dialog's schedules, adding, changing (pausing) and
+deleting one.
 
 The same rules as ``/schedule`` (``chat.schedule_command``): a bad ``cron``, ``tz`` or ``prompt``
 is a 422 ``invalid_schedule`` whose ``errors`` name the field; more than
@@ -46,8 +47,7 @@ async def create_schedule(
             storage.create_schedule, dialog, payload.cron, payload.prompt, payload.tz, enabled=payload.enabled
         )
     except ScheduleSpecError as exc:
-        issue = {"loc": ["body", exc.field], "msg": exc.reason, "type": "value_error"}
-        raise ApiError(422, "invalid_schedule", str(exc), extra={"errors": [issue]}) from None
+        raise _invalid(exc) from None
     except storage.ScheduleLimitError as exc:
         raise ApiError(409, "schedule_limit", str(exc)) from None
     return Status(201, item)
@@ -57,8 +57,19 @@ async def create_schedule(
 async def update_schedule(
     request: HttpRequest, payload: ScheduleUpdate, schedule_id: int = ScheduleId
 ) -> dict:
-    """Pause (``enabled: false``) or resume one of the caller's schedules; resuming counts from now."""
-    return await run_storage(storage.set_schedule_enabled, request.auth, schedule_id, payload.enabled)
+    """Change one of the caller's schedules: only the fields given. ``enabled: false`` pauses it;
+    resuming, or a new ``cron`` or ``tz``, counts from now (the times between are not missed)."""
+    try:
+        return await run_storage(
+            storage.update_schedule, request.auth, schedule_id, **payload.model_dump(exclude_none=True)
+        )
+    except ScheduleSpecError as exc:
+        raise _invalid(exc) from None
+
+
+def _invalid(exc: ScheduleSpecError) -> ApiError:
+    issue = {"loc": ["body", exc.field], "msg": exc.reason, "type": "value_error"}
+    return ApiError(422, "invalid_schedule", str(exc), extra={"errors": [issue]})
 
 
 @router.delete("/schedules/{schedule_id}", response={204: None, **errors(403, 404)}, tags=["schedules"])

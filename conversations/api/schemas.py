@@ -335,4 +335,11 @@ class ScheduleCreate(_Input):
 
 
 class ScheduleUpdate(_Input):
-    enabled: bool = Field(..., description="false pauses it; true resumes it from now (no missed runs)")
+    """Only the fields given change. A new ``cron`` or ``tz`` counts from now, as a resume does."""
+
+    enabled: bool | None = Field(
+        None, description="false pauses it; true resumes it from now (no missed runs)"
+    )
+    cron: str | None = Field(None, max_length=100, description="as when creating it")
+    tz: str | None = Field(None, max_length=64, description='an IANA zone; `""`: `PICOBOT_TIME_ZONE`')
+    prompt: str | None = Field(None, max_length=4000, description="what enters the inbox at each due time")

@@ -75,6 +75,7 @@ from conversations.storage.schedules import (
     prune_schedule_runs,
     schedules_of,
     set_schedule_enabled,
+    update_schedule,
 )
 from conversations.storage.shapes import (
     DEFAULT_TITLE,
@@ -133,6 +134,7 @@ __all__ = [
     "prune_schedule_runs",
     "schedules_of",
     "set_schedule_enabled",
+    "update_schedule",
     "accept_inbound",
     "active_dialog_created",
     "clean_user_title",

@@ -168,14 +168,54 @@ def set_schedule_enabled(
     Raises:
         NotFoundError: no such schedule, or another user's (chat's).
     """
+    return update_schedule(owner, schedule_id, channel, chat_id, enabled=enabled)
+
+
+def update_schedule(
+    owner: Any,
+    schedule_id: Any,
+    channel: str = "",
+    chat_id: str = "",
+    *,
+    cron: str | None = None,
+    tz: str | None = None,
+    prompt: str | None = None,
+    enabled: bool | None = None,
+) -> dict:
+    """Change the given fields of a schedule (None: unchanged). A new ``cron`` or ``tz``, or a
+    resume, counts from now: the next due time is the first one after now, and the times between
+    are not missed runs. ``tz=""`` means ``PICOBOT_TIME_ZONE``.
+
+    Raises:
+        NotFoundError: no such schedule, or another user's (chat's).
+        ScheduleSpecError: a bad ``cron``, ``tz`` or ``prompt`` (``.field`` names it).
+    """
     with transaction.atomic():
         row = _own(owner, channel, chat_id, schedule_id)
-        if row.enabled != enabled:
-            now = now_ms()
-            row.enabled, row.updated_at = enabled, now
-            row.anchor_at = now if enabled else row.anchor_at
-            row.next_run_at = first_slot(row.cron, row.tz, now) if enabled else None
-            row.save(update_fields=["enabled", "updated_at", "anchor_at", "next_run_at"])
+        new_cron, new_tz, new_prompt = checked_fields(
+            row.cron if cron is None else cron,
+            row.tz if tz is None else tz,
+            row.prompt if prompt is None else scrub_text(prompt),
+        )
+        new_enabled = row.enabled if enabled is None else enabled
+        retimed = (new_cron, new_tz) != (row.cron, row.tz) or (new_enabled and not row.enabled)
+        if (new_cron, new_tz, new_prompt, new_enabled) == (row.cron, row.tz, row.prompt, row.enabled):
+            return schedule_item(row)
+        now = now_ms()
+        row.cron, row.tz, row.prompt, row.enabled, row.updated_at = (
+            new_cron,
+            new_tz,
+            new_prompt,
+            new_enabled,
+            now,
+        )
+        if retimed:
+            row.anchor_at = now
+        if not new_enabled:
+            row.next_run_at = None
+        elif retimed:
+            row.next_run_at = first_slot(new_cron, new_tz, now)
+        row.save(update_fields=["cron", "tz", "prompt", "enabled", "updated_at", "anchor_at", "next_run_at"])
     return schedule_item(row)
 
 

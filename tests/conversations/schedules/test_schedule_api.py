@@ -58,6 +58,31 @@ async def test_a_schedule_is_created_listed_paused_and_deleted():
     assert again.status_code == 404 and again.json()["code"] == "not_found"
 
 
+async def test_a_schedule_is_edited_field_by_field_and_a_new_time_counts_from_now():
+    alice, dialog = await client_and_dialog("alice")
+    item = (
+        await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "0 9 * * *", "prompt": "Daily report"})
+    ).json()
+    reworded = await alice.patch(f"/schedules/{item['id']}", json={"prompt": "Weekly report"})
+    assert reworded.status_code == 200, reworded.json()
+    assert (reworded.json()["prompt"], reworded.json()["next_run_at"]) == (
+        "Weekly report",
+        item["next_run_at"],
+    )
+    moved = (
+        await alice.patch(f"/schedules/{item['id']}", json={"cron": "@every 1h", "tz": "Asia/Tokyo"})
+    ).json()
+    assert (moved["cron"], moved["tz"], moved["prompt"]) == ("@every 1h", "Asia/Tokyo", "Weekly report")
+    assert moved["next_run_at"] - moved["created_at"] >= 3_600_000 - 60_000  # an hour from the edit
+    bad = await alice.patch(f"/schedules/{item['id']}", json={"cron": "61 * * * *", "prompt": "x"})
+    assert bad.status_code == 422 and bad.json()["code"] == "invalid_schedule"
+    assert bad.json()["errors"][0]["loc"] == ["body", "cron"]
+    kept = (await alice.get(f"/dialogs/{dialog}/schedules")).json()["items"][0]
+    assert (kept["cron"], kept["prompt"]) == ("@every 1h", "Weekly report"), "a refused edit changes nothing"
+    paused = (await alice.patch(f"/schedules/{item['id']}", json={"enabled": False, "cron": "@daily"})).json()
+    assert (paused["cron"], paused["enabled"], paused["next_run_at"]) == ("@daily", False, None)
+
+
 @pytest.mark.parametrize(
     ("body", "field", "says"),
     [
