@@ -19,17 +19,10 @@ import pytest
 from channels.layers import channel_layers
 
 from tests.faults.rig import FaultPlan, Rig, read_rows
+from tests.ports import free_port_in
 
 PORTS = range(6380, 6390)
 DOWN_SECONDS = 1.0
-
-
-def free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise RuntimeError(f"no free port in {PORTS}")
 
 
 class PrivateRedis:
@@ -78,7 +71,7 @@ async def redis_layer(rig: Rig) -> None:
         if os.environ.get("PICOBOT_REQUIRE_SERVICES") == "1":
             pytest.fail(message + " (PICOBOT_REQUIRE_SERVICES=1)")
         pytest.skip(message)
-    rig.redis = PrivateRedis(free_port())
+    rig.redis = PrivateRedis(free_port_in(PORTS))
     await rig.redis.start()
     rig.settings.CHANNEL_LAYERS = {
         "default": {

@@ -12,23 +12,13 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 
 import pytest
 
+from tests.ports import free_port_in
+
 PORTS = range(6390, 6400)
 """Ports for private servers, away from the shared Redis (6379)."""
-
-
-def _free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1} for a private redis-server")
 
 
 class PrivateRedis:
@@ -42,7 +32,7 @@ class PrivateRedis:
                 pytest.fail(message + " (PICOBOT_REQUIRE_SERVICES=1)")
             pytest.skip(message)
         self.binary = binary
-        self.port = _free_port()
+        self.port = free_port_in(PORTS)
         self.proc: asyncio.subprocess.Process | None = None
         self.restarts = 0
         self.started = False
@@ -61,7 +51,7 @@ class PrivateRedis:
                 return
             if self.started:
                 break
-            self.port = _free_port()
+            self.port = free_port_in(PORTS)
         raise RuntimeError(f"redis-server could not start on port {self.port}")
 
     async def _start_on_port(self) -> bool:

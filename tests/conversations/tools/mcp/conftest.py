@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conversations.runtime.provider import reset
+from tests.ports import free_port_in
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 PORTS = range(18100, 18200)
@@ -53,24 +54,13 @@ def mcp_config(settings: object, tmp_path: Path) -> Iterator[Callable[[str], Pat
     reset()
 
 
-def free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 18100-18199")
-
-
 @pytest.fixture
 def http_server(tmp_path: Path) -> Iterator[Callable[[], str]]:
     """``url = http_server()``: the test server over streamable HTTP in a subprocess."""
     processes: list[subprocess.Popen] = []
 
     def start() -> str:
-        port = free_port()
+        port = free_port_in(PORTS)
         log = open(tmp_path / f"http-{port}.log", "wb")  # noqa: SIM115 - closed with the process
         process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)], stdout=log, stderr=log)
         processes.append(process)
