@@ -297,7 +297,14 @@ def _fire(pk: int, worker_id: str, now: int, grace_ms: int, policy: str) -> Fire
         )
         ScheduleRun.objects.bulk_create(
             [
-                ScheduleRun(schedule=row, slot_at=slot, status=Status.SKIPPED, missed=True, worker=worker_id)
+                ScheduleRun(
+                    schedule=row,
+                    slot_at=slot,
+                    status=Status.SKIPPED,
+                    missed=True,
+                    detail=MISSED_DETAIL,
+                    worker=worker_id,
+                )
                 for slot in plan.skipped
             ],
             ignore_conflicts=True,
@@ -305,7 +312,7 @@ def _fire(pk: int, worker_id: str, now: int, grace_ms: int, policy: str) -> Fire
         if plan.run:
             _queue(row, run)
         else:
-            run.detail = "missed while the server was down"
+            run.detail = MISSED_DETAIL
         run.save(update_fields=["status", "detail", "inbox"])
         row.next_run_at = plan.next_run_at
         row.last_run_at, row.last_status, row.last_detail = plan.slot_at, run.status, run.detail
@@ -341,6 +348,7 @@ def _fired(
 
 
 DIALOG_GONE = "its dialog was deleted"
+MISSED_DETAIL = "missed while the server was down"
 
 
 def prune_schedule_runs(older_than_ms: int) -> int:
