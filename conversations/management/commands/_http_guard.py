@@ -85,7 +85,9 @@ class BodyLimitedRequest(WebRequest):
         self._body_refused = True
         ref = secrets.token_hex(4)
         log.info("HTTP request body refused with 413 (ref %s): %s", ref, why)
-        message = f"the request body exceeds {self.max_body_bytes} bytes"
+        limit = self.max_body_bytes
+        shown = f"{limit // 1048576} MiB" if limit % 1048576 == 0 else f"{limit} bytes"
+        message = f"the request body exceeds {shown}"
         if self._target.startswith(b"/v1/"):  # the OpenAI-compatible endpoint answers in OpenAI's shape
             payload = error_body(message, type=INVALID_REQUEST, code="request_too_large")
         else:

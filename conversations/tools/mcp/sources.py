@@ -55,10 +55,11 @@ def admin_servers(taken: set[str]) -> tuple[list[McpServerConfig], list[ServerSt
             configs.append(parse_server(row.name, row.table(), source=ADMIN_SOURCE))
         except ValueError as exc:
             target = row.command or row.url
+            # A clash keeps the file's server running under the name: its status must not be
+            # overwritten (one status row per worker and name), so this one is named apart.
+            name = f"{row.name} (admin)" if row.name in taken else row.name
             invalid.append(
-                ServerStatus(
-                    row.name, ADMIN_SOURCE, "stdio" if row.command else "http", target, FAILED, str(exc)
-                )
+                ServerStatus(name, ADMIN_SOURCE, "stdio" if row.command else "http", target, FAILED, str(exc))
             )
     return configs, invalid
 

@@ -190,3 +190,18 @@ def test_doctor_fails_a_bad_mcp_table_naming_it(mcp_config):
     with pytest.raises(CommandError):
         call_command("doctor", "--no-llm-request", stdout=out, stderr=StringIO())
     assert "FAIL MCP servers: PICOBOT_CONFIG: [mcp_servers.a].url must be an http(s) URL" in out.getvalue()
+
+
+def test_an_admin_row_named_like_a_file_server_never_hides_that_servers_status(db):
+    """The file's server runs under the name; the refused admin row gets a status of its own."""
+    from conversations.tools.mcp.sources import admin_servers, save_statuses
+    from conversations.tools.mcp.status import CONNECTED, ServerStatus
+
+    McpServer.objects.create(name="trial", command="x")
+    configs, invalid = admin_servers({"trial"})
+    running = ServerStatus("trial", "PICOBOT_CONFIG", "stdio", "python", CONNECTED, tools=["trial__add"])
+    save_statuses("host:1", [running, *invalid])
+    rows = dict(McpServerStatus.objects.values_list("name", "state"))
+    assert configs == [] and rows == {"trial": "connected", "trial (admin)": "failed"}
+    (refused,) = invalid
+    assert "taken by a [mcp_servers] table of PICOBOT_CONFIG" in refused.last_error
