@@ -56,6 +56,13 @@ def spawn(call_id: str, **arguments: object) -> list:
     return script_tool_call(call_id, "spawn_task", {"prompt": "count the files", **arguments})
 
 
+def hanging_task_provider() -> TaskProvider:
+    """The parent spawns one task (call ``c1``) and answers "started"; the task never ends by itself."""
+    return TaskProvider(
+        parent=[spawn("c1"), script_text("started")], task=[[asyncio.Event(), *script_text("x")]]
+    )
+
+
 async def start(start_worker: Callable, provider: LLMProvider, worker_id: str = "test-host:serve") -> object:
     registry = ToolRegistry([current_time_tool()])
     worker = await start_worker(provider, worker_id=worker_id, tools=registry)
@@ -245,8 +252,7 @@ async def test_the_time_limit_ends_a_task_failed(connect, start_worker):
 async def test_a_restart_ends_a_running_task_interrupted_with_one_notice_and_never_runs_it_again(
     connect, start_worker
 ):
-    never = asyncio.Event()
-    provider = TaskProvider(parent=[spawn("c1"), script_text("started")], task=[[never, *script_text("x")]])
+    provider = hanging_task_provider()
     first = await start(start_worker, provider, worker_id="host-a")
     client, session = await chat(connect)
     await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
@@ -353,8 +359,7 @@ async def connect_and_orphan(connect: Callable, worker_id: str) -> tuple[object,
 
 @pytest.mark.django_db(transaction=True)
 async def test_tasks_lists_and_stop_task_stops_only_the_users_own_task(connect, start_worker):
-    never = asyncio.Event()
-    provider = TaskProvider(parent=[spawn("c1"), script_text("started")], task=[[never, *script_text("x")]])
+    provider = hanging_task_provider()
     await start(start_worker, provider)
     client, session = await chat(connect)
     await client.send({"type": "message", "content": "/tasks"})
@@ -398,8 +403,7 @@ async def test_tasks_lists_and_stop_task_stops_only_the_users_own_task(connect, 
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_stop_whose_layer_message_was_lost_is_read_by_the_heartbeat(connect, start_worker):
-    never = asyncio.Event()
-    provider = TaskProvider(parent=[spawn("c1"), script_text("started")], task=[[never, *script_text("x")]])
+    provider = hanging_task_provider()
     worker = await start(start_worker, provider)
     client, _ = await chat(connect)
     await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
@@ -433,8 +437,7 @@ async def test_running_tasks_are_capped_per_user(connect, start_worker, settings
 async def test_a_second_stop_while_the_first_ends_the_task_loses_neither_end_nor_notice(
     connect, start_worker
 ):
-    never = asyncio.Event()
-    provider = TaskProvider(parent=[spawn("c1"), script_text("started")], task=[[never, *script_text("x")]])
+    provider = hanging_task_provider()
     worker = await start(start_worker, provider)
     client, _ = await chat(connect)
     await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
