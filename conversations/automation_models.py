@@ -12,6 +12,15 @@ from django.db import models
 from conversations.models import Dialog, InboxMessage, now_ms
 
 
+def pending_notice_index(table: str) -> models.Index:
+    """A partial index of the rows whose notice waits for a client: few, read on every ``ready``."""
+    return models.Index(
+        fields=["notice_sent_at"],
+        condition=models.Q(notice_sent_at__isnull=True) & ~models.Q(notice_level=""),
+        name=f"{table}_pending_notice",
+    )
+
+
 class Schedule(models.Model):
     """A prompt that enters ``dialog``'s inbox at the times ``cron`` names, read in ``tz``.
 
@@ -46,7 +55,12 @@ class Schedule(models.Model):
 
 class ScheduleRun(models.Model):
     """What happened to one slot of a schedule; unique per ``(schedule, slot_at)``: a slot is
-    taken once, by whichever process creates this row (in the same transaction as the inbox row)."""
+    taken once, by whichever process creates this row (in the same transaction as the inbox row).
+
+    ``notice``/``notice_level``: what the chat is told about it (a missed or refused run; empty
+    for an ordinary one); ``notice_sent_at`` stays NULL until a client received it
+    (``storage.notices``).
+    """
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -63,9 +77,13 @@ class ScheduleRun(models.Model):
     )
     worker = models.CharField(max_length=200, blank=True, default="")
     created_at = models.BigIntegerField(default=now_ms)
+    notice_level = models.CharField(max_length=8, blank=True, default="")
+    notice = models.TextField(blank=True, default="")
+    notice_sent_at = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["schedule", "slot_at"], name="schedule_slot_once")]
+        indexes = [models.Index(fields=["slot_at"], name="schedule_run_slot_at"), pending_notice_index("run")]
 
     def __str__(self) -> str:
         return f"schedule {self.schedule_id} slot {self.slot_at} ({self.status})"
@@ -79,7 +97,10 @@ class BackgroundTask(models.Model):
     (``runtime.background_tasks``). Every end is one conditional update from ``running``, so it
     happens once. A completed or failed task's ``TaskNotification`` is the inbox row
     ``notification_inbox_id`` of its dialog. ``limits`` is ``{max_seconds, max_iterations,
-    max_tokens}``; ``tools`` the names the sub-agent may call. Times are ms since the epoch.
+    max_tokens}``; ``tools`` the names the sub-agent may call. ``notice``/``notice_level``: what
+    the chat is told about an end without a turn (cancelled, interrupted, a refused notification);
+    ``notice_sent_at`` stays NULL until a client received it (``storage.notices``). Times are ms
+    since the epoch.
     """
 
     class Status(models.TextChoices):
@@ -109,11 +130,15 @@ class BackgroundTask(models.Model):
     input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField(default=0)
     notification_inbox_id = models.UUIDField(null=True, blank=True)
+    notice_level = models.CharField(max_length=8, blank=True, default="")
+    notice = models.TextField(blank=True, default="")
+    notice_sent_at = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [
             models.Index(fields=["status", "worker_id"]),
             models.Index(fields=["owner", "started_at"]),
+            pending_notice_index("task"),
         ]
 
     def __str__(self) -> str:

@@ -55,6 +55,14 @@ class McpServer(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def target(self) -> str:
+        """What it runs, as the status page shows it: the command with its args, or the URL."""
+        if not self.command:
+            return self.url
+        args = self.args if isinstance(self.args, list) else []
+        return " ".join([self.command, *(str(arg) for arg in args)])
+
     def table(self) -> dict:
         """The row as an ``[mcp_servers.NAME]`` table (``tools.mcp.config.parse_server``)."""
         table: dict = {"command": self.command, "url": self.url}
@@ -70,7 +78,12 @@ class McpServer(models.Model):
 
 
 class McpServerStatus(models.Model):
-    """How an MCP server is doing in one agent worker (written by the worker, read by the admin)."""
+    """How an MCP server is doing in one agent worker (written by the worker, read by the admin).
+
+    ``seen_at`` (ms): the worker's last write; it rewrites its rows at least every
+    ``tools.mcp.manager.STATUS_STAMP_SECONDS``, so rows of a worker that died without removing
+    them show as gone and are pruned (``tools.mcp.sources``).
+    """
 
     worker_id = models.CharField(max_length=200)
     name = models.CharField(max_length=64)
@@ -82,6 +95,7 @@ class McpServerStatus(models.Model):
     tools = models.JSONField(default=list, blank=True)
     skipped = models.JSONField(default=dict, blank=True)
     changed_at = models.FloatField(default=0)
+    seen_at = models.BigIntegerField(default=now_ms)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["worker_id", "name"], name="mcp_status_worker_name")]

@@ -178,12 +178,22 @@ def notification_label(task_id: str, status: str) -> str:
     return f"Background task {task_id} {status}"
 
 
-def ended_notice(task_id: str, status: str, prompt: str) -> str:
-    """The chat notice of a task that ends without a turn: ``cancelled`` (stopped by a user) or
-    ``interrupted`` (its process stopped or died; it is never run again)."""
+def end_notice(task_id: str, status: str, prompt: str, refused: str = "") -> tuple[str, str] | None:
+    """``(level, text)`` the chat is told about a task that ends without a turn, or None.
+
+    ``cancelled`` (stopped by a user), ``interrupted`` (its process stopped or died; it is never
+    run again), or a ``completed``/``failed`` end whose ``TaskNotification`` could not be queued
+    (``refused``: why — the inbox is full, the budget is used up).
+    """
+    name = f"Background task {task_id} (“{excerpt(prompt)}”)"
+    if refused:
+        return "warning", f"{name} {status}, but its result could not be queued ({refused}); /tasks shows it."
     if status == "cancelled":
-        return f"Background task {task_id} (“{excerpt(prompt)}”) was stopped."
-    return (
-        f"Background task {task_id} (“{excerpt(prompt)}”) was interrupted by a server restart and will "
-        f"not be run again; ask for it again if you still need it."
-    )
+        return "info", f"{name} was stopped."
+    if status == "interrupted":
+        return (
+            "warning",
+            f"{name} was interrupted: its server process stopped. It will not be run again; ask for it "
+            f"again if you still need it.",
+        )
+    return None

@@ -45,12 +45,13 @@ from conversations.chat.frames import (
     placeholder_snapshot,
     sessions_request,
 )
+from conversations.chat.ready_notices import send_pending_notices
 from conversations.chat.reconcile import TurnReconciler
 from conversations.chat.stops import StopRequests
 from conversations.models import now_ms
 from conversations.runtime.agent_channel import WORKERS_GROUP, wake_dialog
 from conversations.runtime.consumer_base import LoopDispatch
-from conversations.runtime.notify import dumps, interrupted_notice, session_changed
+from conversations.runtime.notify import dumps, session_changed
 from conversations.runtime.provider import provider_info
 from conversations.runtime.sessions import session_manager
 from conversations.storage.dialog_reads import sessions_page
@@ -163,7 +164,7 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
                 "running": [placeholder_snapshot(item) for item in running],
             }
         )
-        await self._send_interrupted_notices()
+        await send_pending_notices(CHANNEL, self.chat_id, self._offer_terminal, self._send_text)
         now = time.monotonic()
         for item in running:
             self.ledger.saw_running(item["turn_id"], now)
@@ -179,29 +180,6 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
                     "reply_channel": self.channel_name,
                 },
             )
-
-    async def _send_interrupted_notices(self) -> None:
-        """Tell this connection about turns a dead process left behind that no client heard of.
-
-        DESIGN §3: the takeover's group broadcast (``notify.publish_interrupted``) is
-        best effort and usually finds nobody connected after a restart, so every ``ready`` also
-        sends the chat's pending notices — the terminal ``failed`` snapshot (through the credit
-        window, so a later broadcast copy is dropped) and the warning ``notification`` (same
-        ``id`` as the broadcast's) — and then marks them sent. If a row is still ``started`` here
-        (``ready.running`` showed it) and the new owner interrupts it a moment later, the group
-        broadcast reaches this connection instead. Best effort: a failure leaves the notices
-        pending for the next connection and never fails the connect.
-        """
-        try:
-            pending = await run_storage(storage.pending_interrupted_notices, CHANNEL, self.chat_id)
-            for item in pending:
-                notice = interrupted_notice(item)
-                await self._offer_terminal(notice.turn_id, notice.revision, notice.payload)
-                await self.send(text_data=notice.notification_text)
-            if pending:
-                await run_storage(storage.mark_notices_sent, [item["inbox_id"] for item in pending])
-        except Exception:
-            log.exception("could not send the chat's interrupted-turn notices; the next connection retries")
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "counted_open", False):

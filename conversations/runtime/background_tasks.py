@@ -18,7 +18,8 @@ How a task ends (each end is one conditional update, ``storage.tasks.end_task``)
   wake: answered as its own turn when the dialog is free, final-only;
 - cancelled (``/stop task ID``, from any process: a ``task.stop`` layer message, or the
   ``stop_requested_at`` the next heartbeat reads) → a chat notice only, no turn;
-- interrupted (its worker stops, or dies) → a chat notice only; a task is never run again.
+- interrupted (its worker stops, or dies) → a chat notice only, kept on the row until a client
+  received it (``storage.notices``); a task is never run again.
 
 Death: a worker stamps its running tasks' ``heartbeat_at`` every ``PICOBOT_LEASE_RENEW_SECONDS``.
 A running task of *another* worker whose heartbeat is older than ``PICOBOT_LEASE_SECONDS`` and
@@ -42,7 +43,6 @@ from conversations.agent.background_tasks import (
     TaskLimits,
     TaskRequest,
     cut_result,
-    ended_notice,
 )
 from conversations.agent.failures import new_ref, provider_failure_text
 from conversations.agent.loop import AgentLoop, AgentResult
@@ -52,7 +52,7 @@ from conversations.runtime import notify
 from conversations.runtime.agent_channel import wake_dialog
 from conversations.runtime.provider import ProviderFor, preset_for, turn_provider
 from conversations.runtime.supervisor import SupervisorClosedError, TaskSupervisor
-from conversations.storage import NotFoundError
+from conversations.storage import NotFoundError, task_notice_id
 from conversations.storage import tasks as task_rows
 from conversations.storage.runner import run_storage
 from providers.messages import Message
@@ -339,24 +339,19 @@ def _partial(loop: AgentLoop | None) -> str:
 
 
 async def announce_end(ended: task_rows.EndedTask) -> None:
-    """After an end was written: wake a worker for its notification, or tell the chat (best effort)."""
+    """After an end was written: wake a worker for its notification, or tell the chat its notice
+    (kept on the row until a client received it: ``notify.publish_kept_notice``). Best effort."""
     try:
         if ended.inbox_id:
             await wake_dialog(ended.dialog_id)
-            return
-        if ended.refused:
-            content = (
-                f"Background task {ended.id} {ended.status}, but its result could not be queued "
-                f"({ended.refused}); /tasks shows it."
+        elif ended.notice:
+            await notify.publish_kept_notice(
+                ended.channel,
+                ended.chat_id,
+                ended.notice_level,
+                ended.notice,
+                session_id=ended.dialog_id,
+                notice_id=task_notice_id(ended.id),
             )
-            level = "warning"
-        elif ended.status in (Status.CANCELLED, Status.INTERRUPTED):
-            content = ended_notice(ended.id, ended.status, ended.prompt)
-            level = "info" if ended.status == Status.CANCELLED else "warning"
-        else:
-            return  # its dialog is gone
-        await notify.publish_notification(
-            ended.channel, ended.chat_id, level, content, session_id=ended.dialog_id, key=f"task:{ended.id}"
-        )
     except Exception:
         log.warning("could not announce the end of background task %s", ended.id, exc_info=True)

@@ -15,8 +15,10 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from conversations import storage
 from conversations.runtime import platforms
 from conversations.storage import TURN_INTERRUPTED_ERROR, CommitResult
+from conversations.storage.runner import run_storage
 from delivery.groups import chat_group
 from delivery.platforms.cli_chat import CliChatSink
 from delivery.presentation import PresentationPolicy, serialize_snapshot
@@ -77,20 +79,38 @@ async def publish_notification(
     *,
     session_id: str | None = None,
     key: str | None = None,
-) -> None:
+) -> bool:
     """A ``notification`` frame (PROTOCOL §1): system notices, never part of history.
 
-    A chat of a registered external platform (``runtime.platforms``) gets it as a message of its
-    own, sent once per ``key`` (a random one when None).
+    ``key`` names the notice: the frame's ``id`` (clients show an id once). A chat of a
+    registered external platform (``runtime.platforms``) gets it as a message of its own, sent
+    once per ``key`` (a random one when None), and the call returns True: it is in that
+    platform's outbox. False: it went to the chat's group (the connections open now).
     """
     adapter = platforms.adapter_for(channel)
     if adapter is not None:
         await adapter.notify(chat_id, level, content, key=key or uuid.uuid4().hex, session_id=session_id)
-        return
+        return True
     frame = {"type": "notification", "level": level, "content": content}
     if session_id:
         frame["session_id"] = session_id
+    if key:
+        frame["id"] = key
     await publish_frame(channel, chat_id, frame)
+    return False
+
+
+async def publish_kept_notice(
+    channel: str, chat_id: str, level: str, content: str, *, session_id: str, notice_id: str
+) -> None:
+    """A notice its row keeps until a client received it (``storage.notices``: a missed or
+    refused scheduled run, an interrupted task): broadcast now with the ``id`` ``notice_id``.
+
+    Handed to an external platform's outbox, it is marked sent; a WebSocket chat gets it
+    again on its next ``ready`` until a connection sent it (clients show an id once).
+    """
+    if await publish_notification(channel, chat_id, level, content, session_id=session_id, key=notice_id):
+        await run_storage(storage.mark_automation_notices_sent, [notice_id])
 
 
 async def publish_turn_committed(channel: str, chat_id: str, session_id: str, commit: CommitResult) -> None:

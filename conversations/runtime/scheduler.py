@@ -3,9 +3,10 @@
 ``ScheduleRunner.tick`` fires due slots through ``storage.fire_due_schedules`` (each slot's run
 row and inbox row commit together, so processes that race take each slot once), then wakes the
 dialogs whose prompt was queued and tells chats about missed and refused runs
-(``runtime.notify``, which reaches external platforms such as Feishu too). Persist first, then
-notify: a lost wake-up is found by the inbox scan; a lost notice is only a notice. Once an hour
-a tick also prunes run rows older than ``RUN_HISTORY_DAYS``.
+(``notify.publish_kept_notice``, which reaches external platforms such as Feishu too). Persist
+first, then notify: a lost wake-up is found by the inbox scan; a notice nobody was connected for
+stays on its run row and is sent on the chat's next ``ready`` (``storage.notices``). Once an
+hour a tick also prunes run rows older than ``RUN_HISTORY_DAYS``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections.abc import Callable
 from django.conf import settings
 
 from conversations import storage
-from conversations.agent.schedule_timing import slot_text
 from conversations.models import now_ms
 from conversations.runtime import notify
 from conversations.runtime.agent_channel import wake_dialog
@@ -28,21 +28,6 @@ log = logging.getLogger(__name__)
 RUN_HISTORY_DAYS = 30
 """Run rows (the admin's history of each schedule) are kept this long, then pruned."""
 PRUNE_EVERY_MS = 3_600_000
-
-
-def slot_notice(slot: storage.FiredSlot) -> tuple[str, str] | None:
-    """``(level, text)`` the chat is told about a handled slot, or None for an ordinary run."""
-    name, when = f"Scheduled prompt {slot.schedule_id}", slot_text(slot.slot_at, slot.tz)
-    earlier = f" {slot.skipped_count} earlier time(s) were skipped." if slot.skipped_count else ""
-    if slot.status == "refused":
-        return "warning", f"{name} could not run at {when}: {slot.detail}.{earlier}"
-    if slot.missed and slot.status == "queued":
-        return "info", f"{name} was due at {when} while the server was down; running it now.{earlier}"
-    if slot.missed:
-        return "info", f"{name} was due at {when} while the server was down; skipped.{earlier}"
-    if slot.skipped_count:
-        return "info", f"{name}: {slot.skipped_count} time(s) missed while the server was down were skipped."
-    return None
 
 
 class ScheduleRunner:
@@ -69,16 +54,15 @@ class ScheduleRunner:
             settings.PICOBOT.schedule_missed,
         )
         for slot in fired:
-            notice = slot_notice(slot)
-            if notice is not None and slot.channel:
+            if slot.notice and slot.channel:
                 try:
-                    await notify.publish_notification(
+                    await notify.publish_kept_notice(
                         slot.channel,
                         slot.chat_id,
-                        notice[0],
-                        notice[1],
+                        slot.notice_level,
+                        slot.notice,
                         session_id=slot.dialog_id,
-                        key=f"schedule:{slot.schedule_id}:{slot.slot_at}",
+                        notice_id=storage.schedule_notice_id(slot.schedule_id, slot.slot_at),
                     )
                 except Exception:
                     log.warning("could not tell chat of schedule %s", slot.schedule_id, exc_info=True)

@@ -64,7 +64,14 @@ from conversations.storage.lease import (
     renew_worker_leases,
 )
 from conversations.storage.media import message_image
-from conversations.storage.notices import mark_notices_sent, pending_interrupted_notices
+from conversations.storage.notices import (
+    mark_automation_notices_sent,
+    mark_notices_sent,
+    pending_automation_notices,
+    pending_interrupted_notices,
+    schedule_notice_id,
+    task_notice_id,
+)
 from conversations.storage.outcomes import turn_states
 from conversations.storage.schedules import (
     FiredSlot,
@@ -177,11 +184,15 @@ __all__ = [
     "is_active_dialog",
     "list_sessions",
     "load_history",
+    "mark_automation_notices_sent",
     "mark_notices_sent",
     "message_image",
     "message_to_history_row",
     "message_to_protocol",
+    "pending_automation_notices",
     "pending_interrupted_notices",
+    "schedule_notice_id",
+    "task_notice_id",
     "release_lease",
     "renew_worker_leases",
     "lease_epochs",

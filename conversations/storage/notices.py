@@ -1,4 +1,5 @@
-"""Durable "your turn was interrupted" notices (DESIGN §3 InboxMessage).
+"""Durable notices: "your turn was interrupted" (DESIGN §3 InboxMessage), and what automation
+did without a turn — a missed or refused scheduled run, an interrupted background task (issue 18).
 
 When a worker takes over a dialog, ``turns.interrupt_started`` marks the rows a dead process left
 ``started`` as ``interrupted`` and the executor broadcasts a terminal ``failed`` snapshot and a
@@ -8,13 +9,19 @@ client: ``InboxMessage.notice_sent_at`` stays NULL until a connecting ``ChatCons
 ``ready`` and called :func:`mark_notices_sent`. The group broadcast does not set it: the layer
 cannot tell whether anyone received it, and a notice seen twice is shown once (clients dedupe
 ``notification`` frames by ``id``; the credit window drops a second terminal snapshot).
+
+Automation notices work the same way: the row (``ScheduleRun``, ``BackgroundTask``) keeps its
+``notice`` with ``notice_sent_at`` NULL; the live broadcast and the ``ready`` resend carry the same
+notification ``id`` (:func:`schedule_notice_id`, :func:`task_notice_id`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from conversations.models import InboxMessage, now_ms
+from django.db.models import Q
+
+from conversations.models import BackgroundTask, InboxMessage, ScheduleRun, now_ms
 
 # A chat rarely has more than one: one per dialog per crash. Older ones wait for the next connect.
 MAX_NOTICES = 50
@@ -63,3 +70,69 @@ def mark_notices_sent(inbox_ids: Iterable[str]) -> int:
     return InboxMessage.objects.filter(
         pk__in=ids, status=InboxMessage.Status.INTERRUPTED, notice_sent_at__isnull=True
     ).update(notice_sent_at=now_ms())
+
+
+def schedule_notice_id(schedule_id: int, slot_at: int) -> str:
+    """The ``notification`` id (and platform message key) of a scheduled slot's notice."""
+    return f"schedule:{schedule_id}:{slot_at}"
+
+
+def task_notice_id(task_id: str) -> str:
+    """The ``notification`` id (and platform message key) of a background task's end notice."""
+    return f"task:{task_id}"
+
+
+def pending_automation_notices(channel: str, chat_id: str, limit: int = MAX_NOTICES) -> list[dict]:
+    """Notices of scheduled runs and background tasks of the chat's live dialogs that no client
+    has received yet, oldest first: ``{id, level, content, session_id}`` — ``id`` the
+    notification id, which :func:`mark_automation_notices_sent` takes."""
+    live = {"dialog__channel": channel, "dialog__chat_id": chat_id, "dialog__deleted_at__isnull": True}
+    pending = {"notice_sent_at__isnull": True}
+    runs = (
+        ScheduleRun.objects.filter(**{f"schedule__{k}": v for k, v in live.items()}, **pending)
+        .exclude(notice_level="")
+        .order_by("created_at", "pk")
+        .values_list("schedule_id", "slot_at", "schedule__dialog_id", "notice_level", "notice", "created_at")
+    )
+    tasks = (
+        BackgroundTask.objects.filter(**live, **pending)
+        .exclude(notice_level="")
+        .order_by("finished_at", "pk")
+        .values_list("pk", "dialog_id", "notice_level", "notice", "finished_at")
+    )
+    items = [
+        (at, schedule_notice_id(schedule_id, slot_at), dialog_id, level, notice)
+        for schedule_id, slot_at, dialog_id, level, notice, at in runs[:limit]
+    ] + [
+        (at or 0, task_notice_id(pk), dialog_id, level, notice)
+        for pk, dialog_id, level, notice, at in tasks[:limit]
+    ]
+    items.sort(key=lambda item: item[0])
+    return [
+        {"id": notice_id, "level": level, "content": notice, "session_id": dialog_id}
+        for _, notice_id, dialog_id, level, notice in items[:limit]
+    ]
+
+
+def mark_automation_notices_sent(notice_ids: Iterable[str]) -> int:
+    """Record that these notices (notification ids: :func:`schedule_notice_id`,
+    :func:`task_notice_id`) reached a client, or were handed to an external platform's outbox.
+
+    Only rows with a notice not marked yet are touched; unknown ids are ignored; returns how many
+    were marked.
+    """
+    runs, tasks = Q(pk__in=[]), []
+    for notice_id in notice_ids:
+        kind, _, key = str(notice_id).partition(":")
+        if kind == "task":
+            tasks.append(key)
+        elif kind == "schedule":
+            schedule_id, _, slot_at = key.partition(":")
+            if schedule_id.isdigit() and slot_at.lstrip("-").isdigit():
+                runs |= Q(schedule_id=int(schedule_id), slot_at=int(slot_at))
+    stamp = now_ms()
+    unsent = Q(notice_sent_at__isnull=True) & ~Q(notice_level="")
+    marked = ScheduleRun.objects.filter(runs, unsent).update(notice_sent_at=stamp)
+    if tasks:
+        marked += BackgroundTask.objects.filter(unsent, pk__in=tasks).update(notice_sent_at=stamp)
+    return marked

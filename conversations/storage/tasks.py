@@ -20,6 +20,7 @@ from conversations.agent.automated_input import TASK_NOTIFICATION, automated_sou
 from conversations.agent.background_tasks import (
     TASK_ID_CHARS,
     TaskRequest,
+    end_notice,
     notification_label,
     notification_text,
 )
@@ -60,7 +61,8 @@ class StartedTask:
 class EndedTask:
     """A task this call ended. ``inbox_id``: its notification's inbox row (completed / failed),
     None when it got none — ``refused`` then says why (the dialog's inbox is full, the budget is
-    used up) unless the dialog is gone or the end needs no notification."""
+    used up) unless the dialog is gone or the end needs no notification. ``notice_level`` and
+    ``notice``: what the chat is told instead of a turn (``end_notice``; empty when nothing)."""
 
     id: str
     status: str
@@ -70,6 +72,8 @@ class EndedTask:
     prompt: str
     inbox_id: str | None = None
     refused: str = ""
+    notice_level: str = ""
+    notice: str = ""
 
 
 def new_task_id() -> str:
@@ -168,21 +172,42 @@ def end_task(
             return None
         row = BackgroundTask.objects.select_related("dialog").get(pk=task_id)
         ended = EndedTask(row.id, status, row.dialog_id, row.dialog.channel, row.dialog.chat_id, row.prompt)
-        if status not in NOTIFIED:
-            return ended
-        content = notification_text(row.id, status, row.prompt, row.result, row.error)
-        source = automated_source(
-            TASK_NOTIFICATION, ref=row.id, label=notification_label(row.id, status), status=status
-        )
-        try:
-            with transaction.atomic():
-                accepted = accept_automated(row.dialog_id, content, source)
-        except NotFoundError:
-            return ended  # the dialog was deleted: nobody to tell
-        except (InboxFullError, BudgetExceededError) as exc:
-            return replace(ended, refused=str(exc))
-        BackgroundTask.objects.filter(pk=task_id).update(notification_inbox_id=accepted.inbox_id)
-        return replace(ended, inbox_id=str(accepted.inbox_id))
+        if status in NOTIFIED:
+            ended = _queue_notification(row, ended)
+        return _note(ended, stamp)
+
+
+def _queue_notification(row: BackgroundTask, ended: EndedTask) -> EndedTask:
+    """Accept the ``TaskNotification`` of a completed or failed task into its dialog's inbox."""
+    status = ended.status
+    content = notification_text(row.id, status, row.prompt, row.result, row.error)
+    source = automated_source(
+        TASK_NOTIFICATION, ref=row.id, label=notification_label(row.id, status), status=status
+    )
+    try:
+        with transaction.atomic():
+            accepted = accept_automated(row.dialog_id, content, source)
+    except NotFoundError:
+        return ended  # the dialog was deleted: nobody to tell
+    except (InboxFullError, BudgetExceededError) as exc:
+        return replace(ended, refused=str(exc))
+    BackgroundTask.objects.filter(pk=row.id).update(notification_inbox_id=accepted.inbox_id)
+    return replace(ended, inbox_id=str(accepted.inbox_id))
+
+
+def _note(ended: EndedTask, stamp: int) -> EndedTask:
+    """Keep the chat notice of an end without a turn on its row, pending until a client received
+    it (``storage.notices``) — except a user's own stop, which that user is told at once."""
+    if ended.inbox_id:
+        return ended
+    notice = end_notice(ended.id, ended.status, ended.prompt, ended.refused)
+    if notice is None:
+        return ended
+    sent_at = stamp if ended.status == BackgroundTask.Status.CANCELLED else None
+    BackgroundTask.objects.filter(pk=ended.id).update(
+        notice_level=notice[0], notice=notice[1], notice_sent_at=sent_at
+    )
+    return replace(ended, notice_level=notice[0], notice=notice[1])
 
 
 def beat_tasks(worker_id: str, task_ids: list[str]) -> dict[str, dict]:

@@ -101,9 +101,7 @@ async def test_a_killed_runagent_s_task_ends_interrupted_once_and_never_runs_aga
                 for worker_id in ("agent-b", "agent-c"):
                     agents.append(await spawn(env, "manage.py", "runagent", "--worker-id", worker_id))
 
-                notice = await until(
-                    "notification", lambda f: "interrupted by a server restart" in f["content"]
-                )
+                notice = await until("notification", lambda f: "its server process stopped" in f["content"])
                 task_id = notice["content"].split()[2]
                 await ws.send(json.dumps({"type": "message", "content": "/tasks"}))
                 listing = await until(
@@ -114,7 +112,7 @@ async def test_a_killed_runagent_s_task_ends_interrupted_once_and_never_runs_aga
                 await asyncio.sleep(2)
                 await ws.send(json.dumps({"type": "message", "content": "/tasks"}))
                 await until("notification", lambda f: f["content"].startswith("Your background tasks"))
-                notices = [f for f in frames if "interrupted by a server restart" in f.get("content", "")]
+                notices = [f for f in frames if "its server process stopped" in f.get("content", "")]
                 assert len(notices) == 1
                 assert llm.task_calls == 1
         finally:

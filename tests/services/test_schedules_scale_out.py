@@ -1,6 +1,8 @@
 """Scheduled prompts with two real ``runagent`` processes on PostgreSQL + Redis (issue 18, Must
-show 3): every due slot enters its dialog's inbox exactly once however the two schedulers race,
-and after both processes were down across due times, the most recent missed slot runs once."""
+show 3): every due slot enters its dialog's inbox exactly once however the two schedulers race;
+after both processes were down across due times, the most recent missed slot runs once (or, with
+``PICOBOT_SCHEDULE_MISSED=skip``, none does), and its notice waits on its run row for the chat's
+next connection (nobody was connected; ``test_schedule_notices`` shows the connect)."""
 
 from __future__ import annotations
 
@@ -129,6 +131,42 @@ async def test_two_runagent_processes_run_each_due_slot_once_and_a_missed_one_on
             )[0]
             (now,) = query(database, "SELECT (extract(epoch from now()) * 1000)::bigint")[0]
             assert now < next_run_at <= now + HOUR
+            assert pending_notices(database, first) == [("info", True)]
         finally:
             for proc in running:
                 await stop(proc)
+
+        # Down again across the second schedule's due times, now with the skip policy.
+        second = ids[1]
+        query(
+            database,
+            "UPDATE conversations_schedule SET next_run_at = (extract(epoch from now()) * 1000)::bigint - %s, "
+            "anchor_at = (extract(epoch from now()) * 1000)::bigint - %s WHERE id = %s",
+            int(2.5 * HOUR),
+            int(2.5 * HOUR),
+            int(second),
+        )
+        running = await agents({**env, "PICOBOT_SCHEDULE_MISSED": "skip"})
+        try:
+            missed = (
+                f"SELECT count(*) FROM conversations_schedulerun WHERE schedule_id = {int(second)} AND missed"
+            )
+            await until(database, missed, 3)
+            await asyncio.sleep(1.0)
+            assert query(database, missed.replace("AND missed", "AND status = 'skipped'")) == [(3,)]
+            assert query(database, "SELECT count(*) FROM conversations_inboxmessage") == [(DIALOGS + 1,)]
+            assert pending_notices(database, second) == [("info", True)]
+        finally:
+            for proc in running:
+                await stop(proc)
+
+
+def pending_notices(url: str, schedule_id: str) -> list[tuple[str, bool]]:
+    """``(level, says it was missed)`` of the schedule's run notices no client received yet."""
+    rows = query(
+        url,
+        "SELECT notice_level, notice FROM conversations_schedulerun WHERE schedule_id = %s "
+        "AND notice_level <> '' AND notice_sent_at IS NULL",
+        int(schedule_id),
+    )
+    return [(level, "while the server was down" in notice) for level, notice in rows]

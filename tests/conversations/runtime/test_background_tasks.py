@@ -274,7 +274,9 @@ async def test_a_restart_ends_a_running_task_interrupted_with_one_notice_and_nev
     await client.send({"type": "message", "content": "/tasks"})
     listing = await client.until("notification", lambda f: f["content"].startswith("Your background tasks"))
     assert f"{task.id} · interrupted" in listing["content"]
-    assert len([f for f in client.of_type("notification") if "was interrupted by" in f["content"]]) == 1
+    assert (
+        len([f for f in client.of_type("notification") if "its server process stopped" in f["content"]]) == 1
+    )
     assert len(provider.task_requests) == 1  # never run again
 
 
@@ -313,8 +315,7 @@ async def test_a_task_of_a_dead_process_is_interrupted_once_by_whichever_worker_
     await client.send({"type": "message", "content": "/tasks"})
     await client.until("notification", lambda f: f["content"].startswith("Your background tasks"))
     assert (
-        len([f for f in client.of_type("notification") if "interrupted by a server restart" in f["content"]])
-        == 1
+        len([f for f in client.of_type("notification") if "its server process stopped" in f["content"]]) == 1
     )
 
 

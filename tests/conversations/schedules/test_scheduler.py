@@ -84,7 +84,7 @@ async def test_a_restart_across_due_times_follows_the_missed_policy_and_says_so(
     assert [slot for slot, *_ in runs] == [first, first + HOUR, first + 2 * HOUR]
     assert [run[1:] for run in runs][:2] == [("skipped", True, "missed while the server was down")] * 2
     if policy == "run_once":
-        assert notice["content"].endswith("running it now. 2 earlier time(s) were skipped.")
+        assert notice["content"].endswith("it runs late instead. 2 earlier time(s) were skipped.")
         committed = await client.until("turn_committed")
         assert committed["messages"][0]["content"] == "Check the queue"
         label = committed["messages"][0]["origin"]["label"]  # history says so too

@@ -1,0 +1,51 @@
+"""The notices a connection sends after ``ready``: what happened while nobody of the chat was
+connected (DESIGN §3; issue 18).
+
+Each is kept on its row until a client received it (``storage.notices``): turns a dead process
+left ``interrupted``, missed or refused scheduled runs, background tasks that ended without a
+turn. The live group broadcast of the same notice is best effort (after a restart usually nobody
+is connected yet), so every ``ready`` sends what is pending, then marks it sent. Both paths carry
+the same notification ``id`` (and, for a turn, the same terminal revision), so a client that gets
+both shows it once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from conversations import storage
+from conversations.runtime.notify import dumps, interrupted_notice
+from conversations.storage.runner import run_storage
+
+log = logging.getLogger(__name__)
+
+OfferTerminal = Callable[[str, int, str], Awaitable[None]]
+"""``(turn_id, revision, payload)``: send a terminal snapshot through the connection's credit window."""
+
+
+async def send_pending_notices(
+    channel: str, chat_id: str, offer_terminal: OfferTerminal, send_text: Callable[[str], Awaitable[None]]
+) -> None:
+    """Send the chat's pending notices to one connection and mark them sent.
+
+    An interrupted turn gets its terminal ``failed`` snapshot (through ``offer_terminal``, so a
+    later broadcast copy is dropped) and its warning; an automation notice its ``notification``.
+    Best effort: a failure leaves the rest pending for the next connection and never fails the
+    connect.
+    """
+    try:
+        turns = await run_storage(storage.pending_interrupted_notices, channel, chat_id)
+        for item in turns:
+            notice = interrupted_notice(item)
+            await offer_terminal(notice.turn_id, notice.revision, notice.payload)
+            await send_text(notice.notification_text)
+        if turns:
+            await run_storage(storage.mark_notices_sent, [item["inbox_id"] for item in turns])
+        automation = await run_storage(storage.pending_automation_notices, channel, chat_id)
+        for item in automation:
+            await send_text(dumps({"type": "notification", **item}))
+        if automation:
+            await run_storage(storage.mark_automation_notices_sent, [item["id"] for item in automation])
+    except Exception:
+        log.exception("could not send the chat's pending notices; the next connection retries")

@@ -1,0 +1,87 @@
+"""A background task that ends without a turn is said to the chat even when nobody was connected
+(issue 18 "Must show" 4: "a restart while the task runs ends it as interrupted with a notice,
+never twice"): the task row keeps its notice until a connection sent it on ``ready``. A user's own
+``/stop task`` is said at once and never again."""
+
+from __future__ import annotations
+
+import pytest
+from channels.db import database_sync_to_async
+
+from conversations.models import BackgroundTask
+from tests.conversations.conftest import make_token
+from tests.conversations.runtime.test_background_tasks import (
+    hanging_task_provider,
+    start,
+    until_ended,
+    until_started,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+async def connected(connect, token: str):
+    """A new connection, once everything it sends on ``ready`` arrived (the answer to a command
+    comes after it: pending notices are sent while connecting, before frames are read)."""
+    client = await connect(token)
+    await client.until("ready")
+    await client.send({"type": "message", "content": "/tasks"})
+    await client.until("notification", lambda f: f["content"].startswith("Your background tasks"))
+    return client
+
+
+def task_notices(client, task_id: str) -> list[dict]:
+    return [f for f in client.of_type("notification") if f.get("id") == f"task:{task_id}"]
+
+
+@database_sync_to_async
+def row(task_id: str) -> BackgroundTask:
+    return BackgroundTask.objects.get(pk=task_id)
+
+
+async def test_a_task_interrupted_while_nobody_is_connected_is_said_on_the_next_connect_once(
+    connect, start_worker
+):
+    provider = hanging_task_provider()
+    first = await start(start_worker, provider, worker_id="host-a")
+    token = await make_token()
+    client = await connect(token)
+    ready = await client.until("ready")
+    await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
+    await client.until("turn_committed")
+    task = await until_started()
+    await client.close()  # nobody is connected when the process stops
+
+    await first.stop(timeout=5)
+    ended = await until_ended(task.id)
+    assert ended.status == "interrupted" and ended.notice_level == "warning"
+    assert ended.notice_sent_at is None
+
+    again = await connected(connect, token)
+    (notice,) = task_notices(again, task.id)
+    assert notice["session_id"] == ready["active_session_id"] and notice["level"] == "warning"
+    assert (
+        f"Background task {task.id}" in notice["content"]
+        and "its server process stopped" in notice["content"]
+    )
+    assert (await row(task.id)).notice_sent_at is not None
+
+    third = await connected(connect, token)
+    assert task_notices(third, task.id) == []
+    assert len(provider.task_requests) == 1  # never run again
+
+
+async def test_a_stopped_task_is_said_once_to_the_user_who_stopped_it_and_not_again(connect, start_worker):
+    await start(start_worker, hanging_task_provider())
+    token = await make_token()
+    client = await connect(token)
+    await client.until("ready")
+    await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
+    task = await until_started()
+    await client.send({"type": "message", "content": f"/stop task {task.id}"})
+    stopped = await client.until("notification", lambda f: "was stopped" in f["content"])
+    assert stopped["id"] == f"task:{task.id}"
+    assert (await until_ended(task.id)).notice_sent_at is not None
+
+    again = await connected(connect, token)
+    assert task_notices(again, task.id) == []
