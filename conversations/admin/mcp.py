@@ -20,7 +20,7 @@ from conversations.admin.common import ms_column
 from conversations.admin.fields import STORABLE_JSON
 from conversations.models import McpServer, McpServerStatus, now_ms
 from conversations.tools.mcp.config import parse_server
-from conversations.tools.mcp.sources import read_file_servers
+from conversations.tools.mcp.sources import STATUS_GONE_MS, read_file_servers
 from picobot_site.admin_safety import SafeLookupsMixin
 
 
@@ -71,7 +71,7 @@ class McpServerAdmin(SafeLookupsMixin, admin.ModelAdmin):
 
     @admin.display(description="command or URL")
     def target(self, row: McpServer) -> str:
-        return row.command or row.url
+        return row.target
 
     updated = ms_column("updated_at", "updated")
 
@@ -103,7 +103,7 @@ def mcp_status(request: HttpRequest) -> HttpResponse:
         context["error"] = str(exc)
     for row in McpServer.objects.order_by("name"):
         if row.name not in configured:
-            target = row.command or row.url
+            target = row.target
             configured[row.name] = {
                 "name": row.name,
                 "source": "admin" + ("" if row.enabled else " (disabled)"),
@@ -111,7 +111,12 @@ def mcp_status(request: HttpRequest) -> HttpResponse:
                 "target": target,
             }
     statuses: dict[str, list[McpServerStatus]] = {}
+    now = now_ms()
     for status in McpServerStatus.objects.order_by("name", "worker_id"):
+        # A worker stamps its rows every minute; older ones are of a worker that died.
+        status.unseen_minutes = (
+            (now - status.seen_at) // 60_000 if now - status.seen_at > STATUS_GONE_MS else None
+        )
         statuses.setdefault(status.name, []).append(status)
         configured.setdefault(
             status.name,

@@ -134,14 +134,17 @@ def _zones() -> frozenset[str]:
 
 
 def clean_prompt(prompt: str) -> str:
-    """The prompt as stored: stripped, 1 … ``MAX_PROMPT_CHARS`` characters.
+    """The prompt as stored: stripped, 1 … ``MAX_PROMPT_CHARS`` characters, not a slash command.
 
     Raises:
-        ScheduleSpecError: (field ``prompt``) empty or too long.
+        ScheduleSpecError: (field ``prompt``) empty, too long, or starting with ``/`` (a command,
+            which is not a message: it would reach the model as text).
     """
     cleaned = str(prompt or "").strip()
     if not cleaned:
         raise ScheduleSpecError("prompt", "give the prompt to send")
+    if cleaned.startswith("/"):
+        raise ScheduleSpecError("prompt", "a prompt cannot start with / (slash commands cannot be scheduled)")
     if len(cleaned) > MAX_PROMPT_CHARS:
         raise ScheduleSpecError("prompt", f"at most {MAX_PROMPT_CHARS} characters")
     return cleaned
@@ -210,3 +213,25 @@ def slot_text(slot_at: int, tz: str) -> str:
     except ScheduleSpecError:
         zone = parse_zone("UTC")
     return datetime.fromtimestamp(slot_at / 1000, zone).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def slot_notice(
+    schedule_id: int, slot_at: int, tz: str, status: str, *, missed: bool, skipped_count: int, detail: str
+) -> tuple[str, str] | None:
+    """``(level, text)`` the chat is told about a handled slot, or None for an ordinary run.
+
+    ``status``: ``queued``, ``skipped`` or ``refused`` (``detail`` says why); ``missed``: found
+    after the grace; ``skipped_count``: earlier slots skipped with it (issue 18: missed runs
+    "say so").
+    """
+    name, when = f"Scheduled prompt {schedule_id}", slot_text(slot_at, tz)
+    earlier = f" {skipped_count} earlier time(s) were skipped." if skipped_count else ""
+    if status == "refused":
+        return "warning", f"{name} could not run at {when}: {detail}.{earlier}"
+    if missed and status == "queued":
+        return "info", f"{name} was due at {when} while the server was down; it runs late instead.{earlier}"
+    if missed:
+        return "info", f"{name} was due at {when} while the server was down; skipped.{earlier}"
+    if skipped_count:
+        return "info", f"{name}: {skipped_count} time(s) missed while the server was down were skipped."
+    return None

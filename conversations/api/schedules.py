@@ -1,5 +1,5 @@
-"""Scheduled prompts over REST (issue 18): a dialog's schedules, adding, changing (pausing) and
-deleting one.
+"""Scheduled prompts over REST (issue 18): the caller's schedules (all, or a dialog's), adding,
+changing (pausing) and deleting one.
 
 The same rules as ``/schedule`` (``chat.schedule_command``): a bad ``cron``, ``tz`` or ``prompt``
 is a 422 ``invalid_schedule`` whose ``errors`` name the field; more than
@@ -21,6 +21,12 @@ from conversations.storage.runner import run_storage
 router = Router()
 
 ScheduleId = Path(..., ge=1, le=2**62, description="the schedule's id (`/schedule list` shows it)")
+
+
+@router.get("/schedules", response={200: SchedulePage}, tags=["schedules"])
+async def list_all_schedules(request: HttpRequest) -> dict:
+    """All the caller's scheduled prompts, of every live dialog, oldest first."""
+    return {"items": await run_storage(storage.schedules_of, request.auth)}
 
 
 @router.get(

@@ -316,6 +316,7 @@ class ScheduleOut(Schema):
         ..., description='`queued`, `skipped` (missed), `refused` or "" before the first'
     )
     last_detail: str = Field(..., description="why the latest slot was skipped or refused")
+    dialog_title: str = Field(..., description="the title of the dialog `session_id`")
 
 
 class SchedulePage(Schema):
@@ -323,14 +324,17 @@ class SchedulePage(Schema):
 
 
 class ScheduleCreate(_Input):
+    """``cron`` and ``prompt`` are required; a missing, empty or too long one is a 422
+    ``invalid_schedule`` naming it, like a bad value (the same checks as ``/schedule add``)."""
+
     cron: str = Field(
-        ...,
-        max_length=100,
+        "",
         description='minute hour day-of-month month day-of-week (`"0 9 * * MON-FRI"`), `@hourly`, '
-        "`@daily`, `@weekly`, `@monthly`, `@yearly`, or an interval `@every N` + m|h|d (≥ 1 minute)",
+        "`@daily`, `@weekly`, `@monthly`, `@yearly`, or an interval `@every N` + m|h|d (≥ 1 minute); "
+        "at most 100 characters",
     )
-    prompt: str = Field(..., max_length=4000, description="what enters the inbox at each due time")
-    tz: str | None = Field(None, max_length=64, description="an IANA zone; default `PICOBOT_TIME_ZONE`")
+    prompt: str = Field("", description="what enters the inbox at each due time; at most 4000 characters")
+    tz: str | None = Field(None, description="an IANA zone; default `PICOBOT_TIME_ZONE`")
     enabled: bool = True
 
 
@@ -340,6 +344,6 @@ class ScheduleUpdate(_Input):
     enabled: bool | None = Field(
         None, description="false pauses it; true resumes it from now (no missed runs)"
     )
-    cron: str | None = Field(None, max_length=100, description="as when creating it")
-    tz: str | None = Field(None, max_length=64, description='an IANA zone; `""`: `PICOBOT_TIME_ZONE`')
-    prompt: str | None = Field(None, max_length=4000, description="what enters the inbox at each due time")
+    cron: str | None = Field(None, description="as when creating it")
+    tz: str | None = Field(None, description='an IANA zone; `""`: `PICOBOT_TIME_ZONE`')
+    prompt: str | None = Field(None, description="what enters the inbox at each due time")

@@ -48,13 +48,15 @@ def split_add(argument: str) -> tuple[str, str]:
     return cron, prompt
 
 
-def describe(item: dict) -> str:
-    """One schedule as a line: id, cron, zone, next run, state and the prompt's start."""
+def describe(item: dict, *, with_dialog: bool = False) -> str:
+    """One schedule as a line: id, cron, zone, next run, state and the prompt's start (and, for a
+    list across dialogs, the dialog's title)."""
     prompt = " ".join(item["prompt"].split())
     if len(prompt) > EXCERPT_CHARS:
         prompt = prompt[: EXCERPT_CHARS - 1] + "…"
     when = f"next {slot_text(item['next_run_at'], item['tz'])}" if item["next_run_at"] else "paused"
-    return f"#{item['id']} “{item['cron']}” ({item['tz']}) · {when} · {prompt}"
+    where = f" · in “{item['dialog_title']}”" if with_dialog else ""
+    return f"#{item['id']} “{item['cron']}” ({item['tz']}) · {when}{where} · {prompt}"
 
 
 async def schedule_command(client: Any, channel: str, argument: str, session_id: str | None) -> None:
@@ -90,7 +92,7 @@ async def _add(client: Any, channel: str, argument: str, session_id: str | None)
 async def _list(client: Any, channel: str) -> None:
     items = await run_storage(storage.schedules_of, client.user, channel, client.chat_id)
     if items:
-        content = "Your scheduled prompts:\n" + "\n".join(describe(item) for item in items)
+        content = "Your scheduled prompts:\n" + "\n".join(describe(item, with_dialog=True) for item in items)
     else:
         content = 'No scheduled prompts. Add one with /schedule add "0 9 * * *" <prompt>.'
     await _answer(client, content, schedules=items)

@@ -6,8 +6,8 @@ without Django users (Feishu) the schedules of that chat. Firing a slot creates 
 slot enters the inbox at most once (``schedule_slot_once``), and a committed slot never again.
 
 Items (``schedule_item``): ``{id, session_id, cron, tz, prompt, enabled, next_run_at,
-created_at, last_run_at, last_status, last_detail}``; times in ms, ``next_run_at`` null while
-paused.
+created_at, last_run_at, last_status, last_detail, dialog_title}``; times in ms, ``next_run_at``
+null while paused.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from conversations.agent.schedule_timing import (
     parse_spec,
     parse_zone,
     plan_due,
+    slot_notice,
     slot_text,
 )
 from conversations.models import Dialog, Schedule, ScheduleRun, now_ms
@@ -57,6 +58,7 @@ def schedule_item(row: Schedule) -> dict:
         "last_run_at": row.last_run_at,
         "last_status": row.last_status,
         "last_detail": row.last_detail,
+        "dialog_title": row.dialog.title,
     }
 
 
@@ -133,7 +135,7 @@ def schedules_of(
     rows = Schedule.objects.filter(_scope(owner, channel, chat_id), dialog__deleted_at__isnull=True)
     if dialog_id is not None:
         rows = rows.filter(dialog_id=dialog_id)
-    return [schedule_item(row) for row in rows.order_by("pk")]
+    return [schedule_item(row) for row in rows.select_related("dialog").order_by("pk")]
 
 
 def _own(owner: Any, channel: str, chat_id: str, schedule_id: Any) -> Schedule:
@@ -228,7 +230,8 @@ class FiredSlot:
 
     ``status``: ``queued`` (the prompt is in the inbox: wake the dialog), ``skipped`` (missed,
     policy ``skip``) or ``refused`` (``detail`` says why). ``missed``: found after the grace.
-    ``skipped_count``: earlier slots skipped with it.
+    ``skipped_count``: earlier slots skipped with it. ``notice_level``/``notice``: what the chat is
+    told (empty for an ordinary run; kept on the run row until a client received it).
     """
 
     schedule_id: int
@@ -242,6 +245,8 @@ class FiredSlot:
     missed: bool
     skipped_count: int
     detail: str = ""
+    notice_level: str = ""
+    notice: str = ""
 
 
 def fire_due_schedules(
@@ -313,24 +318,31 @@ def _fire(pk: int, worker_id: str, now: int, grace_ms: int, policy: str) -> Fire
             _queue(row, run)
         else:
             run.detail = MISSED_DETAIL
-        run.save(update_fields=["status", "detail", "inbox"])
+        _note(run, row.tz, plan.skipped_count)
+        run.save(update_fields=["status", "detail", "inbox", "notice_level", "notice"])
         row.next_run_at = plan.next_run_at
         row.last_run_at, row.last_status, row.last_detail = plan.slot_at, run.status, run.detail
         if run.detail == DIALOG_GONE:
             row.enabled, row.next_run_at = False, None
         row.save(update_fields=["next_run_at", "last_run_at", "last_status", "last_detail", "enabled"])
-    return _fired(row, dialog, plan.slot_at, run.status, run.detail, plan.missed, plan.skipped_count)
+    return _fired(row, dialog, run, plan.skipped_count)
 
 
-def _fired(
-    row: Schedule,
-    dialog: Dialog | None,
-    slot_at: int,
-    status: str,
-    detail: str,
-    missed: bool = False,
-    skipped_count: int = 0,
-) -> FiredSlot:
+def _note(run: ScheduleRun, tz: str, skipped_count: int) -> None:
+    """Set ``run``'s chat notice (``slot_notice``) from its status."""
+    notice = slot_notice(
+        run.schedule_id,
+        run.slot_at,
+        tz,
+        run.status,
+        missed=run.missed,
+        skipped_count=skipped_count,
+        detail=run.detail,
+    )
+    run.notice_level, run.notice = notice or ("", "")
+
+
+def _fired(row: Schedule, dialog: Dialog | None, run: ScheduleRun, skipped_count: int = 0) -> FiredSlot:
     channel, chat_id = (dialog.channel, dialog.chat_id) if dialog else ("", "")
     return FiredSlot(
         row.pk,
@@ -339,11 +351,13 @@ def _fired(
         chat_id,
         row.cron,
         row.tz,
-        slot_at,
-        status,
-        missed,
+        run.slot_at,
+        run.status,
+        run.missed,
         skipped_count,
-        detail,
+        run.detail,
+        run.notice_level,
+        run.notice,
     )
 
 
@@ -379,12 +393,16 @@ def _queue(row: Schedule, run: ScheduleRun) -> None:
 def _disable(row: Schedule, dialog: Dialog | None, worker_id: str, now: int, reason: str) -> FiredSlot:
     slot = row.next_run_at or now
     log.warning("schedule %s disabled: %s", row.pk, reason)
-    ScheduleRun.objects.get_or_create(
+    run = ScheduleRun(
+        schedule=row, slot_at=slot, status=Status.REFUSED, detail=reason[:300], worker=worker_id
+    )
+    _note(run, row.tz, 0)
+    run, _ = ScheduleRun.objects.get_or_create(
         schedule=row,
         slot_at=slot,
-        defaults={"status": Status.REFUSED, "detail": reason[:300], "worker": worker_id},
+        defaults={f: getattr(run, f) for f in ("status", "detail", "worker", "notice_level", "notice")},
     )
     row.enabled, row.next_run_at = False, None
     row.last_run_at, row.last_status, row.last_detail = slot, Status.REFUSED, reason[:300]
     row.save(update_fields=["enabled", "next_run_at", "last_run_at", "last_status", "last_detail"])
-    return _fired(row, dialog, slot, Status.REFUSED, reason)
+    return _fired(row, dialog, run)

@@ -145,6 +145,8 @@ def parse_server(name: Any, table: Any, *, source: str = "PICOBOT_CONFIG") -> Mc
         not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools)
     ):
         raise ValueError(f"{where}.tools must be a list of the server's tool names")
+    if tools == []:
+        raise ValueError(f"{where}.tools is empty: list the tools to offer, or leave it out for all of them")
     timeout = table.get("timeout")
     if timeout is not None and (
         isinstance(timeout, bool)

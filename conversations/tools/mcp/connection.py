@@ -6,7 +6,7 @@ registry as ``NAME__tool`` and then watches it: a ``notifications/tools/list_cha
 (``ToolRegistry.replace_tools``: running turns keep their view), a closed connection or an
 unanswered ping reconnects with backoff (1 s doubling to 60 s). Meanwhile the server's tools stay
 registered and answer error results, so a turn never waits on a dead server. Every failure is one
-log line; the SDK's stdio transport stops the child (stdin closed, then SIGTERM/SIGKILL of its
+log line (a stdio server's last stderr lines included: ``stderr_tail``); the SDK's stdio transport stops the child (stdin closed, then SIGTERM/SIGKILL of its
 process tree) when the task ends.
 """
 
@@ -43,6 +43,7 @@ from conversations.tools.mcp.status import (  # noqa: F401  (re-exported)
     STOPPED,
     ServerStatus,
 )
+from conversations.tools.mcp.stderr_tail import StderrTail
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class McpConnection:
         self._wake = asyncio.Event()
         self._lost = ""
         self._relist_wanted = False
+        self._stderr: StderrTail | None = None
         self._task: asyncio.Task | None = None
         self.connected = asyncio.Event()
         """Set while the session is up (tests wait on it)."""
@@ -125,12 +127,17 @@ class McpConnection:
             except BaseException as exc:  # noqa: BLE001 - an SDK bug or a dying server must not end supervision
                 if not self._lost:  # a loss a call saw was logged there: one line per failure
                     error = _error_text(exc)
+                    if self._stderr is not None and (tail := await self._stderr.text()):
+                        error = log_safe(f"{error}; its stderr ends: {tail}", 4 * ERROR_MAX_CHARS)
                     if error != self.status.last_error:  # a server that stays down is not logged per retry
                         log.warning("MCP server %s failed: %s", self.config.name, log_safe(error))
                     self._set(FAILED, error)
             finally:
                 self._session = None
                 self.connected.clear()
+                if self._stderr is not None:
+                    stderr, self._stderr = self._stderr, None
+                    await stderr.close()
             if time.monotonic() - began > self.backoff[1]:  # it ran a good while: not a crash loop
                 delay = self.backoff[0]
             await asyncio.sleep(delay)
@@ -142,6 +149,8 @@ class McpConnection:
         async with contextlib.AsyncExitStack() as stack:
             async with asyncio.timeout(self.connect_timeout):
                 read, write = await stack.enter_async_context(self._transport())
+                if self._stderr is not None:
+                    self._stderr.spawned()
                 session = await stack.enter_async_context(
                     ClientSession(read, write, message_handler=self._on_message, client_info=CLIENT_INFO)
                 )
@@ -163,8 +172,10 @@ class McpConnection:
             env, missing = stdio_environment(config, self.environ)
             if missing:
                 raise ValueError(f"env_from: ${missing[0]} is not set")
+            self._stderr = StderrTail(config.name)
             return stdio_client(
-                StdioServerParameters(command=config.command, args=list(config.args), env=env)
+                StdioServerParameters(command=config.command, args=list(config.args), env=env),
+                errlog=self._stderr.file,
             )
         headers, missing = http_headers(config, self.environ)
         if missing:
@@ -263,6 +274,10 @@ class McpConnection:
                     timeout=self.config.timeout,
                 )
             )
+        offered = {str(getattr(item, "name", "")) for item in listed}
+        for wanted in self.config.tools or ():
+            if wanted not in offered:
+                skipped[wanted] = "in the tools allow list, but the server has no such tool"
         return tools, skipped
 
     async def call(self, tool: str, arguments: dict) -> str:

@@ -5,7 +5,8 @@ and stops it with itself. ``start`` never waits for a server: each connection is
 supervised task (``connection.McpConnection``). Every ``refresh_seconds`` the manager reads the
 configuration again (``load``: the ``PICOBOT_CONFIG`` file as loaded at start, plus the admin's
 database rows) and starts, restarts or stops the servers that appeared, changed or went away.
-Statuses go to ``save`` (the database, for the admin) after each change, one write at a time.
+Statuses go to ``save`` (the database, for the admin) after each change, one write at a time,
+and at least every ``STATUS_STAMP_SECONDS`` (so the admin can tell a worker that died).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 LoadServers = Callable[[], Awaitable[tuple[list[McpServerConfig], list[ServerStatus]]]]
 """The servers to run now, and the statuses of those that cannot run (a bad admin row)."""
 SaveStatuses = Callable[[list[ServerStatus]], Awaitable[None]]
+
+STATUS_STAMP_SECONDS = 60.0
+"""A worker saves its statuses at least this often, changed or not: a live worker's ``seen_at``."""
 
 
 class McpManager:
@@ -58,6 +62,7 @@ class McpManager:
         self.save = save
         self.environ = environ
         self.refresh_seconds = refresh_seconds
+        self.stamp_seconds = STATUS_STAMP_SECONDS
         self.connection_options = connection_options
         self.connections: dict[str, McpConnection] = {}
         self.invalid: list[ServerStatus] = []
@@ -130,7 +135,11 @@ class McpManager:
     async def _save_loop(self) -> None:
         assert self.save is not None
         while True:
-            await self._dirty.wait()
+            try:
+                async with asyncio.timeout(self.stamp_seconds):
+                    await self._dirty.wait()
+            except TimeoutError:
+                pass  # nothing changed: stamp the rows anyway
             self._dirty.clear()
             try:
                 await self.save(self.statuses())

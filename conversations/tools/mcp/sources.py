@@ -4,7 +4,8 @@ Servers: the ``[mcp_servers.NAME]`` tables of ``PICOBOT_CONFIG`` (:func:`read_fi
 then the enabled ``McpServer`` rows of the admin; a row whose name the file already uses, or
 that does not validate, is not run and shows as ``failed`` with the reason. Statuses:
 ``McpServerStatus`` rows keyed by ``(worker_id, name)``; a worker's rows are deleted when it
-stops. :func:`mcp_manager` builds a worker's :class:`McpManager` from the settings.
+stops. A worker that dies leaves them: they stop being stamped (``seen_at``), show as gone after
+``STATUS_GONE_MS`` and are deleted by any worker's next save after ``STATUS_PRUNE_MS``. :func:`mcp_manager` builds a worker's :class:`McpManager` from the settings.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from django.conf import settings
 from conversations.agent.tool_registry import ToolRegistry
 from conversations.storage.runner import run_storage
 from conversations.tools.mcp.config import McpServerConfig, load_mcp_servers, parse_server
-from conversations.tools.mcp.manager import McpManager
+from conversations.tools.mcp.manager import STATUS_STAMP_SECONDS, McpManager
 from conversations.tools.mcp.status import FAILED, ServerStatus
 
 ADMIN_SOURCE = "admin"
+STATUS_GONE_MS = int(3 * STATUS_STAMP_SECONDS * 1000)
+"""A status row not stamped for this long belongs to a worker that stopped without removing it."""
+STATUS_PRUNE_MS = 3_600_000
 
 
 def read_file_servers() -> list[McpServerConfig]:
@@ -54,7 +58,7 @@ def admin_servers(taken: set[str]) -> tuple[list[McpServerConfig], list[ServerSt
                 raise ValueError(f"the name {row.name!r} is taken by a [mcp_servers] table of PICOBOT_CONFIG")
             configs.append(parse_server(row.name, row.table(), source=ADMIN_SOURCE))
         except ValueError as exc:
-            target = row.command or row.url
+            target = row.target
             # A clash keeps the file's server running under the name: its status must not be
             # overwritten (one status row per worker and name), so this one is named apart.
             name = f"{row.name} (admin)" if row.name in taken else row.name
@@ -76,9 +80,11 @@ async def load_servers() -> tuple[list[McpServerConfig], list[ServerStatus]]:
 
 
 def save_statuses(worker_id: str, statuses: list[ServerStatus]) -> None:
-    """Store ``worker_id``'s statuses; its rows of servers not in ``statuses`` are deleted (DB)."""
-    from conversations.models import McpServerStatus
+    """Store ``worker_id``'s statuses, stamped now; its rows of servers not in ``statuses``, and any
+    worker's rows not stamped for ``STATUS_PRUNE_MS``, are deleted (DB)."""
+    from conversations.models import McpServerStatus, now_ms
 
+    now = now_ms()
     for status in statuses:
         McpServerStatus.objects.update_or_create(
             worker_id=worker_id,
@@ -92,9 +98,11 @@ def save_statuses(worker_id: str, statuses: list[ServerStatus]) -> None:
                 "tools": list(status.tools),
                 "skipped": dict(status.skipped),
                 "changed_at": status.changed_at,
+                "seen_at": now,
             },
         )
     McpServerStatus.objects.filter(worker_id=worker_id).exclude(name__in=[s.name for s in statuses]).delete()
+    McpServerStatus.objects.filter(seen_at__lt=now - STATUS_PRUNE_MS).delete()
 
 
 def mcp_manager(registry: ToolRegistry, worker_id: str, **options: object) -> McpManager:

@@ -69,7 +69,7 @@ def test_the_api_conforms_to_its_live_openapi_schema():
     headers = {"Authorization": f"Bearer {create_token(user)}"}
     schema = schemathesis.openapi.from_asgi("/api/openapi.json", django_asgi_app)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 20, [op.label for op in operations]
+    assert len(operations) == 21, [op.label for op in operations]
     seen = {
         operation.label: fuzz(
             operation, headers, lambda: storage.create_dialog(user, "cli_chat", str(user.pk)).id

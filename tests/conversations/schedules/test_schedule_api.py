@@ -91,6 +91,9 @@ async def test_a_schedule_is_edited_field_by_field_and_a_new_time_counts_from_no
         ({"cron": "* * * * * *", "prompt": "x"}, "cron", "5 fields"),
         ({"cron": "0 9 * * *", "prompt": "x", "tz": "Moon/Base"}, "tz", "unknown time zone"),
         ({"cron": "0 9 * * *", "prompt": "   "}, "prompt", "give the prompt"),
+        ({"cron": "0 9 * * *", "prompt": " /compact"}, "prompt", "slash commands cannot be scheduled"),
+        ({"cron": "0 9 * * *", "prompt": "p" * 4001}, "prompt", "at most 4000 characters"),
+        ({"cron": "0 9 * * *" + " " * 10 + "x" * 100, "prompt": "p"}, "cron", "at most 100 characters"),
     ],
 )
 async def test_bad_fields_are_a_422_naming_the_field_and_nothing_is_created(body, field, says):
@@ -103,10 +106,34 @@ async def test_bad_fields_are_a_422_naming_the_field_and_nothing_is_created(body
     assert (await alice.get(f"/dialogs/{dialog}/schedules")).json()["items"] == []
 
 
-async def test_a_body_that_is_not_a_schedule_is_the_usual_422():
+async def test_a_missing_field_is_invalid_schedule_naming_it_and_a_wrong_type_the_usual_422():
     alice, dialog = await client_and_dialog("alice")
-    response = await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "0 9 * * *"})
+    for body, field in [({"cron": "0 9 * * *"}, "prompt"), ({"prompt": "p"}, "cron"), ({}, "cron")]:
+        response = await alice.post(f"/dialogs/{dialog}/schedules", json=body)
+        error = response.json()
+        assert (response.status_code, error["code"], error["errors"][0]["loc"]) == (
+            422,
+            "invalid_schedule",
+            ["body", field],
+        ), body
+    response = await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "@daily", "prompt": ["p"]})
     assert response.status_code == 422 and response.json()["code"] == "validation_error"
+
+
+async def test_all_schedules_of_the_caller_are_listed_across_dialogs_with_their_titles():
+    alice, dialog = await client_and_dialog("alice")
+    other = (await alice.post("/dialogs", json={"title": "Reports"})).json()["session_id"]
+    for target in (dialog, other):
+        assert (
+            await alice.post(f"/dialogs/{target}/schedules", json={"cron": "@daily", "prompt": "p"})
+        ).status_code == 201
+    bob, bobs = await client_and_dialog("bob")
+    await bob.post(f"/dialogs/{bobs}/schedules", json={"cron": "@daily", "prompt": "theirs"})
+
+    items = (await alice.get("/schedules")).json()["items"]
+
+    assert [(item["session_id"], item["dialog_title"]) for item in items][1] == (other, "Reports")
+    assert [item["session_id"] for item in items] == [dialog, other]
 
 
 async def test_the_per_user_cap_is_a_409_and_a_deleted_dialogs_schedules_do_not_count(settings):

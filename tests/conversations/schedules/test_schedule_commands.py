@@ -73,7 +73,7 @@ async def test_schedule_add_list_pause_resume_delete_from_the_webui(connect):
     assert [s["id"] for s in listing["schedules"]] == [item["id"]]
     assert (
         f"#{item['id']} “30 8 * * 1” (UTC) · next " in listing["content"]
-        and "Plan the week" in listing["content"]
+        and f" · in “{item['dialog_title']}” · Plan the week" in listing["content"]  # the other dialog
     )
 
     paused = await command(client, f"/schedule pause {item['id']}")

@@ -205,3 +205,53 @@ def test_an_admin_row_named_like_a_file_server_never_hides_that_servers_status(d
     assert configs == [] and rows == {"trial": "connected", "trial (admin)": "failed"}
     (refused,) = invalid
     assert "taken by a [mcp_servers] table of PICOBOT_CONFIG" in refused.last_error
+
+
+@pytest.mark.django_db
+def test_rows_of_a_worker_that_died_show_as_gone_and_are_pruned(superuser_client):
+    """A crashed worker never deletes its status rows: they stop being stamped (``seen_at``)."""
+    from conversations.models import now_ms
+    from conversations.tools.mcp.sources import STATUS_GONE_MS, STATUS_PRUNE_MS, save_statuses
+    from conversations.tools.mcp.status import CONNECTED, ServerStatus
+
+    now = now_ms()
+    for worker_id, seen_at in [("host:live", now), ("host:dead", now - STATUS_GONE_MS - 120_000)]:
+        McpServerStatus.objects.create(
+            worker_id=worker_id,
+            name="t",
+            source="admin",
+            transport="stdio",
+            state="connected",
+            seen_at=seen_at,
+        )
+    McpServer.objects.create(name="t", command="python", args=["-m", "my_server", "--root", "/srv"])
+
+    page = superuser_client.get("/admin/mcp-servers/").content.decode()
+
+    assert page.count("gone?") == 1 and "has not reported for 5 min; was connected" in page
+    assert "<code>python -m my_server --root /srv</code>" in page  # the admin row's args too
+    McpServerStatus.objects.filter(worker_id="host:dead").update(seen_at=now - STATUS_PRUNE_MS - 1)
+    save_statuses("host:live", [ServerStatus("t", "admin", "stdio", "python", CONNECTED)])
+    assert list(McpServerStatus.objects.values_list("worker_id", flat=True)) == ["host:live"]
+
+
+async def test_a_worker_stamps_its_statuses_even_when_nothing_changes():
+    saves: list[int] = []
+
+    async def save(statuses: list) -> None:
+        saves.append(len(statuses))
+
+    async def load() -> tuple[list, list]:
+        return [], []
+
+    from conversations.tools.mcp.manager import McpManager
+
+    manager = McpManager(ToolRegistry(), load, save=save, environ={}, refresh_seconds=0)
+    manager.stamp_seconds = 0.05
+    await manager.start()
+    try:
+        async with asyncio.timeout(5):
+            while len(saves) < 3:  # noqa: ASYNC110 - the manager's own loop writes
+                await asyncio.sleep(0.02)
+    finally:
+        await manager.stop(timeout=1)

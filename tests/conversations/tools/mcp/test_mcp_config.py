@@ -90,6 +90,7 @@ def test_the_preset_parser_accepts_the_mcp_servers_table_beside_the_models():
             r"headers_env: 'Bad Header'",
         ),
         ('[mcp_servers.a]\ncommand = "x"\ntools = "echo"\n', r"\[mcp_servers.a\].tools must be a list"),
+        ('[mcp_servers.a]\ncommand = "x"\ntools = []\n', r"\[mcp_servers.a\].tools is empty: list the tools"),
         (
             '[mcp_servers.a]\ncommand = "x"\ntimeout = 0\n',
             r"\[mcp_servers.a\].timeout must be a number of seconds > 0",

@@ -131,7 +131,7 @@ async def test_a_tools_changed_notification_updates_the_registry(connect, start_
 
 
 async def test_the_allow_list_filters_tools_and_a_filtered_tool_is_unknown(connect, start_worker, mcp_config):
-    mcp_config(stdio_table(tools=["echo"]))
+    mcp_config(stdio_table(tools=["echo", "ech0"]))
     provider = ScriptedProvider([script_tool_call("c1", "t__environment", {}), script_text("No.")])
     worker = await start_worker(provider, **worker_options())
     await connected(worker)
@@ -143,7 +143,9 @@ async def test_the_allow_list_filters_tools_and_a_filtered_tool_is_unknown(conne
     ]
     [row] = tool_rows(committed)
     assert row["is_error"] is True and "unknown tool 't__environment'" in row["content"]
-    assert worker.mcp.connections["t"].status.skipped["environment"] == "not in the tools allow list"
+    skipped = worker.mcp.connections["t"].status.skipped
+    assert skipped["environment"] == "not in the tools allow list"
+    assert skipped["ech0"] == "in the tools allow list, but the server has no such tool"  # a typo is said
 
 
 async def test_a_slow_server_hits_the_timeout_as_an_error_result_and_stays_usable(
@@ -233,6 +235,26 @@ async def test_a_server_that_answers_garbage_or_is_down_never_blocks_the_worker(
     assert not [d.name for d in worker.tools.definitions() if d.name.startswith(("junk__", "down__"))]
     assert any("MCP server junk sent something unreadable" in r.message for r in caplog.records)
     assert (await worker.tools.run(_call("t__echo", {"text": "ok"}))).content == "echo: ok"
+
+
+async def test_a_stdio_server_that_dies_at_start_says_why_from_its_stderr(start_worker, mcp_config, caplog):
+    script = "echo starting >&2; echo 'ModuleNotFoundError: No module named my_server' >&2; exit 3"
+    mcp_config(server_table("crash", command="/bin/sh", args=["-c", script]))
+    worker = await start_worker(ScriptedProvider([]), **worker_options(connect_timeout=5.0))
+    status = worker.mcp.connections["crash"].status
+    for _ in range(200):
+        if status.last_error:
+            break
+        await asyncio.sleep(0.05)
+
+    assert status.state == "failed"
+    assert status.last_error.endswith(
+        "; its stderr ends: starting | ModuleNotFoundError: No module named my_server"
+    ), status.last_error
+    assert any(
+        r.message == "MCP server crash: ModuleNotFoundError: No module named my_server"
+        for r in caplog.records
+    )
 
 
 def _call(name: str, arguments: dict | None = None):
