@@ -281,7 +281,8 @@ def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> De
     freed, so a running turn's owner fails its next renewal or its commit and drops the turn as
     stale — nothing committed, nothing published. Its ``started`` row ends ``done`` here (error
     "the dialog was deleted", its notice marked sent: no "interrupted by a restart" notice ever),
-    and no worker claims a deleted dialog again (``claim_lease``, ``dialogs_needing_work``).
+    and no worker claims a deleted dialog again (``claim_lease``, ``dialogs_needing_work``). Its
+    schedules are disabled, and no longer found by their owner (``storage.schedules``).
     """
     now = now_ms()
     with transaction.atomic():
@@ -299,6 +300,7 @@ def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> De
         dropped = InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.QUEUED).update(
             status=InboxMessage.Status.DONE, finished_at=now, error=DELETED_DIALOG_ERROR
         )
+        dialog.schedules.update(enabled=False, next_run_at=None, updated_at=now)  # none fires again
         running = bool(
             InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED).update(
                 status=InboxMessage.Status.DONE,

@@ -143,7 +143,8 @@ def _own(owner: Any, channel: str, chat_id: str, schedule_id: Any) -> Schedule:
         pk = int(str(schedule_id).lstrip("#"))
     except ValueError:
         pk = None
-    row = Schedule.objects.filter(_scope(owner, channel, chat_id), pk=pk).first() if pk else None
+    mine = Schedule.objects.filter(_scope(owner, channel, chat_id), dialog__deleted_at__isnull=True)
+    row = mine.filter(pk=pk).first() if pk else None
     if row is None:
         raise NotFoundError(f"no such schedule {str(schedule_id)[:40]!r}")
     return row

@@ -7,6 +7,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from conversations import storage
+from conversations.models import Schedule
 from tests.conversations.api.conftest import ApiClient, user_with_token
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -146,9 +147,15 @@ async def test_the_per_user_cap_is_a_409_and_a_deleted_dialogs_schedules_do_not_
     refused = await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "@daily", "prompt": "p3"})
     assert refused.status_code == 409 and refused.json()["code"] == "schedule_limit"
     assert "2 scheduled prompts" in refused.json()["message"]
+    gone = (await alice.get(f"/dialogs/{other}/schedules")).json()["items"][0]
     assert (await alice.delete(f"/dialogs/{other}")).status_code == 204
     again = await alice.post(f"/dialogs/{dialog}/schedules", json={"cron": "@daily", "prompt": "p3"})
     assert again.status_code == 201
+    # The deleted dialog's schedule is off at once and can no longer be resumed or changed.
+    row = await database_sync_to_async(Schedule.objects.get)(pk=gone["id"])
+    assert (row.enabled, row.next_run_at) == (False, None)
+    resumed = await alice.patch(f"/schedules/{gone['id']}", json={"enabled": True})
+    assert resumed.status_code == 404 and resumed.json()["code"] == "not_found"
 
 
 async def test_another_users_schedules_and_dialogs_are_404():
