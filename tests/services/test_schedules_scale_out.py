@@ -106,14 +106,7 @@ async def test_two_runagent_processes_run_each_due_slot_once_and_a_missed_one_on
 
         # Down across due times: the first schedule's slots 2.5 h, 1.5 h and 0.5 h ago were missed.
         first = ids[0]
-        query(
-            database,
-            "UPDATE conversations_schedule SET next_run_at = (extract(epoch from now()) * 1000)::bigint - %s, "
-            "anchor_at = (extract(epoch from now()) * 1000)::bigint - %s WHERE id = %s",
-            int(2.5 * HOUR),
-            int(2.5 * HOUR),
-            int(first),
-        )
+        due_hours_ago(database, first, 2.5)
         running = await agents(env)
         try:
             await until(database, done, DIALOGS + 1)
@@ -138,14 +131,7 @@ async def test_two_runagent_processes_run_each_due_slot_once_and_a_missed_one_on
 
         # Down again across the second schedule's due times, now with the skip policy.
         second = ids[1]
-        query(
-            database,
-            "UPDATE conversations_schedule SET next_run_at = (extract(epoch from now()) * 1000)::bigint - %s, "
-            "anchor_at = (extract(epoch from now()) * 1000)::bigint - %s WHERE id = %s",
-            int(2.5 * HOUR),
-            int(2.5 * HOUR),
-            int(second),
-        )
+        due_hours_ago(database, second, 2.5)
         running = await agents({**env, "PICOBOT_SCHEDULE_MISSED": "skip"})
         try:
             missed = (
@@ -159,6 +145,18 @@ async def test_two_runagent_processes_run_each_due_slot_once_and_a_missed_one_on
         finally:
             for proc in running:
                 await stop(proc)
+
+
+def due_hours_ago(url: str, schedule_id: str, hours: float) -> None:
+    """Make the schedule due ``hours`` ago (counted from then): as if the server was down since."""
+    query(
+        url,
+        "UPDATE conversations_schedule SET next_run_at = (extract(epoch from now()) * 1000)::bigint - %s, "
+        "anchor_at = (extract(epoch from now()) * 1000)::bigint - %s WHERE id = %s",
+        int(hours * HOUR),
+        int(hours * HOUR),
+        int(schedule_id),
+    )
 
 
 def pending_notices(url: str, schedule_id: str) -> list[tuple[str, bool]]:

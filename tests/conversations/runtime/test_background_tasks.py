@@ -464,7 +464,11 @@ async def test_a_task_is_refused_when_its_owner_used_up_the_daily_budget(connect
     await start(start_worker, provider)
     client, _ = await chat(connect)
     await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
-    await client.until("turn_updated")  # the turn runs: its message was within the budget
+    for _ in range(500):  # the model is asked: the turn got past its own budget check
+        if provider.parent_requests:
+            break
+        await asyncio.sleep(0.01)
+    assert provider.parent_requests
     await spend("alice", 1000)
     spent.set()
     committed = await client.until("turn_committed")
