@@ -45,7 +45,7 @@ from conversations.chat.frames import (
     placeholder_snapshot,
     sessions_request,
 )
-from conversations.chat.ready_notices import send_pending_notices
+from conversations.chat.ready_notices import mark_received, send_pending_notices
 from conversations.chat.reconcile import TurnReconciler
 from conversations.chat.stops import StopRequests
 from conversations.models import now_ms
@@ -387,7 +387,8 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
         """A pre-serialised frame for every connection of the chat (except the one it skips).
 
         A turn's ``turn_committed`` goes out once per connection (a rebuilt copy may have gone
-        first); a turn's plain fallback never after its final (``TurnReconciler.resolve_fallback``).
+        first); a turn's plain fallback never after its final (``TurnReconciler.resolve_fallback``);
+        a kept notice is marked received once sent (``ready_notices``).
         """
         if message.get("skip") == self.channel_name:
             return
@@ -407,6 +408,10 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
                 resolving.add_done_callback(self.watchdogs.discard)
         else:
             await self.send(text_data=message["json"])
+            if kept := message.get("kept_notice"):
+                marking = asyncio.ensure_future(mark_received(kept))
+                self.watchdogs.add(marking)
+                marking.add_done_callback(self.watchdogs.discard)
 
     # --- helpers ------------------------------------------------------------------------------
     async def send(

@@ -1,12 +1,13 @@
-"""The notices a connection sends after ``ready``: what happened while nobody of the chat was
-connected (DESIGN §3; issue 18).
+"""Kept notices on a connection: what happened while nobody of the chat may have been connected
+(DESIGN §3; issue 18).
 
 Each is kept on its row until a client received it (``storage.notices``): turns a dead process
 left ``interrupted``, missed or refused scheduled runs, background tasks that ended without a
-turn. The live group broadcast of the same notice is best effort (after a restart usually nobody
-is connected yet), so every ``ready`` sends what is pending, then marks it sent. Both paths carry
-the same notification ``id`` (and, for a turn, the same terminal revision), so a client that gets
-both shows it once.
+turn. The live group broadcast carries ``kept_notice`` (layer meta): a connection that sends it
+on marks it received (:func:`mark_received`). The broadcast is best effort (after a restart
+usually nobody is connected yet), so every ``ready`` also sends what is still pending, then marks
+it. Both paths carry the same notification ``id`` (and, for a turn, the same terminal revision),
+so a client that gets both shows it once.
 """
 
 from __future__ import annotations
@@ -49,3 +50,18 @@ async def send_pending_notices(
             await run_storage(storage.mark_automation_notices_sent, [item["id"] for item in automation])
     except Exception:
         log.exception("could not send the chat's pending notices; the next connection retries")
+
+
+async def mark_received(kept: dict) -> None:
+    """A connection sent a broadcast kept notice on to its client: mark it received.
+
+    ``kept``: ``{"inbox_id": …}`` (an interrupted turn) or ``{"id": …}`` (a notification id of
+    ``storage.notices``). Best effort: unmarked, it is sent once more on the next ``ready``.
+    """
+    try:
+        if kept.get("inbox_id"):
+            await run_storage(storage.mark_notices_sent, [kept["inbox_id"]])
+        elif kept.get("id"):
+            await run_storage(storage.mark_automation_notices_sent, [kept["id"]])
+    except Exception:
+        log.warning("could not mark a notice received; the next connection sends it again", exc_info=True)

@@ -79,25 +79,23 @@ async def publish_notification(
     *,
     session_id: str | None = None,
     key: str | None = None,
-) -> bool:
+) -> None:
     """A ``notification`` frame (PROTOCOL §1): system notices, never part of history.
 
     ``key`` names the notice: the frame's ``id`` (clients show an id once). A chat of a
     registered external platform (``runtime.platforms``) gets it as a message of its own, sent
-    once per ``key`` (a random one when None), and the call returns True: it is in that
-    platform's outbox. False: it went to the chat's group (the connections open now).
+    once per ``key`` (a random one when None).
     """
     adapter = platforms.adapter_for(channel)
     if adapter is not None:
         await adapter.notify(chat_id, level, content, key=key or uuid.uuid4().hex, session_id=session_id)
-        return True
+        return
     frame = {"type": "notification", "level": level, "content": content}
     if session_id:
         frame["session_id"] = session_id
     if key:
         frame["id"] = key
     await publish_frame(channel, chat_id, frame)
-    return False
 
 
 async def publish_kept_notice(
@@ -106,11 +104,23 @@ async def publish_kept_notice(
     """A notice its row keeps until a client received it (``storage.notices``: a missed or
     refused scheduled run, an interrupted task): broadcast now with the ``id`` ``notice_id``.
 
-    Handed to an external platform's outbox, it is marked sent; a WebSocket chat gets it
-    again on its next ``ready`` until a connection sent it (clients show an id once).
+    Handed to an external platform's outbox, it is marked sent here; to a WebSocket chat, by
+    each connection that sends it on (``kept_notice``), and if none was open the chat's next
+    connection gets it on ``ready`` (clients show an id once).
     """
-    if await publish_notification(channel, chat_id, level, content, session_id=session_id, key=notice_id):
+    adapter = platforms.adapter_for(channel)
+    if adapter is not None:
+        await adapter.notify(chat_id, level, content, key=notice_id, session_id=session_id)
         await run_storage(storage.mark_automation_notices_sent, [notice_id])
+        return
+    frame = {
+        "type": "notification",
+        "level": level,
+        "content": content,
+        "session_id": session_id,
+        "id": notice_id,
+    }
+    await publish_frame(channel, chat_id, frame, meta={"kept_notice": {"id": notice_id}})
 
 
 async def publish_turn_committed(channel: str, chat_id: str, session_id: str, commit: CommitResult) -> None:
@@ -213,8 +223,9 @@ async def publish_interrupted(turn: dict, committed: CommitResult | None = None)
     ``turn`` is an item of ``storage.interrupt_started``. Without the terminal snapshot a client
     that saw the turn running would keep its spinner forever; without the ``turn_committed`` it
     would see the next turn's rows before this one's (a gap in ``seq``). Best effort (DESIGN §2):
-    it reaches the connections open now; the row's ``notice_sent_at`` stays NULL, so the next
-    connection of the chat gets the same notice on ``ready``.
+    it reaches the connections open now, and a connection that sent it on marks the row's
+    notice sent (``kept_notice``); otherwise ``notice_sent_at`` stays NULL and the next connection
+    of the chat gets the same notice on ``ready``.
     """
     adapter = platforms.adapter_for(turn["channel"])
     if adapter is not None:
@@ -232,4 +243,7 @@ async def publish_interrupted(turn: dict, committed: CommitResult | None = None)
     await sink.finish(notice.snapshot, notice.payload)
     if committed is not None:
         await publish_turn_committed(turn["channel"], turn["chat_id"], turn["session_id"], committed)
-    await publish_frame(turn["channel"], turn["chat_id"], notice.notification)
+    kept = {"inbox_id": turn["inbox_id"]} if turn.get("inbox_id") else None
+    await publish_frame(
+        turn["channel"], turn["chat_id"], notice.notification, meta={"kept_notice": kept} if kept else None
+    )

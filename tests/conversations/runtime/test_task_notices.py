@@ -5,6 +5,8 @@ never twice"): the task row keeps its notice until a connection sent it on ``rea
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from channels.db import database_sync_to_async
 
@@ -82,6 +84,27 @@ async def test_a_stopped_task_is_said_once_to_the_user_who_stopped_it_and_not_ag
     stopped = await client.until("notification", lambda f: "was stopped" in f["content"])
     assert stopped["id"] == f"task:{task.id}"
     assert (await until_ended(task.id)).notice_sent_at is not None
+
+    again = await connected(connect, token)
+    assert task_notices(again, task.id) == []
+
+
+async def test_a_client_connected_when_a_task_is_interrupted_is_told_once_and_not_again(
+    connect, start_worker
+):
+    first = await start(start_worker, hanging_task_provider(), worker_id="host-a")
+    token = await make_token()
+    client = await connect(token)
+    await client.until("ready")
+    await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
+    task = await until_started()
+    await first.stop(timeout=5)
+    await client.until("notification", lambda f: f.get("id") == f"task:{task.id}")
+    for _ in range(200):  # the connection that sent it on marks it received
+        if (await row(task.id)).notice_sent_at is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert (await row(task.id)).notice_sent_at is not None
 
     again = await connected(connect, token)
     assert task_notices(again, task.id) == []

@@ -4,6 +4,8 @@ notice until a connection sent it on ``ready``; the next connection gets nothing
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from channels.db import database_sync_to_async
 
@@ -81,15 +83,28 @@ async def test_a_missed_slot_handled_while_nobody_is_connected_is_said_on_the_ne
     assert schedule_notices(again, item["id"]) == []
 
 
-async def test_a_connected_client_gets_the_live_notice_with_the_id_the_resend_uses(connect, start_worker):
+async def test_a_client_connected_when_it_happens_is_told_live_once_and_nobody_again(connect, start_worker):
     worker = await start_worker(chatty())
-    client = await connect(await make_token())
+    token = await make_token()
+    client = await connect(token)
     await client.until("ready")
     item, _ = await add_schedule(cron="@every 1h", prompt="ping")
     worker.scheduler.clock = at(item["next_run_at"] + 2 * HOUR + 600_000)
     (fired,) = await worker.scheduler.tick()
     notice = await client.until("notification", lambda f: "was due at" in f["content"])
     assert notice["id"] == storage.schedule_notice_id(item["id"], fired.slot_at)
+    for _ in range(200):  # the connection that sent it on marks it received
+        if await sent_at(item["id"], fired.slot_at) is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert await sent_at(item["id"], fired.slot_at) is not None
+
+    again = await connect(token)
+    await again.until("ready")
+    await answered(again)
+    assert schedule_notices(again, item["id"]) == []
+    await answered(client)
+    assert len(schedule_notices(client, item["id"])) == 1
 
 
 async def test_notices_of_a_deleted_dialog_are_not_sent(connect, start_worker):
