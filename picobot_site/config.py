@@ -363,7 +363,7 @@ class PicoBotSettings(BaseSettings):
     schedule_grace_seconds: float = setting(
         120.0,
         "a scheduled prompt found due more than this long after its time counts as missed (the server "
-        "was down) and follows `PICOBOT_SCHEDULE_MISSED`",
+        "was down) and follows `PICOBOT_SCHEDULE_MISSED`; at least 3 × `PICOBOT_SCHEDULE_POLL_SECONDS`",
         unit="s",
         ge=1,
     )
@@ -612,6 +612,12 @@ class PicoBotSettings(BaseSettings):
             )
         if self.lease_renew_seconds >= self.lease_seconds:
             raise ValueError("PICOBOT_LEASE_RENEW_SECONDS must be below PICOBOT_LEASE_SECONDS")
+        if 0 < self.schedule_poll_seconds and self.schedule_grace_seconds < 3 * self.schedule_poll_seconds:
+            raise ValueError(
+                f"PICOBOT_SCHEDULE_GRACE_SECONDS ({self.schedule_grace_seconds:g} s) must be at least 3 × "
+                f"PICOBOT_SCHEDULE_POLL_SECONDS ({self.schedule_poll_seconds:g} s): a due time is found up to "
+                "one poll late, and a run found later than the grace counts as missed"
+            )
         if self.group_refresh_seconds >= self.group_expiry_seconds:
             raise ValueError(
                 "PICOBOT_GROUP_REFRESH_SECONDS must be below PICOBOT_GROUP_EXPIRY_SECONDS (defaults 3600 "

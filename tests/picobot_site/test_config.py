@@ -94,6 +94,17 @@ def test_the_lease_must_outlast_its_renewal(env) -> None:
         load_settings()
 
 
+def test_the_schedule_grace_must_outlast_a_few_polls(env) -> None:
+    """A grace under the poll interval would call every run of a running server missed."""
+    env(PICOBOT_SCHEDULE_GRACE_SECONDS="1")
+    with pytest.raises(ConfigError, match=r"PICOBOT_SCHEDULE_GRACE_SECONDS \(1 s\) must be at least 3 × "):
+        load_settings()
+    env(PICOBOT_SCHEDULE_GRACE_SECONDS="30", PICOBOT_SCHEDULE_POLL_SECONDS="10")
+    assert load_settings().schedule_grace_seconds == 30
+    env(PICOBOT_SCHEDULE_GRACE_SECONDS="1", PICOBOT_SCHEDULE_POLL_SECONDS="0")  # the scheduler is off
+    assert load_settings().schedule_grace_seconds == 1
+
+
 def test_blank_means_the_default_and_values_are_parsed_as_written(env) -> None:
     env(
         PICOBOT_INBOX_CAPACITY="  ",
