@@ -42,7 +42,9 @@ class McpServer(models.Model):
         help_text='HTTP: header → NAME of PicoBot\'s environment variable holding its value, e.g. {"Authorization": "MCP_AUTH"}',
     )
     tools = models.JSONField(
-        null=True, blank=True, help_text="allow list of the server's tool names (JSON list; empty: all)"
+        null=True,
+        blank=True,
+        help_text='allow list of the server\'s tool names (JSON list, e.g. ["read_file"]; leave the field blank for all)',
     )
     timeout = models.FloatField(
         null=True, blank=True, help_text="seconds per call (at most PICOBOT_TOOL_TIMEOUT)"
@@ -70,7 +72,7 @@ class McpServer(models.Model):
             table.update(args=self.args, env=self.env, env_from=self.env_from)
         else:
             table["headers_env"] = self.headers_env
-        if self.tools:
+        if self.tools is not None:  # [] is refused as in the file: it would offer nothing
             table["tools"] = self.tools
         if self.timeout is not None:
             table["timeout"] = self.timeout

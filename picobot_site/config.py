@@ -612,7 +612,7 @@ class PicoBotSettings(BaseSettings):
             )
         if self.lease_renew_seconds >= self.lease_seconds:
             raise ValueError("PICOBOT_LEASE_RENEW_SECONDS must be below PICOBOT_LEASE_SECONDS")
-        if 0 < self.schedule_poll_seconds and self.schedule_grace_seconds < 3 * self.schedule_poll_seconds:
+        if self.schedule_poll_seconds > 0 and self.schedule_grace_seconds < 3 * self.schedule_poll_seconds:
             raise ValueError(
                 f"PICOBOT_SCHEDULE_GRACE_SECONDS ({self.schedule_grace_seconds:g} s) must be at least 3 × "
                 f"PICOBOT_SCHEDULE_POLL_SECONDS ({self.schedule_poll_seconds:g} s): a due time is found up to "

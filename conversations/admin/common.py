@@ -82,9 +82,11 @@ def message_role(row: Message) -> str:
 
 
 def link_to_dialog(row: Any) -> str:
-    """A link to the change page of ``row.dialog`` (by its title, cut, or its id)."""
+    """A link to the change page of ``row.dialog`` (by its title, cut, or its id; "(deleted)" after
+    it when the dialog is soft-deleted)."""
     url = reverse("admin:conversations_dialog_change", args=[row.dialog_id])
-    return format_html('<a href="{}">{}</a>', url, cut(row.dialog.title, 40) or row.dialog_id)
+    gone = " (deleted)" if row.dialog.deleted_at is not None else ""
+    return format_html('<a href="{}">{}</a>{}', url, cut(row.dialog.title, 40) or row.dialog_id, gone)
 
 
 # --- lean change lists, read-only rows --------------------------------------------------------

@@ -33,6 +33,8 @@ class ScheduleForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        if data.get("enabled") and self.instance.pk and self.instance.dialog.deleted_at is not None:
+            self.add_error("enabled", "its dialog was deleted: it cannot run again")
         try:
             data["cron"], data["tz"], data["prompt"] = checked_fields(
                 data.get("cron", ""), data.get("tz", ""), data.get("prompt", "")
@@ -75,13 +77,17 @@ class ScheduleAdmin(SafeLookupsMixin, admin.ModelAdmin):
         self._set(request, queryset, True)
 
     def _set(self, request: HttpRequest, queryset: QuerySet, enabled: bool) -> None:
-        changed = 0
-        for row in queryset.filter(enabled=not enabled):
+        changed, rows = 0, queryset.filter(enabled=not enabled)
+        orphaned = rows.filter(dialog__deleted_at__isnull=False).count() if enabled else 0
+        if enabled:
+            rows = rows.filter(dialog__deleted_at__isnull=True)
+        for row in rows:
             _restart(row, enabled)
             row.updated_at = now_ms()
             row.save(update_fields=["enabled", "anchor_at", "next_run_at", "updated_at"])
             changed += 1
-        self.message_user(request, f"{changed} schedule(s) {'resumed' if enabled else 'paused'}.")
+        done = f"{changed} schedule(s) {'resumed' if enabled else 'paused'}."
+        self.message_user(request, done + (f" {orphaned} not: their dialog was deleted." if orphaned else ""))
 
     @admin.display(description="dialog", ordering="dialog")
     def dialog_link(self, row: Schedule) -> str:

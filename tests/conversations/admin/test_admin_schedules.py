@@ -71,3 +71,18 @@ def test_runs_are_listed_per_schedule_and_read_only(staff_client, schedule):
     assert [r.pk for r in listing.context["cl"].result_list] == [run.pk]
     assert staff_client.get(f"{SCHEDULES}add/").status_code == 403
     assert staff_client.post(f"{RUNS}{run.pk}/delete/").status_code == 403
+
+
+def test_a_deleted_dialogs_schedule_is_marked_and_cannot_be_resumed(staff_client, schedule):
+    dialog = schedule.dialog
+    storage.delete_dialog(dialog.owner, dialog.channel, dialog.chat_id, dialog.id)
+    assert "(deleted)" in staff_client.get(SCHEDULES).content.decode()
+
+    response = staff_client.post(
+        SCHEDULES, {"action": "resume", "_selected_action": [schedule.pk]}, follow=True
+    )
+    assert "0 schedule(s) resumed. 1 not: their dialog was deleted." in response.content.decode()
+    edit = staff_client.post(f"{SCHEDULES}{schedule.pk}/change/", form_data())
+    assert "its dialog was deleted" in str(edit.context["adminform"].form.errors["enabled"])
+    row = Schedule.objects.get(pk=schedule.pk)
+    assert (row.enabled, row.next_run_at) == (False, None)

@@ -57,12 +57,15 @@ def test_a_superuser_adds_a_server_and_a_bad_row_is_refused_naming_the_key(super
     )
     both = superuser_client.post("/admin/conversations/mcpserver/add/", {**FORM, "url": "http://h/mcp"})
     assert "set either command" in both.content.decode()
+    empty = superuser_client.post("/admin/conversations/mcpserver/add/", {**FORM, "tools": "[]"})
+    assert "[mcp_servers.files].tools is empty: list the tools to offer" in empty.content.decode()
 
     added = superuser_client.post("/admin/conversations/mcpserver/add/", FORM)
 
     assert added.status_code == 302
     row = McpServer.objects.get(name="files")
     assert row.env_from == {"TOKEN": "FILES_TOKEN"} and row.args == [str(SERVER)]
+    assert row.tools is None  # a blank field: all its tools
 
 
 @pytest.mark.django_db
