@@ -187,7 +187,10 @@ def end_notice(task_id: str, status: str, prompt: str, refused: str = "") -> tup
     """
     name = f"Background task {task_id} (“{excerpt(prompt)}”)"
     if refused:
-        return "warning", f"{name} {status}, but its result could not be queued ({refused}); /tasks shows it."
+        return (
+            "warning",
+            f"{name} {status}, but its result could not be queued ({refused.rstrip('. ')}); /tasks shows it.",
+        )
     if status == "cancelled":
         return "info", f"{name} was stopped."
     if status == "interrupted":

@@ -227,7 +227,7 @@ def slot_notice(
     name, when = f"Scheduled prompt {schedule_id}", slot_text(slot_at, tz)
     earlier = f" {skipped_count} earlier time(s) were skipped." if skipped_count else ""
     if status == "refused":
-        return "warning", f"{name} could not run at {when}: {detail}.{earlier}"
+        return "warning", f"{name} could not run at {when}: {detail.rstrip('. ')}.{earlier}"
     if missed and status == "queued":
         return "info", f"{name} was due at {when} while the server was down; it runs late instead.{earlier}"
     if missed:

@@ -33,7 +33,13 @@ from conversations.agent.schedule_timing import (
 )
 from conversations.models import Dialog, Schedule, ScheduleRun, now_ms
 from conversations.storage.inbox import accept_automated
-from conversations.storage.shapes import BudgetExceededError, InboxFullError, NotFoundError, scrub_text
+from conversations.storage.shapes import (
+    BudgetExceededError,
+    InboxFullError,
+    NotFoundError,
+    refusal_text,
+    scrub_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +392,7 @@ def _queue(row: Schedule, run: ScheduleRun) -> None:
         run.status, run.detail = Status.REFUSED, DIALOG_GONE
         return
     except (InboxFullError, BudgetExceededError) as exc:
-        run.status, run.detail = Status.REFUSED, str(exc)[:300]
+        run.status, run.detail = Status.REFUSED, refusal_text(exc)[:300]
         return
     run.status, run.inbox_id = Status.QUEUED, accepted.inbox_id
 

@@ -45,6 +45,13 @@ class BudgetExceededError(StorageError):
         self.refusal = refusal
 
 
+def refusal_text(exc: InboxFullError | BudgetExceededError) -> str:
+    """Why automated input (a scheduled run, a task's notification) was not queued, without the
+    advice to a sender ("send it again"): nobody sent it. No final period."""
+    text = exc.refusal.message if isinstance(exc, BudgetExceededError) else str(exc)
+    return text.rstrip(". ")
+
+
 class LeaseLostError(StorageError):
     """This worker no longer owns the dialog's lease (its epoch is stale; DESIGN §2)."""
 

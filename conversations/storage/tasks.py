@@ -30,6 +30,7 @@ from conversations.storage.shapes import (
     BudgetExceededError,
     InboxFullError,
     NotFoundError,
+    refusal_text,
     scrub_text,
     shown_ref,
 )
@@ -190,7 +191,7 @@ def _queue_notification(row: BackgroundTask, ended: EndedTask) -> EndedTask:
     except NotFoundError:
         return ended  # the dialog was deleted: nobody to tell
     except (InboxFullError, BudgetExceededError) as exc:
-        return replace(ended, refused=str(exc))
+        return replace(ended, refused=refusal_text(exc))
     BackgroundTask.objects.filter(pk=row.id).update(notification_inbox_id=accepted.inbox_id)
     return replace(ended, inbox_id=str(accepted.inbox_id))
 

@@ -55,7 +55,7 @@ def refusal(
     resets_at = datetime.combine(now.astimezone(UTC).date() + timedelta(days=1), time(0), UTC)
     if max_tokens > 0 and tokens >= max_tokens:
         limit, used, budget = "tokens", Decimal(tokens), Decimal(max_tokens)
-        what = f"daily token budget ({max_tokens:,} tokens; {tokens:,} used today)"
+        what = f"daily token budget ({max_tokens:,} token{'' if max_tokens == 1 else 's'}; {tokens:,} used today)"
     elif max_cost > 0 and cost >= max_cost:
         limit, used, budget = "cost", cost, max_cost
         what = f"daily cost budget ({_money(max_cost)}; {_money(cost)} used today)"

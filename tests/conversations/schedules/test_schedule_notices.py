@@ -147,3 +147,23 @@ async def test_a_feishu_chat_gets_the_missed_notice_as_a_message_and_the_row_is_
     assert await sent_at(item["id"], fired.slot_at) is not None
     pending = database_sync_to_async(storage.pending_automation_notices)
     assert await pending("feishu", CHAT) == []
+
+
+async def test_a_run_refused_for_the_budget_says_so_without_advice_meant_for_a_sender(start_worker, settings):
+    from tests.conversations.usage.test_budgets import spend
+
+    settings.PICOBOT = settings.PICOBOT.replace(user_daily_tokens=1)
+    worker = await start_worker(chatty())
+    item, _ = await add_schedule(cron="@every 1h", prompt="ping")
+    await spend("alice", 5)
+    worker.scheduler.clock = at(item["next_run_at"] + 1_000)
+    (fired,) = await worker.scheduler.tick()
+    assert (fired.status, fired.notice_level) == ("refused", "warning")
+    assert fired.notice.startswith(f"Scheduled prompt {item['id']} could not run at ")
+    assert (
+        ": Your daily token budget (1 token; 5 used today) is used up; it resets at 00:00 UTC (in "
+        in fired.notice
+    )
+    assert (
+        fired.notice.endswith(" min).") and "send it again" not in fired.notice and ".." not in fired.notice
+    )
