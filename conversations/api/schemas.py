@@ -324,16 +324,18 @@ class SchedulePage(Schema):
 
 
 class ScheduleCreate(_Input):
-    """``cron`` and ``prompt`` are required; a missing, empty or too long one is a 422
+    """``cron`` and ``prompt`` are required; a missing, null, empty or too long one is a 422
     ``invalid_schedule`` naming it, like a bad value (the same checks as ``/schedule add``)."""
 
-    cron: str = Field(
-        "",
+    cron: str | None = Field(
+        None,
         description='minute hour day-of-month month day-of-week (`"0 9 * * MON-FRI"`), `@hourly`, '
         "`@daily`, `@weekly`, `@monthly`, `@yearly`, or an interval `@every N` + m|h|d (≥ 1 minute); "
         "at most 100 characters",
     )
-    prompt: str = Field("", description="what enters the inbox at each due time; at most 4000 characters")
+    prompt: str | None = Field(
+        None, description="what enters the inbox at each due time; at most 4000 characters"
+    )
     tz: str | None = Field(None, description="an IANA zone; default `PICOBOT_TIME_ZONE`")
     enabled: bool = True
 

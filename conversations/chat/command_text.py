@@ -9,6 +9,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 
+def dialog_label(title: str, session_id: str) -> str:
+    """``“Title” (3fa2b9c1)``: a dialog named in a list line; the end of its id tells apart the
+    dialogs of one title ("New chat")."""
+    return f"“{title}” ({str(session_id).rsplit(':', 1)[-1]})"
+
+
 def render_text(frame: dict) -> str | None:
     """The text of one answer frame, or None for frames a text platform does not show.
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from conversations import storage
 from conversations.agent.schedule_timing import ScheduleSpecError, slot_text
+from conversations.chat.command_text import dialog_label
 from conversations.storage.runner import run_storage
 
 USAGE = '/schedule add "<cron>" <prompt> | list | delete <id> | pause <id> | resume <id>'
@@ -55,7 +56,7 @@ def describe(item: dict, *, with_dialog: bool = False) -> str:
     if len(prompt) > EXCERPT_CHARS:
         prompt = prompt[: EXCERPT_CHARS - 1] + "…"
     when = f"next {slot_text(item['next_run_at'], item['tz'])}" if item["next_run_at"] else "paused"
-    where = f" · in “{item['dialog_title']}”" if with_dialog else ""
+    where = f" · in {dialog_label(item['dialog_title'], item['session_id'])}" if with_dialog else ""
     return f"#{item['id']} “{item['cron']}” ({item['tz']}) · {when}{where} · {prompt}"
 
 

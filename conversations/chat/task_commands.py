@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from conversations.agent.background_tasks import excerpt
+from conversations.chat.command_text import dialog_label
 from conversations.models import now_ms
 from conversations.runtime.agent_channel import request_task_stop
 from conversations.storage import tasks as task_rows
@@ -31,7 +32,7 @@ def tasks_text(rows: list[dict], now: int) -> str:
         started = datetime.fromtimestamp(row["started_at"] / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
         line = (
             f"{row['id']} · {row['status']} · {_duration(elapsed)} · started {started} · "
-            f"“{excerpt(row['prompt'])}” in “{row['dialog_title']}”"
+            f"“{excerpt(row['prompt'])}” in {dialog_label(row['dialog_title'], row['dialog_id'])}"
         )
         if row["status"] == "failed" and row["error"]:
             line += f" — {excerpt(row['error'], 120)}"

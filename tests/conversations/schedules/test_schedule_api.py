@@ -109,7 +109,9 @@ async def test_bad_fields_are_a_422_naming_the_field_and_nothing_is_created(body
 
 async def test_a_missing_field_is_invalid_schedule_naming_it_and_a_wrong_type_the_usual_422():
     alice, dialog = await client_and_dialog("alice")
-    for body, field in [({"cron": "0 9 * * *"}, "prompt"), ({"prompt": "p"}, "cron"), ({}, "cron")]:
+    cases = [({"cron": "0 9 * * *"}, "prompt"), ({"prompt": "p"}, "cron"), ({}, "cron")]
+    cases += [({"cron": "0 9 * * *", "prompt": None}, "prompt"), ({"cron": None, "prompt": "p"}, "cron")]
+    for body, field in cases:
         response = await alice.post(f"/dialogs/{dialog}/schedules", json=body)
         error = response.json()
         assert (response.status_code, error["code"], error["errors"][0]["loc"]) == (

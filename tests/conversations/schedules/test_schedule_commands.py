@@ -73,7 +73,8 @@ async def test_schedule_add_list_pause_resume_delete_from_the_webui(connect):
     assert [s["id"] for s in listing["schedules"]] == [item["id"]]
     assert (
         f"#{item['id']} “30 8 * * 1” (UTC) · next " in listing["content"]
-        and f" · in “{item['dialog_title']}” · Plan the week" in listing["content"]  # the other dialog
+        and f" · in “{item['dialog_title']}” ({item['session_id'].rsplit(':', 1)[-1]}) · Plan the week"
+        in listing["content"]  # the other dialog, told apart from others of its title
     )
 
     paused = await command(client, f"/schedule pause {item['id']}")
