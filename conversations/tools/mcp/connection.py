@@ -94,6 +94,8 @@ class McpConnection:
         self._lost = ""
         self._relist_wanted = False
         self._stderr: StderrTail | None = None
+        self._failing = False
+        """The last attempt failed (its restart's stderr is logged at DEBUG)."""
         self._task: asyncio.Task | None = None
         self.connected = asyncio.Event()
         """Set while the session is up (tests wait on it)."""
@@ -132,6 +134,7 @@ class McpConnection:
                     if error != self.status.last_error:  # a server that stays down is not logged per retry
                         log.warning("MCP server %s failed: %s", self.config.name, log_safe(error))
                     self._set(FAILED, error)
+                self._failing = True
             finally:
                 self._session = None
                 self.connected.clear()
@@ -158,6 +161,7 @@ class McpConnection:
                 await self._relist(session)
             self._session = session
             self.connected.set()
+            self._failing = False
             self._set(CONNECTED, "")
             await self._watch(session)
 
@@ -172,7 +176,7 @@ class McpConnection:
             env, missing = stdio_environment(config, self.environ)
             if missing:
                 raise ValueError(f"env_from: ${missing[0]} is not set")
-            self._stderr = StderrTail(config.name)
+            self._stderr = StderrTail(config.name, logging.DEBUG if self._failing else logging.INFO)
             return stdio_client(
                 StdioServerParameters(command=config.command, args=list(config.args), env=env),
                 errlog=self._stderr.file,

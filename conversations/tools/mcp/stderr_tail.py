@@ -26,13 +26,16 @@ READ_BYTES = 4096
 class StderrTail:
     """A pipe for one server process's stderr (``file`` is what the SDK's ``errlog`` takes).
 
-    Call :meth:`spawned` once the process runs (the parent's copy of the write end closes, so the
+    ``level``: of its log lines (a server restarted after a failure logs at DEBUG: a crash loop
+    would repeat the same lines every backoff; its failure line quotes the last ones). Call
+    :meth:`spawned` once the process runs (the parent's copy of the write end closes, so the
     reader sees end-of-file when the server exits), :meth:`text` for its last lines, and
     :meth:`close` when the connection ends.
     """
 
-    def __init__(self, server_name: str) -> None:
+    def __init__(self, server_name: str, level: int = logging.INFO) -> None:
         self.server_name = server_name
+        self.level = level
         self.lines: deque[str] = deque(maxlen=MAX_LINES)
         read_fd, write_fd = os.pipe()
         self.file = os.fdopen(write_fd, "w")
@@ -83,4 +86,4 @@ class StderrTail:
             return
         text = log_safe(line, MAX_LINE_CHARS)
         self.lines.append(text)
-        log.info("MCP server %s: %s", self.server_name, text)
+        log.log(self.level, "MCP server %s: %s", self.server_name, text)

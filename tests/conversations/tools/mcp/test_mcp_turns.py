@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 
 import pytest
@@ -238,12 +239,17 @@ async def test_a_server_that_answers_garbage_or_is_down_never_blocks_the_worker(
 
 
 async def test_a_stdio_server_that_dies_at_start_says_why_from_its_stderr(start_worker, mcp_config, caplog):
+    caplog.set_level(logging.DEBUG, logger="conversations.tools.mcp.connection")
     script = "echo starting >&2; echo 'ModuleNotFoundError: No module named my_server' >&2; exit 3"
     mcp_config(server_table("crash", command="/bin/sh", args=["-c", script]))
     worker = await start_worker(ScriptedProvider([]), **worker_options(connect_timeout=5.0))
     status = worker.mcp.connections["crash"].status
-    for _ in range(200):
-        if status.last_error:
+
+    def said(level: int) -> list:
+        return [r for r in caplog.records if r.levelno == level and "No module named my_server" in r.message]
+
+    for _ in range(200):  # until it was restarted after the failure, and failed again
+        if status.last_error and said(logging.DEBUG):
             break
         await asyncio.sleep(0.05)
 
@@ -251,10 +257,9 @@ async def test_a_stdio_server_that_dies_at_start_says_why_from_its_stderr(start_
     assert status.last_error.endswith(
         "; its stderr ends: starting | ModuleNotFoundError: No module named my_server"
     ), status.last_error
-    assert any(
-        r.message == "MCP server crash: ModuleNotFoundError: No module named my_server"
-        for r in caplog.records
-    )
+    (line,) = said(logging.INFO)  # its stderr once at INFO; a crash loop repeats it at DEBUG only
+    assert line.message == "MCP server crash: ModuleNotFoundError: No module named my_server"
+    assert len([r for r in said(logging.WARNING) if "failed" in r.message]) == 1
 
 
 def _call(name: str, arguments: dict | None = None):
