@@ -1,5 +1,6 @@
 """``manage.py doctor``'s MCP check (issue 18): each configured server (``PICOBOT_CONFIG`` and
-the admin) is started or reached once, and its tools are listed; then it is stopped again.
+the admin) is started or reached once, and its tools are listed (and those left out, with why:
+an allow-list name the server lacks is one); then it is stopped again.
 
 Names only: an ``env_from`` / ``headers_env`` value is never printed.
 """
@@ -61,7 +62,8 @@ async def _probe(config: object, timeout: float) -> Check:
         pass
     reached, error = connection.connected.is_set(), connection.status.last_error
     tools = ", ".join(connection.status.tools) or "no tools"
+    left_out = "; ".join(f"{tool} ({why})" for tool, why in connection.status.skipped.items())
     await connection.stop(timeout=5)
     if reached:
-        return Check(OK, name, f"{where}: {tools}")
+        return Check(OK, name, f"{where}: {tools}" + (f"; left out: {left_out}" if left_out else ""))
     return Check(WARN, name, f"{where}: {error or 'no answer'}", "check the command or URL and its variables")

@@ -176,13 +176,17 @@ def test_serve_and_runagent_refuse_a_bad_mcp_table_at_start(mcp_config, command)
 @pytest.mark.django_db(transaction=True)
 def test_doctor_starts_each_server_once_and_lists_its_tools(mcp_config):
     mcp_config(
-        stdio_table("t", tools=["echo", "slow"]) + '[mcp_servers.down]\nurl = "http://127.0.0.1:1/mcp"\n'
+        stdio_table("t", tools=["echo", "slow", "sloww"])
+        + '[mcp_servers.down]\nurl = "http://127.0.0.1:1/mcp"\n'
     )
     out = StringIO()
     with contextlib.suppress(CommandError):  # the unreachable server is a WARN; other checks may FAIL here
         call_command("doctor", "--no-llm-request", "--timeout", "10", stdout=out, stderr=StringIO())
     text = out.getvalue()
-    assert "OK   MCP server t: stdio " in text and "(from PICOBOT_CONFIG): t__echo, t__slow" in text
+    assert (
+        "OK   MCP server t: stdio " in text and "(from PICOBOT_CONFIG): t__echo, t__slow; left out: " in text
+    )
+    assert "sloww (in the tools allow list, but the server has no such tool)" in text
     assert "WARN MCP server down: http http://127.0.0.1:1/mcp (from PICOBOT_CONFIG): ConnectError" in text
 
 
