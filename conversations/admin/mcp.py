@@ -46,6 +46,11 @@ class McpServerForm(forms.ModelForm):
         data = super().clean()
         if self.errors:
             return data
+        if data.get("tools") == []:
+            self.add_error(
+                "tools", "an empty list would offer no tool: leave the field blank for all of them"
+            )
+            return data
         row = McpServer(**{key: data.get(key) for key in self.Meta.fields})
         for key in ("args",):
             row.args = data.get(key) or []

@@ -32,6 +32,7 @@ interrupted at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -55,12 +56,14 @@ from conversations.runtime.supervisor import SupervisorClosedError, TaskSupervis
 from conversations.storage import NotFoundError, task_notice_id
 from conversations.storage import tasks as task_rows
 from conversations.storage.runner import run_storage
+from conversations.usage.writer import usage_writer
 from providers.messages import Message
 from providers.metering import CallScope, call_scope
 
 log = logging.getLogger(__name__)
 
 Status = BackgroundTask.Status
+USAGE_FLUSH_SECONDS = 2.0
 INTERRUPTED_ERROR = "its server process stopped"
 STOPPED_ERROR = "stopped by the user"
 SHUTDOWN_GRACE_SECONDS = 5.0
@@ -237,8 +240,15 @@ class BackgroundTaskRunner:
         return _Ending(Status.COMPLETED, result.final_text)
 
     async def _end(self, started: task_rows.StartedTask, ending: _Ending, loop: AgentLoop | None) -> None:
-        """Write the end (once), then wake the dialog for its notification or tell the chat."""
+        """Write the end (once), then wake the dialog for its notification or tell the chat.
+
+        The task's own usage rows are written first (bounded by ``USAGE_FLUSH_SECONDS``): the
+        budget check that decides whether its notification is queued must count them.
+        """
         usage = loop.result.usage if loop is not None else None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(USAGE_FLUSH_SECONDS):
+                await usage_writer.flush()
         ended = await run_storage(
             task_rows.end_task,
             started.id,

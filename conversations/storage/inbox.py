@@ -105,7 +105,9 @@ def accept_message(
             waiting = _waiting_counts(dialog.pk)
             queued = waiting.get(InboxMessage.Status.QUEUED, 0)
             if queued >= capacity:
-                raise InboxFullError(f"the dialog already has {queued} queued messages")
+                raise InboxFullError(
+                    f"the dialog already has {queued} queued message{'' if queued == 1 else 's'}"
+                )
             position = sql.fetch_one(f"SELECT inbox_position FROM {sql.DIALOG} WHERE id = %s", [dialog.pk])[0]
             row = InboxMessage.objects.create(
                 user=owner,

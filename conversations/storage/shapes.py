@@ -5,6 +5,7 @@ Pure data conversion on model instances; no transactions here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,9 +48,11 @@ class BudgetExceededError(StorageError):
 
 def refusal_text(exc: InboxFullError | BudgetExceededError) -> str:
     """Why automated input (a scheduled run, a task's notification) was not queued, without the
-    advice to a sender ("send it again"): nobody sent it. No final period."""
+    advice to a sender ("send it again"): nobody sent it. No final period, no relative time."""
     text = exc.refusal.message if isinstance(exc, BudgetExceededError) else str(exc)
-    return text.rstrip(". ")
+    return re.sub(r" \(in \d+ h \d+ min\)", "", text).rstrip(
+        ". "
+    )  # kept on rows: no "in 3 h" that goes stale
 
 
 class LeaseLostError(StorageError):

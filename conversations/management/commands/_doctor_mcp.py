@@ -65,5 +65,8 @@ async def _probe(config: object, timeout: float) -> Check:
     left_out = "; ".join(f"{tool} ({why})" for tool, why in connection.status.skipped.items())
     await connection.stop(timeout=5)
     if reached:
-        return Check(OK, name, f"{where}: {tools}" + (f"; left out: {left_out}" if left_out else ""))
+        listing = f"{where}: {tools}" + (f"; left out: {left_out}" if left_out else "")
+        if tools != "no tools" or not config.tools:
+            return Check(OK, name, listing)
+        return Check(WARN, name, listing, "its allow list (tools) names none of the tools it offers")
     return Check(WARN, name, f"{where}: {error or 'no answer'}", "check the command or URL and its variables")

@@ -11,9 +11,12 @@ import pytest
 from channels.db import database_sync_to_async
 
 from conversations.models import BackgroundTask
+from providers.testing import script_text
 from tests.conversations.conftest import make_token
 from tests.conversations.runtime.test_background_tasks import (
+    TaskProvider,
     hanging_task_provider,
+    spawn,
     start,
     until_ended,
     until_started,
@@ -108,3 +111,27 @@ async def test_a_client_connected_when_a_task_is_interrupted_is_told_once_and_no
 
     again = await connected(connect, token)
     assert task_notices(again, task.id) == []
+
+
+async def test_a_tasks_own_tokens_count_for_the_budget_check_of_its_notification(
+    connect, start_worker, settings
+):
+    """The task's usage rows are written before its end decides whether its result is queued."""
+    settings.PICOBOT = settings.PICOBOT.replace(user_daily_tokens=40)
+    provider = TaskProvider(
+        parent=[spawn("c1"), script_text("started", usage=None)],  # the parent uses 15 tokens
+        task=[script_text("done", usage=(30, 0))],  # the task 30 more: past 40
+    )
+    await start(start_worker, provider)
+    token = await make_token()
+    client = await connect(token)
+    await client.until("ready")
+    await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
+    task = await until_started()
+    notice = await client.until("notification", lambda f: f.get("id") == f"task:{task.id}")
+    assert (
+        notice["level"] == "warning" and "completed, but its result could not be queued" in notice["content"]
+    )
+    assert "(Your daily token budget (40 tokens; " in notice["content"]
+    ended = await until_ended(task.id)
+    assert ended.notification_inbox_id is None and ended.notice == notice["content"]

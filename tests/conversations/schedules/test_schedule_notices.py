@@ -160,10 +160,7 @@ async def test_a_run_refused_for_the_budget_says_so_without_advice_meant_for_a_s
     (fired,) = await worker.scheduler.tick()
     assert (fired.status, fired.notice_level) == ("refused", "warning")
     assert fired.notice.startswith(f"Scheduled prompt {item['id']} could not run at ")
-    assert (
-        ": Your daily token budget (1 token; 5 used today) is used up; it resets at 00:00 UTC (in "
-        in fired.notice
+    assert fired.notice.endswith(
+        ": Your daily token budget (1 token; 5 used today) is used up; it resets at 00:00 UTC."
     )
-    assert (
-        fired.notice.endswith(" min).") and "send it again" not in fired.notice and ".." not in fired.notice
-    )
+    assert "send it again" not in fired.notice and "(in " not in fired.notice  # kept: no time that goes stale

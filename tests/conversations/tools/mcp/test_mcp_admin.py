@@ -58,7 +58,9 @@ def test_a_superuser_adds_a_server_and_a_bad_row_is_refused_naming_the_key(super
     both = superuser_client.post("/admin/conversations/mcpserver/add/", {**FORM, "url": "http://h/mcp"})
     assert "set either command" in both.content.decode()
     empty = superuser_client.post("/admin/conversations/mcpserver/add/", {**FORM, "tools": "[]"})
-    assert "[mcp_servers.files].tools is empty: list the tools to offer" in empty.content.decode()
+    assert "an empty list would offer no tool: leave the field blank" in str(
+        empty.context["adminform"].form.errors["tools"]
+    )
 
     added = superuser_client.post("/admin/conversations/mcpserver/add/", FORM)
 
@@ -262,3 +264,14 @@ async def test_a_worker_stamps_its_statuses_even_when_nothing_changes():
                 await asyncio.sleep(0.02)
     finally:
         await manager.stop(timeout=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_doctor_warns_when_the_allow_list_names_none_of_the_servers_tools(mcp_config):
+    mcp_config(stdio_table("t", tools=["ech0"]))
+    out = StringIO()
+    with contextlib.suppress(CommandError):
+        call_command("doctor", "--no-llm-request", "--timeout", "10", stdout=out, stderr=StringIO())
+    text = out.getvalue()
+    assert "WARN MCP server t: stdio " in text and ": no tools; left out: " in text
+    assert "its allow list (tools) names none of the tools it offers" in text
