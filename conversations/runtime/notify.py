@@ -79,10 +79,12 @@ async def publish_notification(
     *,
     session_id: str | None = None,
     key: str | None = None,
+    meta: dict | None = None,
 ) -> None:
     """A ``notification`` frame (PROTOCOL §1): system notices, never part of history.
 
-    ``key`` names the notice: the frame's ``id`` (clients show an id once). A chat of a
+    ``key`` names the notice: the frame's ``id`` (clients show an id once); ``meta``: extra keys
+    of the layer message (``publish_frame``). A chat of a
     registered external platform (``runtime.platforms``) gets it as a message of its own, sent
     once per ``key`` (a random one when None).
     """
@@ -95,7 +97,7 @@ async def publish_notification(
         frame["session_id"] = session_id
     if key:
         frame["id"] = key
-    await publish_frame(channel, chat_id, frame)
+    await publish_frame(channel, chat_id, frame, meta=meta)
 
 
 async def publish_kept_notice(
@@ -108,19 +110,13 @@ async def publish_kept_notice(
     each connection that sends it on (``kept_notice``), and if none was open the chat's next
     connection gets it on ``ready`` (clients show an id once).
     """
-    adapter = platforms.adapter_for(channel)
-    if adapter is not None:
-        await adapter.notify(chat_id, level, content, key=notice_id, session_id=session_id)
+    on_platform = platforms.adapter_for(channel) is not None
+    kept = None if on_platform else {"kept_notice": {"id": notice_id}}
+    await publish_notification(
+        channel, chat_id, level, content, session_id=session_id, key=notice_id, meta=kept
+    )
+    if on_platform:
         await run_storage(storage.mark_automation_notices_sent, [notice_id])
-        return
-    frame = {
-        "type": "notification",
-        "level": level,
-        "content": content,
-        "session_id": session_id,
-        "id": notice_id,
-    }
-    await publish_frame(channel, chat_id, frame, meta={"kept_notice": {"id": notice_id}})
 
 
 async def publish_turn_committed(channel: str, chat_id: str, session_id: str, commit: CommitResult) -> None:

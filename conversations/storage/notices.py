@@ -6,9 +6,10 @@ When a worker takes over a dialog, ``turns.interrupt_started`` marks the rows a 
 warning to the chat's group. That broadcast is best effort (DESIGN §2: ``group_send`` may drop, and
 after a restart usually nobody is connected yet), so the row remembers whether its notice reached a
 client: ``InboxMessage.notice_sent_at`` stays NULL until a connecting ``ChatConsumer`` sent it on
-``ready`` and called :func:`mark_notices_sent`. The group broadcast does not set it: the layer
-cannot tell whether anyone received it, and a notice seen twice is shown once (clients dedupe
-``notification`` frames by ``id``; the credit window drops a second terminal snapshot).
+``ready``, or a connection that sent the group broadcast on to its client, called
+:func:`mark_notices_sent` (``chat.ready_notices``). A notice seen twice — broadcast and resent
+in the same moment — is shown once (clients dedupe ``notification`` frames by ``id``; the credit
+window drops a second terminal snapshot).
 
 Automation notices work the same way: the row (``ScheduleRun``, ``BackgroundTask``) keeps its
 ``notice`` with ``notice_sent_at`` NULL; the live broadcast and the ``ready`` resend carry the same

@@ -135,3 +135,15 @@ async def test_a_tasks_own_tokens_count_for_the_budget_check_of_its_notification
     assert "(Your daily token budget (40 tokens; " in notice["content"]
     ended = await until_ended(task.id)
     assert ended.notification_inbox_id is None and ended.notice == notice["content"]
+
+
+async def test_a_failing_mark_is_logged_and_leaves_the_notice_pending(monkeypatch, caplog):
+    """A connection that cannot mark a broadcast notice received goes on; the next connect resends it."""
+    from conversations.chat import ready_notices
+
+    async def failing(*args: object) -> None:
+        raise RuntimeError("database gone")
+
+    monkeypatch.setattr(ready_notices, "run_storage", failing)
+    await ready_notices.mark_received({"id": "task:abc"})
+    assert any("could not mark a notice received" in r.message for r in caplog.records)
