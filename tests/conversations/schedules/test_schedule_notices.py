@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 async def answered(client, command: str = "/tasks") -> None:
     """Send a command and wait for its answer: anything the connection sends on ``ready`` came
-    before it (pending notices are sent while connecting, before frames are read)."""
+    before it (pending notices are sent after ``ready`` but while connecting, before frames are
+    read), so a notice made later cannot reach this connection by that path."""
     await client.send({"type": "message", "content": command})
     await client.until(
         "notification", lambda f: f["content"].startswith(("Your background tasks", "No background"))
@@ -88,6 +89,7 @@ async def test_a_client_connected_when_it_happens_is_told_live_once_and_nobody_a
     token = await make_token()
     client = await connect(token)
     await client.until("ready")
+    await answered(client)  # its connect, pending notices included, is over before the slot fires
     item, _ = await add_schedule(cron="@every 1h", prompt="ping")
     worker.scheduler.clock = at(item["next_run_at"] + 2 * HOUR + 600_000)
     (fired,) = await worker.scheduler.tick()
