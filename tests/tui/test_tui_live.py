@@ -1,7 +1,8 @@
 """The terminal UI driven by Textual's pilot against the real ``manage.py serve`` (issue 14).
 
 The LLM is the offline replay provider: "What time is it?" streams reasoning, a ``current_time``
-call and an answer, one event every 0.1 s (0.5 s where a turn must still run when it is stopped).
+call and an answer, one event every 0.1 s (0.3 s where every phase must be drawn while running,
+0.5 s where a turn must still run when it is stopped).
 """
 
 from __future__ import annotations
@@ -41,9 +42,21 @@ def is_idle(app: ChatApp) -> bool:
 
 
 async def test_a_tool_turn_streams_in_place_and_settles_into_history(
-    served: tuple[ServeProcess, str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    server, token = served
+    # 0.3 s per event: each phase stays on screen across several of the TUI's coalesced redraws,
+    # also on a loaded machine (at 0.1 s the answer's one running snapshot could merge into the
+    # final one).
+    server, token = await start_server(tmp_path, {"PICOBOT_REPLAY_EVENT_DELAY": "0.3"})
+    try:
+        await _a_tool_turn_streams_in_place(server, token, monkeypatch)
+    finally:
+        await server.stop()
+
+
+async def _a_tool_turn_streams_in_place(
+    server: ServeProcess, token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     drawn: list[tuple[int, str, tuple[str, ...]]] = []
     show = TurnView.show
 
