@@ -45,7 +45,8 @@ async def send_pending_notices(
             await run_storage(storage.mark_notices_sent, [item["inbox_id"] for item in turns])
         automation = await run_storage(storage.pending_automation_notices, channel, chat_id)
         for item in automation:
-            await send_text(dumps({"type": "notification", **item}))
+            frame = {k: item[k] for k in ("id", "level", "content", "session_id")}
+            await send_text(dumps({"type": "notification", **frame}))
         if automation:
             await run_storage(storage.mark_automation_notices_sent, [item["id"] for item in automation])
     except Exception:

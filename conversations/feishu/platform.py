@@ -13,23 +13,27 @@ crash) are handled, and answers whose turn ended but whose final the platform ne
 delivered again — onto their card, or as their own message with the same idempotency keys, so a
 final the platform had already accepted is not shown twice (never zero, never two). Finals not
 confirmed within the uuid hour are given up (a ``DeliveryFailure``); failures whose final reached
-the user after all are marked resolved.
+the user after all are marked resolved. Kept automation notices (a missed scheduled run, an
+interrupted background task) the platform never confirmed are sent again the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from conversations import storage
 from conversations.feishu import store
 from conversations.feishu.client import FeishuClient
 from conversations.feishu.receive import FeishuReceiver
 from conversations.feishu.sender import FeishuSender
+from conversations.models import now_ms
 from conversations.storage.runner import run_storage
 from delivery.coordinator import FINISH_BUDGET
 from delivery.outbound import OutboundDispatcher, OutboundMessage
@@ -122,6 +126,7 @@ class FeishuPlatform:
         self._bot_lock: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task] = set()
         self._scan: asyncio.Task | None = None
+        self._notices_in_flight: set[str] = set()  # keys queued in this process, not ended yet
         self.long_connection: Any = None
         # An answer whose turn ended this long ago and whose final is still not confirmed is
         # delivered again by the scan: two periods after the live process's own retries ended
@@ -187,8 +192,12 @@ class FeishuPlatform:
         key: str,
         session_id: str | None = None,
         reply_to: str | None = None,
+        on_sent: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """Queues a notice for the chat (sent once per ``key``); never waits for it, never raises."""
+        """Queues a notice for the chat (sent once per ``key``); never waits for it, never raises.
+
+        ``on_sent`` runs (in the background) once the platform confirmed the message.
+        """
         message = OutboundMessage(
             self.channel, chat_id, content, level=level, session_id=session_id, id=key, reply_to=reply_to
         )
@@ -197,12 +206,26 @@ class FeishuPlatform:
         except Exception as exc:
             log.warning("feishu notice to %s not queued: %s", chat_id, exc)
             return
-        future.add_done_callback(
-            lambda f: (
-                f.result().ok is False
-                and log.warning("feishu notice to %s not sent: %s", chat_id, f.result().error)
-            )
-        )
+        self._notices_in_flight.add(key)
+        future.add_done_callback(lambda f: self._notice_done(f, chat_id, key, on_sent))
+
+    def _notice_done(
+        self,
+        future: asyncio.Future,
+        chat_id: str,
+        key: str,
+        on_sent: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        self._notices_in_flight.discard(key)
+        if future.cancelled():
+            return
+        result = future.result()
+        if result.ok is False:
+            log.warning("feishu notice to %s not sent: %s", chat_id, result.error)
+        elif result.ok is None:
+            log.warning("feishu notice to %s may not have been sent: %s", chat_id, result.error)
+        elif on_sent is not None:
+            self.spawn(_run_callback(on_sent, key), name=f"feishu notice sent {key}")
 
     async def interrupted(self, turn: dict, answer: str) -> None:
         """A turn that died with its process gets its one final where its answer was shown (in
@@ -273,6 +296,8 @@ class FeishuPlatform:
         if self._dispatcher is not None:
             await self._dispatcher.close(timeout)
             self._dispatcher = None
+        if self._tasks:  # what the drained sends started: recording a notice as sent
+            await asyncio.wait(list(self._tasks), timeout=timeout)
         close = getattr(self.api, "aclose", None)
         if close is not None:
             await close()
@@ -302,10 +327,36 @@ class FeishuPlatform:
         for row in finals:
             if row["turn_id"]:
                 await self._deliver_again(row["turn_id"], row["answer"], row["outcome"], row["error"])
+        await self._notify_again()
         if await run_storage(store.give_up_finals, max_age_ms=FINAL_MAX_AGE_MS):
             log.error("feishu: finals not confirmed within the uuid hour were given up (see DeliveryFailure)")
         # A failure whose final reached the user after all is no loss: the admin shows it resolved.
         await run_storage(store.resolve_delivered_failures, since_ms=2 * FINAL_MAX_AGE_MS)
+
+    async def _notify_again(self) -> None:
+        """Sends again the automation notices (a missed scheduled run, an interrupted task) the
+        platform never confirmed: the live send failed, or its process died with it queued.
+
+        Only notices made between the settle time (the live send's own retries are over) and
+        the uuid hour (the same key shows one message however often it is sent)."""
+        now = now_ms()
+        notices = await run_storage(
+            storage.unsent_platform_notices,
+            self.channel,
+            made_after=now - FINAL_MAX_AGE_MS,
+            made_before=now - self.settled_ms,
+        )
+        for item in notices:
+            if item["id"] in self._notices_in_flight:
+                continue
+            await self.notify(
+                item["chat_id"],
+                item["level"],
+                item["content"],
+                key=item["id"],
+                session_id=item["session_id"],
+                on_sent=functools.partial(run_storage, storage.mark_automation_notices_sent, [item["id"]]),
+            )
 
     async def _scan_loop(self) -> None:
         while True:
@@ -316,6 +367,13 @@ class FeishuPlatform:
                 log.exception(
                     "feishu recovery scan failed (tried again in %.0f s)", self.config.recovery_seconds
                 )
+
+
+async def _run_callback(callback: Callable[[], Awaitable[None]], key: str) -> None:
+    try:
+        await callback()
+    except Exception:
+        log.warning("feishu notice %s was sent but could not be recorded as sent", key, exc_info=True)
 
 
 def final_text(answer: str, outcome: str, error: str) -> str:

@@ -8,6 +8,7 @@ chat's group; each ``ChatConsumer`` forwards the text unchanged. ``group_send`` 
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from dataclasses import dataclass
@@ -106,17 +107,26 @@ async def publish_kept_notice(
     """A notice its row keeps until a client received it (``storage.notices``: a missed or
     refused scheduled run, an interrupted task): broadcast now with the ``id`` ``notice_id``.
 
-    Handed to an external platform's outbox, it is marked sent here; to a WebSocket chat, by
-    each connection that sends it on (``kept_notice``), and if none was open the chat's next
-    connection gets it on ``ready`` (clients show an id once).
+    A WebSocket chat's connections each mark it received once they sent it on (``kept_notice``),
+    and if none was open the chat's next connection gets it on ``ready`` (clients show an id
+    once). An external platform's chat gets it as a message, marked sent once the platform
+    confirmed it; until then the platform's recovery scan sends it again with the same key
+    (``storage.unsent_platform_notices``).
     """
-    on_platform = platforms.adapter_for(channel) is not None
-    kept = None if on_platform else {"kept_notice": {"id": notice_id}}
-    await publish_notification(
-        channel, chat_id, level, content, session_id=session_id, key=notice_id, meta=kept
-    )
-    if on_platform:
-        await run_storage(storage.mark_automation_notices_sent, [notice_id])
+    adapter = platforms.adapter_for(channel)
+    if adapter is None:
+        await publish_notification(
+            channel,
+            chat_id,
+            level,
+            content,
+            session_id=session_id,
+            key=notice_id,
+            meta={"kept_notice": {"id": notice_id}},
+        )
+        return
+    mark_sent = functools.partial(run_storage, storage.mark_automation_notices_sent, [notice_id])
+    await adapter.notify(chat_id, level, content, key=notice_id, session_id=session_id, on_sent=mark_sent)
 
 
 async def publish_turn_committed(channel: str, chat_id: str, session_id: str, commit: CommitResult) -> None:

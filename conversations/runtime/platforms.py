@@ -10,6 +10,7 @@ cli_chat client would get as a ``notification`` frame.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -39,11 +40,19 @@ class PlatformAdapter(Protocol):
         ...
 
     async def notify(
-        self, chat_id: str, level: str, content: str, *, key: str, session_id: str | None = None
+        self,
+        chat_id: str,
+        level: str,
+        content: str,
+        *,
+        key: str,
+        session_id: str | None = None,
+        on_sent: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Tell the chat something outside any turn's answer (a notice, a command's late answer).
         ``key`` is the idempotency key of the message (the same notice is sent once). Best
-        effort: never raises for delivery problems (it logs them)."""
+        effort: never raises for delivery problems (it logs them). ``on_sent`` is awaited once the
+        platform confirmed the message, never when it failed or its outcome is unknown."""
         ...
 
     async def start(self) -> None:

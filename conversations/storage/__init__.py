@@ -71,6 +71,7 @@ from conversations.storage.notices import (
     pending_interrupted_notices,
     schedule_notice_id,
     task_notice_id,
+    unsent_platform_notices,
 )
 from conversations.storage.outcomes import turn_states
 from conversations.storage.schedules import (
@@ -193,6 +194,7 @@ __all__ = [
     "pending_interrupted_notices",
     "schedule_notice_id",
     "task_notice_id",
+    "unsent_platform_notices",
     "release_lease",
     "renew_worker_leases",
     "lease_epochs",

@@ -85,33 +85,71 @@ def task_notice_id(task_id: str) -> str:
 
 def pending_automation_notices(channel: str, chat_id: str, limit: int = MAX_NOTICES) -> list[dict]:
     """Notices of scheduled runs and background tasks of the chat's live dialogs that no client
-    has received yet, oldest first: ``{id, level, content, session_id}`` — ``id`` the
+    has received yet, oldest first: ``{id, level, content, session_id, chat_id}`` — ``id`` the
     notification id, which :func:`mark_automation_notices_sent` takes."""
-    live = {"dialog__channel": channel, "dialog__chat_id": chat_id, "dialog__deleted_at__isnull": True}
+    return _unsent_automation_notices({"channel": channel, "chat_id": chat_id}, None, None, limit)
+
+
+def unsent_platform_notices(
+    channel: str, *, made_after: int, made_before: int, limit: int = MAX_NOTICES
+) -> list[dict]:
+    """Automation notices of an external platform's chats (all of ``channel``'s live dialogs)
+    that the platform never confirmed, made within ``(made_after, made_before)`` (ms): what its
+    recovery scan sends again (the live send failed, or its process died with it queued).
+
+    Items as :func:`pending_automation_notices`'s, oldest first. A schedule run's notice is made
+    with the row (``created_at``), a task's when it ended (``finished_at``).
+    """
+    return _unsent_automation_notices({"channel": channel}, made_after, made_before, limit)
+
+
+def _unsent_automation_notices(
+    dialog: dict, made_after: int | None, made_before: int | None, limit: int
+) -> list[dict]:
+    live = {f"dialog__{k}": v for k, v in dialog.items()} | {"dialog__deleted_at__isnull": True}
     pending = {"notice_sent_at__isnull": True}
+
+    def made(field: str) -> dict:
+        window = {}
+        if made_after is not None:
+            window[f"{field}__gt"] = made_after
+        if made_before is not None:
+            window[f"{field}__lt"] = made_before
+        return window
+
     runs = (
-        ScheduleRun.objects.filter(**{f"schedule__{k}": v for k, v in live.items()}, **pending)
+        ScheduleRun.objects.filter(
+            **{f"schedule__{k}": v for k, v in live.items()}, **pending, **made("created_at")
+        )
         .exclude(notice_level="")
         .order_by("created_at", "pk")
-        .values_list("schedule_id", "slot_at", "schedule__dialog_id", "notice_level", "notice", "created_at")
+        .values_list(
+            "schedule_id",
+            "slot_at",
+            "schedule__dialog_id",
+            "schedule__dialog__chat_id",
+            "notice_level",
+            "notice",
+            "created_at",
+        )
     )
     tasks = (
-        BackgroundTask.objects.filter(**live, **pending)
+        BackgroundTask.objects.filter(**live, **pending, **made("finished_at"))
         .exclude(notice_level="")
         .order_by("finished_at", "pk")
-        .values_list("pk", "dialog_id", "notice_level", "notice", "finished_at")
+        .values_list("pk", "dialog_id", "dialog__chat_id", "notice_level", "notice", "finished_at")
     )
     items = [
-        (at, schedule_notice_id(schedule_id, slot_at), dialog_id, level, notice)
-        for schedule_id, slot_at, dialog_id, level, notice, at in runs[:limit]
+        (at, schedule_notice_id(schedule_id, slot_at), dialog_id, chat_id, level, notice)
+        for schedule_id, slot_at, dialog_id, chat_id, level, notice, at in runs[:limit]
     ] + [
-        (at or 0, task_notice_id(pk), dialog_id, level, notice)
-        for pk, dialog_id, level, notice, at in tasks[:limit]
+        (at or 0, task_notice_id(pk), dialog_id, chat_id, level, notice)
+        for pk, dialog_id, chat_id, level, notice, at in tasks[:limit]
     ]
     items.sort(key=lambda item: item[0])
     return [
-        {"id": notice_id, "level": level, "content": notice, "session_id": dialog_id}
-        for _, notice_id, dialog_id, level, notice in items[:limit]
+        {"id": notice_id, "level": level, "content": notice, "session_id": dialog_id, "chat_id": chat_id}
+        for _, notice_id, dialog_id, chat_id, level, notice in items[:limit]
     ]
 
 
