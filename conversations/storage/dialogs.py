@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from conversations.models import ChatState, Dialog, InboxMessage, now_ms
+from conversations.models import BackgroundTask, ChatState, Dialog, InboxMessage, now_ms
 from conversations.storage import sql
 from conversations.storage.shapes import (
     DEFAULT_TITLE,
@@ -282,7 +282,9 @@ def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> De
     stale — nothing committed, nothing published. Its ``started`` row ends ``done`` here (error
     "the dialog was deleted", its notice marked sent: no "interrupted by a restart" notice ever),
     and no worker claims a deleted dialog again (``claim_lease``, ``dialogs_needing_work``). Its
-    schedules are disabled, and no longer found by their owner (``storage.schedules``).
+    schedules are disabled, and no longer found by their owner (``storage.schedules``); its
+    running background tasks are asked to stop (their worker's next heartbeat cancels them, with
+    no notice: nobody to tell).
     """
     now = now_ms()
     with transaction.atomic():
@@ -301,6 +303,10 @@ def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> De
             status=InboxMessage.Status.DONE, finished_at=now, error=DELETED_DIALOG_ERROR
         )
         dialog.schedules.update(enabled=False, next_run_at=None, updated_at=now)  # none fires again
+        # Its background tasks are stopped by their worker's next heartbeat (``storage.tasks``).
+        dialog.tasks.filter(status=BackgroundTask.Status.RUNNING, stop_requested_at__isnull=True).update(
+            stop_requested_at=now
+        )
         running = bool(
             InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED).update(
                 status=InboxMessage.Status.DONE,

@@ -173,6 +173,8 @@ def end_task(
             return None
         row = BackgroundTask.objects.select_related("dialog").get(pk=task_id)
         ended = EndedTask(row.id, status, row.dialog_id, row.dialog.channel, row.dialog.chat_id, row.prompt)
+        if row.dialog.deleted_at is not None:
+            return ended  # the dialog was deleted: nobody to tell, no notification, no notice
         if status in NOTIFIED:
             ended = _queue_notification(row, ended)
         return _note(ended, stamp)
@@ -189,7 +191,7 @@ def _queue_notification(row: BackgroundTask, ended: EndedTask) -> EndedTask:
         with transaction.atomic():
             accepted = accept_automated(row.dialog_id, content, source)
     except NotFoundError:
-        return ended  # the dialog was deleted: nobody to tell
+        return ended  # the dialog was deleted since (end_task checked it): nobody to tell
     except (InboxFullError, BudgetExceededError) as exc:
         return replace(ended, refused=refusal_text(exc))
     BackgroundTask.objects.filter(pk=row.id).update(notification_inbox_id=accepted.inbox_id)

@@ -10,7 +10,8 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations.models import BackgroundTask
+from conversations import storage
+from conversations.models import BackgroundTask, Dialog
 from providers.testing import script_text
 from tests.conversations.conftest import make_token
 from tests.conversations.runtime.test_background_tasks import (
@@ -109,6 +110,36 @@ async def test_a_client_connected_when_a_task_is_interrupted_is_told_once_and_no
         await asyncio.sleep(0.02)
     assert (await row(task.id)).notice_sent_at is not None
 
+    again = await connected(connect, token)
+    assert task_notices(again, task.id) == []
+
+
+async def test_deleting_the_dialog_stops_its_task_without_a_notice(connect, start_worker):
+    provider = hanging_task_provider()
+    worker = await start(start_worker, provider)
+    token = await make_token()
+    client = await connect(token)
+    await client.until("ready")
+    await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
+    await client.until("turn_committed")
+    task = await until_started()
+    dialog = await database_sync_to_async(Dialog.objects.select_related("owner").get)(pk=task.dialog_id)
+    await database_sync_to_async(storage.delete_dialog)(
+        dialog.owner, dialog.channel, dialog.chat_id, dialog.id
+    )
+    await worker.tasks.beat()  # the heartbeat reads the stop the delete asked for
+    ended = await until_ended(task.id)
+    assert (ended.status, ended.notice_level, ended.notice, ended.notification_inbox_id) == (
+        "cancelled",
+        "",
+        "",
+        None,
+    )
+    await client.send({"type": "message", "content": "/tasks"})
+    await client.until(
+        "notification", lambda f: f["content"].startswith(("Your background", "No background"))
+    )
+    assert task_notices(client, task.id) == []
     again = await connected(connect, token)
     assert task_notices(again, task.id) == []
 
