@@ -86,11 +86,14 @@ class OutboundResult:
         status: See :class:`OutboundStatus`.
         error: Why it is not ``sent``, else None.
         attempts: Sender calls made.
+        permanent: ``not_sent`` because the target refuses it for good (``SinkError(permanent=True)``):
+            sending it again cannot help.
     """
 
     status: OutboundStatus
     error: str | None
     attempts: int
+    permanent: bool = False
 
     @property
     def ok(self) -> bool | None:
@@ -262,6 +265,7 @@ class OutboundDispatcher:
             )
         idempotent = getattr(sender, "idempotent", False) is True
         ambiguous = False  # some attempt failed in a way that may have delivered the message
+        permanent = False
         error, attempt = "not attempted", 0
         for attempt in range(1, self._attempts + 1):
             if attempt > 1:
@@ -295,9 +299,9 @@ class OutboundDispatcher:
                     break
                 continue
             return OutboundResult(OutboundStatus.SENT, None, attempts=attempt)
-        return OutboundResult(
-            OutboundStatus.UNKNOWN if ambiguous else OutboundStatus.NOT_SENT, error, attempts=attempt
-        )
+        if ambiguous:
+            return OutboundResult(OutboundStatus.UNKNOWN, error, attempts=attempt)
+        return OutboundResult(OutboundStatus.NOT_SENT, error, attempts=attempt, permanent=permanent)
 
     @staticmethod
     def _fail_unsent(lane: _Lane, current: asyncio.Future[OutboundResult] | None) -> None:

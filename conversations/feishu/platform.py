@@ -192,11 +192,12 @@ class FeishuPlatform:
         key: str,
         session_id: str | None = None,
         reply_to: str | None = None,
-        on_sent: Callable[[], Awaitable[None]] | None = None,
+        on_settled: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Queues a notice for the chat (sent once per ``key``); never waits for it, never raises.
 
-        ``on_sent`` runs (in the background) once the platform confirmed the message.
+        ``on_settled`` runs (in the background) once the platform confirmed the message, or
+        refused it for good (``OutboundResult.permanent``: sending it again cannot help).
         """
         message = OutboundMessage(
             self.channel, chat_id, content, level=level, session_id=session_id, id=key, reply_to=reply_to
@@ -207,25 +208,30 @@ class FeishuPlatform:
             log.warning("feishu notice to %s not queued: %s", chat_id, exc)
             return
         self._notices_in_flight.add(key)
-        future.add_done_callback(lambda f: self._notice_done(f, chat_id, key, on_sent))
+        future.add_done_callback(lambda f: self._notice_done(f, chat_id, key, on_settled))
 
     def _notice_done(
         self,
         future: asyncio.Future,
         chat_id: str,
         key: str,
-        on_sent: Callable[[], Awaitable[None]] | None,
+        on_settled: Callable[[], Awaitable[None]] | None,
     ) -> None:
         self._notices_in_flight.discard(key)
         if future.cancelled():
             return
         result = future.result()
         if result.ok is False:
-            log.warning("feishu notice to %s not sent: %s", chat_id, result.error)
+            log.warning(
+                "feishu notice to %s not sent%s: %s",
+                chat_id,
+                " (refused for good: not sent again)" if result.permanent else "",
+                result.error,
+            )
         elif result.ok is None:
             log.warning("feishu notice to %s may not have been sent: %s", chat_id, result.error)
-        elif on_sent is not None:
-            self.spawn(_run_callback(on_sent, key), name=f"feishu notice sent {key}")
+        if on_settled is not None and (result.ok or result.permanent):
+            self.spawn(_run_callback(on_settled, key), name=f"feishu notice settled {key}")
 
     async def interrupted(self, turn: dict, answer: str) -> None:
         """A turn that died with its process gets its one final where its answer was shown (in
@@ -355,7 +361,7 @@ class FeishuPlatform:
                 item["content"],
                 key=item["id"],
                 session_id=item["session_id"],
-                on_sent=functools.partial(run_storage, storage.mark_automation_notices_sent, [item["id"]]),
+                on_settled=functools.partial(run_storage, storage.mark_automation_notices_sent, [item["id"]]),
             )
 
     async def _scan_loop(self) -> None:
@@ -373,7 +379,7 @@ async def _run_callback(callback: Callable[[], Awaitable[None]], key: str) -> No
     try:
         await callback()
     except Exception:
-        log.warning("feishu notice %s was sent but could not be recorded as sent", key, exc_info=True)
+        log.warning("feishu notice %s settled but could not be recorded so", key, exc_info=True)
 
 
 def final_text(answer: str, outcome: str, error: str) -> str:

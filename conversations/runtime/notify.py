@@ -110,8 +110,8 @@ async def publish_kept_notice(
     A WebSocket chat's connections each mark it received once they sent it on (``kept_notice``),
     and if none was open the chat's next connection gets it on ``ready`` (clients show an id
     once). An external platform's chat gets it as a message, marked sent once the platform
-    confirmed it; until then the platform's recovery scan sends it again with the same key
-    (``storage.unsent_platform_notices``).
+    confirmed it (or refused it for good); until then the platform's recovery scan sends it
+    again with the same key (``storage.unsent_platform_notices``).
     """
     adapter = platforms.adapter_for(channel)
     if adapter is None:
@@ -126,7 +126,7 @@ async def publish_kept_notice(
         )
         return
     mark_sent = functools.partial(run_storage, storage.mark_automation_notices_sent, [notice_id])
-    await adapter.notify(chat_id, level, content, key=notice_id, session_id=session_id, on_sent=mark_sent)
+    await adapter.notify(chat_id, level, content, key=notice_id, session_id=session_id, on_settled=mark_sent)
 
 
 async def publish_turn_committed(channel: str, chat_id: str, session_id: str, commit: CommitResult) -> None:

@@ -47,12 +47,13 @@ class PlatformAdapter(Protocol):
         *,
         key: str,
         session_id: str | None = None,
-        on_sent: Callable[[], Awaitable[None]] | None = None,
+        on_settled: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Tell the chat something outside any turn's answer (a notice, a command's late answer).
         ``key`` is the idempotency key of the message (the same notice is sent once). Best
-        effort: never raises for delivery problems (it logs them). ``on_sent`` is awaited once the
-        platform confirmed the message, never when it failed or its outcome is unknown."""
+        effort: never raises for delivery problems (it logs them). ``on_settled`` is awaited once
+        no further attempt is needed: the platform confirmed the message, or refused it for good
+        (the chat no longer takes the bot's messages); never when its outcome is unknown."""
         ...
 
     async def start(self) -> None:

@@ -155,7 +155,8 @@ def _unsent_automation_notices(
 
 def mark_automation_notices_sent(notice_ids: Iterable[str]) -> int:
     """Record that these notices (notification ids: :func:`schedule_notice_id`,
-    :func:`task_notice_id`) reached a client, or were handed to an external platform's outbox.
+    :func:`task_notice_id`) reached a client, or an external platform confirmed them (or refused
+    them for good).
 
     Only rows with a notice not marked yet are touched; unknown ids are ignored; returns how many
     were marked.

@@ -74,7 +74,7 @@ async def test_failures_that_say_nothing_was_sent_are_retried_a_bounded_number_o
     sender.errors = [OutboundNotSentError("refused")] * 5
     result = await dispatcher.deliver(msg("a", "y"))
     assert (result.ok, result.status, result.attempts) == (False, OutboundStatus.NOT_SENT, 3)
-    assert result.error == "OutboundNotSentError: refused"
+    assert result.error == "OutboundNotSentError: refused" and not result.permanent
     assert [c for c in sender.calls if c[1] == "y"] == [("a", "y")] * 3
     await dispatcher.close()
 
@@ -83,7 +83,12 @@ async def test_a_permanent_error_is_not_retried():
     sender = RecordingSender([SinkError("chat deleted", permanent=True)])
     dispatcher = OutboundDispatcher({"cli_chat": sender}, **FAST)
     result = await dispatcher.deliver(msg("a", "x"))
-    assert (result.ok, result.status, result.attempts) == (False, OutboundStatus.NOT_SENT, 1)
+    assert (result.ok, result.status, result.attempts, result.permanent) == (
+        False,
+        OutboundStatus.NOT_SENT,
+        1,
+        True,
+    )
     await dispatcher.close()
 
 
@@ -138,7 +143,7 @@ async def test_a_permanent_error_after_an_ambiguous_attempt_stays_unknown():
     sender.idempotent = True
     dispatcher = OutboundDispatcher({"cli_chat": sender}, attempts=3, **FAST)
     result = await dispatcher.deliver(msg("a", "x"))
-    assert (result.status, result.attempts) == (OutboundStatus.UNKNOWN, 2)
+    assert (result.status, result.attempts, result.permanent) == (OutboundStatus.UNKNOWN, 2, False)
     await dispatcher.close()
 
 

@@ -102,6 +102,20 @@ async def test_a_notice_the_platform_took_without_answering_is_shown_once_after_
     assert len(shown(feishu_server)) == 1  # the same uuid: the platform kept its first message
 
 
+async def test_a_notice_the_chat_refuses_for_good_is_not_sent_again(
+    feishu, feishu_server, start_worker, caplog
+):
+    caplog.set_level(logging.WARNING, logger="conversations.feishu.platform")
+    feishu_server.api.fail("send_message", 230002, when=is_notice)  # the bot is not in the chat
+    schedule_id, slot_at = await missed_slot(feishu, feishu_server, start_worker)
+    await until_logged(caplog, "refused for good")
+    assert await eventually(lambda: marked(schedule_id, slot_at))  # settled: nothing to retry
+    feishu.settled_ms = 0
+    await feishu.scan_once()
+    await asyncio.sleep(0.3)
+    assert notice_sends(feishu_server) == 1 and shown(feishu_server) == []
+
+
 async def test_a_notice_queued_when_its_process_stopped_is_sent_by_the_next_process(
     feishu, feishu_server, start_worker
 ):
