@@ -446,8 +446,12 @@ class PicoBotSettings(BaseSettings):
         "how often each agent worker delivers again the Feishu answers whose final the platform has not "
         "confirmed (the process died between the platform's acceptance and its own record, or every "
         "attempt failed): those whose turn ended two periods plus the live process's own retry time "
-        "(about 30 s) ago, with the same idempotency keys",
+        "(about 30 s) ago, with the same idempotency keys — and the unconfirmed notices of missed "
+        "scheduled runs and ended background tasks. At most 900 s: a resend must fall within the "
+        "platform's one-hour uuid de-duplication",
+        unit="s",
         gt=0,
+        le=900,
     )
 
     # --- sign-in and rate limits (issue 16; README "Authentication") ------------------------------

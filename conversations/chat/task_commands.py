@@ -34,6 +34,8 @@ def tasks_text(rows: list[dict], now: int) -> str:
             f"{row['id']} · {row['status']} · {_duration(elapsed)} · started {started} · "
             f"“{excerpt(row['prompt'])}” in {dialog_label(row['dialog_title'], row['dialog_id'])}"
         )
+        if row.get("dialog_deleted"):
+            line += " (deleted)"
         if row["status"] == "failed" and row["error"]:
             line += f" — {excerpt(row['error'], 120)}"
         lines.append(line)
@@ -69,5 +71,10 @@ async def stop_task(client: Any, task_id: str) -> dict:
         content = f"Task {row['id']} already ended ({row['status']})."
     else:
         await request_task_stop(row["id"])
-        content = f"Stopping task {row['id']}; you are told when it has stopped."
-    return {"type": "notification", "level": "info", "content": content, "session_id": row["dialog_id"]}
+        content = (
+            f"Task {row['id']} is stopping: its dialog was deleted."  # it ends without a notice
+            if row["dialog_deleted"]
+            else f"Stopping task {row['id']}; you are told when it has stopped."
+        )
+    frame = {"type": "notification", "level": "info", "content": content}
+    return frame if row["dialog_deleted"] else {**frame, "session_id": row["dialog_id"]}

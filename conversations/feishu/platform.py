@@ -52,6 +52,8 @@ RECEIVED_GRACE_MS = 10_000
 #: Finals are delivered again for this long after their turn ended: within the platform's one-hour
 #: uuid de-duplication (FEISHU.md §7), so a resend never shows a second message.
 FINAL_MAX_AGE_MS = 55 * 60_000
+#: Unconfirmed kept notices one scan sends again at most, oldest first.
+NOTICES_PER_SCAN = 200
 #: The receive path answers within the platform's 3 s (FEISHU.md §3): the bot info call gets this much.
 BOT_INFO_SECONDS = 1.5
 INTERRUPTED_TEXT = (
@@ -351,6 +353,7 @@ class FeishuPlatform:
             self.channel,
             made_after=now - FINAL_MAX_AGE_MS,
             made_before=now - self.settled_ms,
+            limit=NOTICES_PER_SCAN,
         )
         for item in notices:
             if item["id"] in self._notices_in_flight:

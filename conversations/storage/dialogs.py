@@ -291,6 +291,11 @@ def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> De
         dialog = dialog_for_user(owner, session_id)
         if (dialog.channel, dialog.chat_id) != (channel, chat_id):
             raise NotFoundError(f"no dialog {shown_ref(session_id)} in this chat")
+        # Its background tasks are stopped by their worker's next heartbeat (``storage.tasks``).
+        # Task rows before the dialog row: ``end_task`` locks them in that order too.
+        dialog.tasks.filter(status=BackgroundTask.Status.RUNNING, stop_requested_at__isnull=True).update(
+            stop_requested_at=now
+        )
         Dialog.objects.filter(pk=dialog.pk).update(
             deleted_at=now,
             state_version=F("state_version") + 1,
@@ -303,10 +308,6 @@ def delete_dialog(owner: Any, channel: str, chat_id: str, session_id: str) -> De
             status=InboxMessage.Status.DONE, finished_at=now, error=DELETED_DIALOG_ERROR
         )
         dialog.schedules.update(enabled=False, next_run_at=None, updated_at=now)  # none fires again
-        # Its background tasks are stopped by their worker's next heartbeat (``storage.tasks``).
-        dialog.tasks.filter(status=BackgroundTask.Status.RUNNING, stop_requested_at__isnull=True).update(
-            stop_requested_at=now
-        )
         running = bool(
             InboxMessage.objects.filter(dialog=dialog, status=InboxMessage.Status.STARTED).update(
                 status=InboxMessage.Status.DONE,

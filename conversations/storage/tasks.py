@@ -215,26 +215,27 @@ def _note(ended: EndedTask, stamp: int) -> EndedTask:
 
 def beat_tasks(worker_id: str, task_ids: list[str]) -> dict[str, dict]:
     """Stamp the heartbeat of ``worker_id``'s running tasks ``task_ids``; returns, for each of
-    them, ``{status, stop_requested}`` — a task that is no longer running there (ended by someone
-    else) or that a user asked to stop is to be cancelled by its runner."""
+    them, ``{status, stop_requested, dialog_deleted}`` — a task that is no longer running there
+    (ended by someone else) or that a user asked to stop (or whose dialog was deleted) is to be
+    cancelled by its runner."""
     if not task_ids:
         return {}
     BackgroundTask.objects.filter(pk__in=task_ids, status=RUNNING, worker_id=worker_id).update(
         heartbeat_at=now_ms()
     )
     rows = BackgroundTask.objects.filter(pk__in=task_ids).values(
-        "id", "status", "worker_id", "stop_requested_at"
+        "id", "status", "worker_id", "stop_requested_at", "dialog__deleted_at"
     )
     found = {
         row["id"]: {
             "status": row["status"] if row["worker_id"] == worker_id else "moved",
             "stop_requested": row["stop_requested_at"] is not None,
+            "dialog_deleted": row["dialog__deleted_at"] is not None,
         }
         for row in rows
     }
-    return {
-        task_id: found.get(task_id, {"status": "deleted", "stop_requested": False}) for task_id in task_ids
-    }
+    gone = {"status": "deleted", "stop_requested": False, "dialog_deleted": False}
+    return {task_id: found.get(task_id, gone) for task_id in task_ids}
 
 
 def running_task_owners(worker_id: str, stale_before_ms: int) -> list[tuple[str, str, int | None]]:
@@ -249,18 +250,19 @@ def running_task_owners(worker_id: str, stale_before_ms: int) -> list[tuple[str,
 
 def request_task_stop(user: Any, task_id: str) -> dict:
     """Note that ``user`` asked to stop their task ``task_id``: ``{id, status, dialog_id,
-    prompt}`` (the status before the request; only a running task is marked).
+    prompt, dialog_deleted}`` (the status before the request; only a running task is marked).
 
     Raises:
         NotFoundError: no such task of ``user`` (another user's task is not found either).
     """
     row = (
         BackgroundTask.objects.filter(pk=task_id.strip().lower(), owner=user)
-        .values("id", "status", "dialog_id", "prompt")
+        .values("id", "status", "dialog_id", "prompt", "dialog__deleted_at")
         .first()
     )
     if row is None:
         raise NotFoundError(f"no task {shown_ref(task_id, 20)}")
+    row["dialog_deleted"] = row.pop("dialog__deleted_at") is not None
     if row["status"] == RUNNING:
         BackgroundTask.objects.filter(pk=row["id"], status=RUNNING, stop_requested_at__isnull=True).update(
             stop_requested_at=now_ms()
@@ -270,13 +272,27 @@ def request_task_stop(user: Any, task_id: str) -> dict:
 
 def user_tasks(user: Any, *, limit: int = 10) -> list[dict]:
     """``user``'s most recent tasks, newest first: ``{id, status, dialog_id, dialog_title,
-    prompt, started_at, finished_at, error}`` (times in ms)."""
+    dialog_deleted, prompt, started_at, finished_at, error}`` (times in ms)."""
     rows = (
         BackgroundTask.objects.filter(owner=user)
         .order_by("-started_at")
-        .values("id", "status", "dialog_id", "dialog__title", "prompt", "started_at", "finished_at", "error")
+        .values(
+            "id",
+            "status",
+            "dialog_id",
+            "dialog__title",
+            "dialog__deleted_at",
+            "prompt",
+            "started_at",
+            "finished_at",
+            "error",
+        )
     )
     return [
-        {**{k: v for k, v in row.items() if k != "dialog__title"}, "dialog_title": row["dialog__title"]}
+        {
+            **{k: v for k, v in row.items() if not k.startswith("dialog__")},
+            "dialog_title": row["dialog__title"],
+            "dialog_deleted": row["dialog__deleted_at"] is not None,
+        }
         for row in rows[:limit]
     ]

@@ -114,9 +114,9 @@ async def test_a_client_connected_when_a_task_is_interrupted_is_told_once_and_no
     assert task_notices(again, task.id) == []
 
 
-async def test_deleting_the_dialog_stops_its_task_without_a_notice(connect, start_worker):
-    provider = hanging_task_provider()
-    worker = await start(start_worker, provider)
+async def task_of_a_deleted_dialog(connect, start_worker):
+    """A running task whose dialog the user just deleted: ``(worker, client, token, task)``."""
+    worker = await start(start_worker, hanging_task_provider())
     token = await make_token()
     client = await connect(token)
     await client.until("ready")
@@ -127,21 +127,43 @@ async def test_deleting_the_dialog_stops_its_task_without_a_notice(connect, star
     await database_sync_to_async(storage.delete_dialog)(
         dialog.owner, dialog.channel, dialog.chat_id, dialog.id
     )
+    return worker, client, token, task
+
+
+async def listed_tasks(client) -> str:
+    await client.send({"type": "message", "content": "/tasks"})
+    return (await client.until("notification", lambda f: f["content"].startswith("Your background")))[
+        "content"
+    ]
+
+
+async def test_deleting_the_dialog_stops_its_task_without_a_notice(connect, start_worker):
+    worker, client, token, task = await task_of_a_deleted_dialog(connect, start_worker)
     await worker.tasks.beat()  # the heartbeat reads the stop the delete asked for
     ended = await until_ended(task.id)
-    assert (ended.status, ended.notice_level, ended.notice, ended.notification_inbox_id) == (
+    assert (ended.status, ended.error, ended.notice, ended.notification_inbox_id) == (
         "cancelled",
-        "",
+        "its dialog was deleted",
         "",
         None,
     )
-    await client.send({"type": "message", "content": "/tasks"})
-    await client.until(
-        "notification", lambda f: f["content"].startswith(("Your background", "No background"))
-    )
+    listed = await listed_tasks(client)
+    assert f"{task.id} · cancelled" in listed and "(deleted)" in listed
     assert task_notices(client, task.id) == []
     again = await connected(connect, token)
     assert task_notices(again, task.id) == []
+
+
+async def test_stop_task_after_its_dialog_was_deleted_promises_no_notice(connect, start_worker):
+    _, client, _, task = await task_of_a_deleted_dialog(connect, start_worker)
+    await client.send({"type": "message", "content": f"/stop task {task.id}"})
+    answer = await client.until("notification", lambda f: task.id in f["content"])
+    assert answer["content"] == f"Task {task.id} is stopping: its dialog was deleted."
+    assert "session_id" not in answer  # the dialog is gone
+    ended = await until_ended(task.id)  # the layer's stop is at once, without a heartbeat
+    assert (ended.status, ended.notice) == ("cancelled", "")
+    await listed_tasks(client)
+    assert task_notices(client, task.id) == []
 
 
 async def test_a_tasks_own_tokens_count_for_the_budget_check_of_its_notification(
