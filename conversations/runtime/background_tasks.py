@@ -66,9 +66,6 @@ Status = BackgroundTask.Status
 USAGE_FLUSH_SECONDS = 2.0
 INTERRUPTED_ERROR = "its server process stopped"
 STOPPED_ERROR = "stopped by the user"
-DIALOG_DELETED_ERROR = "its dialog was deleted"
-DIALOG_DELETED = "dialog_deleted"
-"""Why a task is cancelled when its dialog was deleted: it ends ``cancelled`` with no notice."""
 SHUTDOWN_GRACE_SECONDS = 5.0
 GONE = "gone"
 """Why a task is cancelled when someone else already ended it: nothing more is written."""
@@ -202,14 +199,11 @@ class BackgroundTaskRunner:
             )
         except asyncio.CancelledError:
             reason = self._reasons.get(started.id, Status.INTERRUPTED)
-            status, error = {
-                Status.CANCELLED: (Status.CANCELLED, STOPPED_ERROR),
-                DIALOG_DELETED: (Status.CANCELLED, DIALOG_DELETED_ERROR),
-            }.get(reason, (Status.INTERRUPTED, INTERRUPTED_ERROR))
+            error = STOPPED_ERROR if reason == Status.CANCELLED else INTERRUPTED_ERROR
             try:
                 if reason != GONE:
                     # Shielded: a second stop (or the shutdown) must not cut the end and its notice.
-                    await asyncio.shield(self._end(started, _Ending(status, _partial(loop), error), loop))
+                    await asyncio.shield(self._end(started, _Ending(reason, _partial(loop), error), loop))
             finally:
                 self.running.pop(started.id, None)
                 self._reasons.pop(started.id, None)
@@ -277,7 +271,7 @@ class BackgroundTaskRunner:
     # --- stopping -----------------------------------------------------------------------------
     def stop(self, task_id: str, reason: str = Status.CANCELLED) -> bool:
         """Cancel the task ``task_id`` if this worker runs it; it ends ``reason`` (a status, or
-        :data:`DIALOG_DELETED`, or :data:`GONE`). False if not here."""
+        :data:`GONE`). False if not here."""
         task = self.running.get(task_id)
         if task is None or task.done():
             return False
@@ -310,14 +304,14 @@ class BackgroundTaskRunner:
 
     async def beat(self) -> None:
         """Stamp this worker's running tasks; cancel those a user asked to stop (whichever process
-        took the request) and those someone else ended."""
+        took the request), those whose dialog was deleted, and those someone else ended."""
         ids = [task_id for task_id, task in self.running.items() if task is not None]
         states = await run_storage(task_rows.beat_tasks, self.worker_id, ids)
         for task_id, state in states.items():
             if state["status"] != Status.RUNNING:
                 self.stop(task_id, GONE)  # its end is written already
-            elif state["stop_requested"]:
-                self.stop(task_id, DIALOG_DELETED if state["dialog_deleted"] else Status.CANCELLED)
+            elif state["stop_requested"] or state["dialog_deleted"]:
+                self.stop(task_id, Status.CANCELLED)
 
     async def sweep(self) -> None:
         """End ``interrupted`` the running tasks whose process is gone (see the module docstring)."""

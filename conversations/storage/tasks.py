@@ -37,6 +37,8 @@ from conversations.storage.shapes import (
 from conversations.usage.budget import check_budget
 
 RUNNING = BackgroundTask.Status.RUNNING
+DIALOG_DELETED_ERROR = "its dialog was deleted"
+"""The error of a task cancelled because (or after) its dialog was deleted."""
 NOTIFIED = frozenset({BackgroundTask.Status.COMPLETED, BackgroundTask.Status.FAILED})
 """Ends whose notification runs a turn of the dialog; the others only get a chat notice."""
 
@@ -173,8 +175,10 @@ def end_task(
             return None
         row = BackgroundTask.objects.select_related("dialog").get(pk=task_id)
         ended = EndedTask(row.id, status, row.dialog_id, row.dialog.channel, row.dialog.chat_id, row.prompt)
-        if row.dialog.deleted_at is not None:
-            return ended  # the dialog was deleted: nobody to tell, no notification, no notice
+        if row.dialog.deleted_at is not None:  # nobody to tell: no notification, no notice
+            if status == BackgroundTask.Status.CANCELLED:  # whoever stopped it, the delete did too
+                BackgroundTask.objects.filter(pk=task_id).update(error=DIALOG_DELETED_ERROR)
+            return ended
         if status in NOTIFIED:
             ended = _queue_notification(row, ended)
         return _note(ended, stamp)

@@ -154,6 +154,17 @@ async def test_deleting_the_dialog_stops_its_task_without_a_notice(connect, star
     assert task_notices(again, task.id) == []
 
 
+async def test_a_task_the_delete_did_not_mark_is_stopped_by_the_heartbeat_all_the_same(connect, start_worker):
+    """A task inserted while the delete ran (it did not see it) has no ``stop_requested_at``."""
+    worker, _, _, task = await task_of_a_deleted_dialog(connect, start_worker)
+    await database_sync_to_async(
+        lambda: BackgroundTask.objects.filter(pk=task.id).update(stop_requested_at=None)
+    )()
+    await worker.tasks.beat()
+    ended = await until_ended(task.id)
+    assert (ended.status, ended.error, ended.notice) == ("cancelled", "its dialog was deleted", "")
+
+
 async def test_stop_task_after_its_dialog_was_deleted_promises_no_notice(connect, start_worker):
     _, client, _, task = await task_of_a_deleted_dialog(connect, start_worker)
     await client.send({"type": "message", "content": f"/stop task {task.id}"})
@@ -161,7 +172,7 @@ async def test_stop_task_after_its_dialog_was_deleted_promises_no_notice(connect
     assert answer["content"] == f"Task {task.id} is stopping: its dialog was deleted."
     assert "session_id" not in answer  # the dialog is gone
     ended = await until_ended(task.id)  # the layer's stop is at once, without a heartbeat
-    assert (ended.status, ended.notice) == ("cancelled", "")
+    assert (ended.status, ended.error, ended.notice) == ("cancelled", "its dialog was deleted", "")
     await listed_tasks(client)
     assert task_notices(client, task.id) == []
 
