@@ -45,7 +45,7 @@ from conversations.chat.frames import (
     placeholder_snapshot,
     sessions_request,
 )
-from conversations.chat.ready_notices import mark_received, send_pending_notices
+from conversations.chat.ready_notices import KeptNoticesSent, mark_received, send_pending_notices
 from conversations.chat.reconcile import TurnReconciler
 from conversations.chat.stops import StopRequests
 from conversations.models import now_ms
@@ -128,6 +128,7 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
             CHANNEL, self.chat_id, self.ledger, self._offer_terminal, self._send_text
         )
         self.watchdogs: set[asyncio.Task] = set()
+        self.kept_notices_sent = KeptNoticesSent()
         self.stops = StopRequests(
             user, CHANNEL, self.chat_id, self.channel_name, self.send_frame, self.watchdogs
         )
@@ -164,7 +165,9 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
                 "running": [placeholder_snapshot(item) for item in running],
             }
         )
-        await send_pending_notices(CHANNEL, self.chat_id, self._offer_terminal, self._send_text)
+        await send_pending_notices(
+            CHANNEL, self.chat_id, self._offer_terminal, self._send_text, self.kept_notices_sent
+        )
         now = time.monotonic()
         for item in running:
             self.ledger.saw_running(item["turn_id"], now)
@@ -407,8 +410,11 @@ class ChatConsumer(LoopDispatch, AsyncWebsocketConsumer):
                 self.watchdogs.add(resolving)
                 resolving.add_done_callback(self.watchdogs.discard)
         else:
+            kept = message.get("kept_notice")
+            if kept and not self.kept_notices_sent.first_time(kept):
+                return
             await self.send(text_data=message["json"])
-            if kept := message.get("kept_notice"):
+            if kept:
                 marking = asyncio.ensure_future(mark_received(kept))
                 self.watchdogs.add(marking)
                 marking.add_done_callback(self.watchdogs.discard)

@@ -211,3 +211,12 @@ async def test_a_failing_mark_is_logged_and_leaves_the_notice_pending(monkeypatc
     monkeypatch.setattr(ready_notices, "run_storage", failing)
     await ready_notices.mark_received({"id": "task:abc"})
     assert any("could not mark a notice received" in r.message for r in caplog.records)
+
+
+def test_a_connection_sends_each_kept_notice_once_whichever_path_came_first():
+    from conversations.chat.ready_notices import KeptNoticesSent
+
+    sent = KeptNoticesSent()
+    assert sent.first_time({"id": "task:abc"}) and not sent.first_time({"id": "task:abc"})
+    assert sent.first_time({"inbox_id": 7}) and not sent.first_time({"inbox_id": "7"})
+    assert sent.first_time({"id": "7"})  # a notification id and an inbox id never collide

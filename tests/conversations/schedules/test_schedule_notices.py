@@ -10,6 +10,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from conversations import storage
+from conversations.chat import ready_notices
 from conversations.models import Dialog, ScheduleRun
 from providers.testing import ScriptedProvider, script_text
 from tests.conversations.conftest import make_token
@@ -107,6 +108,34 @@ async def test_a_client_connected_when_it_happens_is_told_live_once_and_nobody_a
     assert schedule_notices(again, item["id"]) == []
     await answered(client)
     assert len(schedule_notices(client, item["id"])) == 1
+
+
+async def test_a_broadcast_queued_while_the_connection_sends_its_pending_notices_is_not_sent_again(
+    connect, start_worker, monkeypatch
+):
+    """The slot's live broadcast reaches the group after the connection joined it but before its
+    pending-notice query ran: the query and the queued broadcast carry the same notice, and the
+    connection sends it once."""
+    worker = await start_worker(chatty())
+    token = await make_token()
+    item, _ = await add_schedule(cron="@every 1h", prompt="ping")
+    worker.scheduler.clock = at(item["next_run_at"] + 2 * HOUR + 600_000)
+    rebroadcast: list = []
+    real_run_storage = ready_notices.run_storage
+
+    async def broadcast_first(fn, *args, **kwargs):
+        if fn is storage.pending_automation_notices and not rebroadcast:
+            rebroadcast.extend(await worker.scheduler.tick())  # its broadcast waits in the queue
+        return await real_run_storage(fn, *args, **kwargs)
+
+    monkeypatch.setattr(ready_notices, "run_storage", broadcast_first)
+    client = await connect(token)
+    await client.until("ready")
+    await answered(client)
+    (fired,) = rebroadcast
+    (notice,) = schedule_notices(client, item["id"])
+    assert notice["id"] == storage.schedule_notice_id(item["id"], fired.slot_at)
+    assert await sent_at(item["id"], fired.slot_at) is not None
 
 
 async def test_notices_of_a_deleted_dialog_are_not_sent(connect, start_worker):
