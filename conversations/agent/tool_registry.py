@@ -227,13 +227,14 @@ class ToolRegistry:
             max_argument_bytes=self.max_argument_bytes,
         )
 
-    def bind(self, context: ToolContext) -> BoundToolRegistry:
-        """A view of this registry whose calls carry ``context`` (one per turn; cheap).
+    def bind(self, context: ToolContext, *, hide: tuple[str, ...] = ()) -> BoundToolRegistry:
+        """A view of this registry whose calls carry ``context`` (one per turn; cheap), without
+        the tools named in ``hide`` (neither offered nor callable in that turn).
 
         The view keeps the tools as they are now: one registered, replaced or removed later
         (``replace_tools``) is seen by the next view, never half-way through a turn.
         """
-        return BoundToolRegistry(self, context)
+        return BoundToolRegistry(self, context, hide)
 
     def _call_slots(self) -> asyncio.Semaphore:
         """The semaphore bounding this registry's running calls (one per event loop)."""
@@ -389,11 +390,14 @@ class BoundToolRegistry(ToolRegistry):
     ``in``; a ``context=`` given to ``run`` explicitly still wins.
     """
 
-    def __init__(self, registry: ToolRegistry, context: ToolContext) -> None:
+    def __init__(self, registry: ToolRegistry, context: ToolContext, hide: tuple[str, ...] = ()) -> None:
         # The parent's tables as they are now: the parent replaces them (never mutates them) when
         # its tools change, so this view stays what it was for the whole turn.
         self._tools = registry._tools
         self._validators = registry._validators
+        if any(name in self._tools for name in hide):
+            self._tools = {name: tool for name, tool in self._tools.items() if name not in hide}
+            self._validators = {name: v for name, v in self._validators.items() if name not in hide}
         self.default_timeout = registry.default_timeout
         self.max_result_chars = registry.max_result_chars
         self.max_concurrent_calls = registry.max_concurrent_calls

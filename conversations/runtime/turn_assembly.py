@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from conversations.agent.background_tasks import SPAWN_TASK
 from conversations.agent.loop import AgentLoop, AgentResult
 from conversations.agent.tool_registry import ToolContext
 from conversations.context.history import with_client_instructions
@@ -23,6 +24,7 @@ from conversations.context.turn_input import TurnInputBuilder
 from conversations.runtime.provider import preset_for, turn_provider
 from conversations.runtime.turn_alerts import context_notice, fallback_notice
 from conversations.runtime.turn_context import TurnContext
+from conversations.runtime.turn_sinks import API_CHANNEL
 from conversations.tools.memory import recall_memories
 from conversations.usage.budget import run_within_budget
 from providers.metering import CallScope
@@ -62,8 +64,11 @@ def assemble_turn(
     # after a context overflow (§7.2), all inside the task that /stop and the deadline cancel.
     # One view of the tools for the whole turn: tools that appear or disappear meanwhile (an MCP
     # server's list changed) are the next turn's.
+    # A one-request /v1 dialog is deleted once its turn ended, and a delete stops the dialog's
+    # background tasks: a task started there could never report back, so it gets no spawn_task.
     tools = context.tools.bind(
-        ToolContext(start.dialog_id, start.channel, start.chat_id, turn_id=str(start.turn_id))
+        ToolContext(start.dialog_id, start.channel, start.chat_id, turn_id=str(start.turn_id)),
+        hide=(SPAWN_TASK,) if start.channel == API_CHANNEL else (),
     )
     builder = TurnInputBuilder.from_settings(
         context.provider_for(preset.name),

@@ -10,10 +10,14 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from channels.db import database_sync_to_async
 
+from conversations import storage
 from conversations.agent.automated_input import TASK_NOTIFICATION
 from conversations.agent.background_tasks import SUB_AGENT_PROMPT
 from conversations.agent.tool_registry import ToolRegistry
+from conversations.auth import get_or_create_user
 from conversations.models import BackgroundTask, Dialog, InboxMessage, UsageRecord, now_ms
+from conversations.runtime.agent_channel import wake_dialog
+from conversations.runtime.turn_sinks import API_CHANNEL
 from conversations.tools.builtin import current_time_tool
 from conversations.tools.tasks import spawn_task_tool
 from conversations.usage.writer import flush_usage
@@ -187,6 +191,34 @@ async def test_a_task_calls_only_its_tools_and_never_spawn_task(connect, start_w
         "Error: unknown tool 'spawn_task'; available: none",
     ]
     assert len(await tasks()) == 1  # no recursion
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_one_request_v1_dialog_is_offered_no_spawn_task_and_cannot_call_it(connect, start_worker):
+    """Such a dialog is deleted once its turn ended, and a delete stops its tasks: a task started
+    there could never report back, so the tool is neither offered nor callable there."""
+    provider = TaskProvider(parent=[spawn("c1"), script_text("done"), script_text("hi")], task=[])
+    await start(start_worker, provider)
+    user = (await database_sync_to_async(get_or_create_user)("alice"))[0]
+    dialog = await database_sync_to_async(storage.open_request_dialog)(user, API_CHANNEL, f"{user.pk}.r1", [])
+    await database_sync_to_async(storage.accept_message)(
+        user, API_CHANNEL, dialog.chat_id, "count my files", session_id=dialog.id
+    )
+    await wake_dialog(dialog.id)
+    for _ in range(500):
+        if len(provider.parent_requests) == 2:
+            break
+        await asyncio.sleep(0.02)
+    first, after_call = provider.parent_requests
+    assert [t.name for t in first.tools] == ["current_time"]
+    (result,) = [m.content[0].content for m in after_call.messages if m.role == "tool"]
+    assert result.startswith("Error: unknown tool 'spawn_task'")
+    assert await tasks() == []
+    # A chat's dialog is offered it.
+    client, _ = await chat(connect)
+    await client.send({"type": "message", "content": "hello", "client_msg_id": "m1"})
+    await client.until("turn_committed")
+    assert [t.name for t in provider.parent_requests[-1].tools] == ["current_time", "spawn_task"]
 
 
 @pytest.mark.django_db(transaction=True)
