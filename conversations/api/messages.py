@@ -30,7 +30,9 @@ SLASH_COMMAND_HINT = (
     "/sessions → GET /api/dialogs, /switch → POST /api/dialogs/{session_id}/activate, "
     "/rename → PATCH /api/dialogs/{session_id}, /delete → DELETE /api/dialogs/{session_id}, "
     "/info → GET /api/dialogs/{session_id}, /stop → POST /api/dialogs/{session_id}/stop, "
-    "/compact → POST /api/dialogs/{session_id}/compact"
+    "/compact → POST /api/dialogs/{session_id}/compact, /model → PATCH /api/dialogs/{session_id}, "
+    "/schedule → /api/dialogs/{session_id}/schedules and /api/schedules/{id}, /tasks → GET /api/tasks, "
+    "/stop task → POST /api/tasks/{id}/stop"
 )
 
 router = Router()

@@ -43,6 +43,10 @@ def _not_allowed_view(path: str, allowed: list[str]) -> Any:
 
         async def not_allowed(request: HttpRequest, schedule_id: int) -> None:
             refuse()
+    elif "{task_id}" in path:  # one background task (``conversations.api.tasks``)
+
+        async def not_allowed(request: HttpRequest, task_id: str) -> None:
+            refuse()
     elif "{path:session_id}" in path:
 
         async def not_allowed(request: HttpRequest, session_id: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ninja import NinjaAPI
 
-from conversations.api import dialogs, media, messages, schedules, service, turns, usage
+from conversations.api import dialogs, media, messages, schedules, service, tasks, turns, usage
 from conversations.api.auth import api_auth
 from conversations.api.errors import install_error_handlers, limit_body
 from conversations.api.methods import answer_other_methods_with_json_405, fallback_router
@@ -54,6 +54,7 @@ ROUTERS = (
     media.router,
     turns.router,
     schedules.router,
+    tasks.router,
     usage.router,
     dialogs.item_router,
     fallback_router,

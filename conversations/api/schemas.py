@@ -349,3 +349,31 @@ class ScheduleUpdate(_Input):
     cron: str | None = Field(None, description="as when creating it")
     tz: str | None = Field(None, description='an IANA zone; `""`: `PICOBOT_TIME_ZONE`')
     prompt: str | None = Field(None, description="what enters the inbox at each due time")
+
+
+class TaskOut(Schema):
+    """A background task (issue 18, seed 000 §9; ``storage.tasks``): what ``/tasks`` lists."""
+
+    id: str
+    status: str = Field(..., description="`running`, `completed`, `failed`, `cancelled` or `interrupted`")
+    session_id: str = Field(..., description="the dialog that started it (its result is answered there)")
+    dialog_title: str
+    dialog_deleted: bool = Field(..., description="its dialog was deleted (which stops a running task)")
+    prompt: str
+    started_at: int
+    finished_at: int | None = Field(..., description="null while it runs")
+    result: str = Field(..., description="a completed task's answer")
+    error: str = Field(..., description="why it failed, was cancelled or interrupted")
+    iterations: int = Field(..., description="model requests it made")
+    input_tokens: int
+    output_tokens: int
+
+
+class TaskPage(Schema):
+    items: list[TaskOut] = Field(..., description="newest first")
+
+
+class TaskStopOut(Schema):
+    id: str
+    status: str = Field(..., description="the task's status when the stop was asked")
+    stopping: bool = Field(..., description="it was running: it ends `cancelled` within moments")

@@ -38,7 +38,9 @@ from conversations.usage.budget import check_budget
 
 RUNNING = BackgroundTask.Status.RUNNING
 DIALOG_DELETED_ERROR = "its dialog was deleted"
-"""The error of a task cancelled because (or after) its dialog was deleted."""
+"""The error of a task cut short because (or after) its dialog was deleted."""
+UNFINISHED = (BackgroundTask.Status.CANCELLED, BackgroundTask.Status.INTERRUPTED)
+"""Ends of a task cut short: on a deleted dialog, their error is :data:`DIALOG_DELETED_ERROR`."""
 NOTIFIED = frozenset({BackgroundTask.Status.COMPLETED, BackgroundTask.Status.FAILED})
 """Ends whose notification runs a turn of the dialog; the others only get a chat notice."""
 
@@ -176,7 +178,7 @@ def end_task(
         row = BackgroundTask.objects.select_related("dialog").get(pk=task_id)
         ended = EndedTask(row.id, status, row.dialog_id, row.dialog.channel, row.dialog.chat_id, row.prompt)
         if row.dialog.deleted_at is not None:  # nobody to tell: no notification, no notice
-            if status == BackgroundTask.Status.CANCELLED:  # whoever stopped it, the delete did too
+            if status in UNFINISHED:  # whoever or whatever stopped it, the delete did too
                 BackgroundTask.objects.filter(pk=task_id).update(error=DIALOG_DELETED_ERROR)
             return ended
         if status in NOTIFIED:
@@ -276,7 +278,8 @@ def request_task_stop(user: Any, task_id: str) -> dict:
 
 def user_tasks(user: Any, *, limit: int = 10) -> list[dict]:
     """``user``'s most recent tasks, newest first: ``{id, status, dialog_id, dialog_title,
-    dialog_deleted, prompt, started_at, finished_at, error}`` (times in ms)."""
+    dialog_deleted, prompt, started_at, finished_at, error, result, iterations, input_tokens,
+    output_tokens}`` (times in ms)."""
     rows = (
         BackgroundTask.objects.filter(owner=user)
         .order_by("-started_at")
@@ -290,6 +293,10 @@ def user_tasks(user: Any, *, limit: int = 10) -> list[dict]:
             "started_at",
             "finished_at",
             "error",
+            "result",
+            "iterations",
+            "input_tokens",
+            "output_tokens",
         )
     )
     return [

@@ -152,9 +152,11 @@ async def test_openapi_document_and_docs_page():
         "/api/dialogs/{session_id}/schedules",
         "/api/schedules",
         "/api/schedules/{schedule_id}",
+        "/api/tasks",
+        "/api/tasks/{task_id}/stop",
     }
     operations = {(method.upper(), path) for path, item in schema["paths"].items() for method in item}
-    assert len(operations) == 21, "the 21 rows of PROTOCOL §2"
+    assert len(operations) == 23, "the 23 rows of PROTOCOL §2"
     assert set(schema["components"]["securitySchemes"]) == {"BearerToken", "SessionCookie"}
     post_message = schema["paths"]["/api/dialogs/{session_id}/messages"]["post"]
     assert {"202", "401", "404", "409", "413", "422", "429"} <= set(post_message["responses"])

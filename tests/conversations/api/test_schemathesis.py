@@ -69,7 +69,7 @@ def test_the_api_conforms_to_its_live_openapi_schema():
     headers = {"Authorization": f"Bearer {create_token(user)}"}
     schema = schemathesis.openapi.from_asgi("/api/openapi.json", django_asgi_app)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 21, [op.label for op in operations]
+    assert len(operations) == 23, [op.label for op in operations]
     seen = {
         operation.label: fuzz(
             operation, headers, lambda: storage.create_dialog(user, "cli_chat", str(user.pk)).id
@@ -85,7 +85,9 @@ def test_the_api_conforms_to_its_live_openapi_schema():
         "PATCH /api/schedules/{schedule_id}",
         "DELETE /api/schedules/{schedule_id}",
         "POST /api/dialogs/{session_id}/schedules",
+        "POST /api/tasks/{task_id}/stop",
     }  # no worker, offline provider: 404/409; a fresh dialog holds no image, nor schedules: 404;
+    # no task exists (test_task_api has the 202s);
     # generated cron text is (almost) never a valid expression: 422 (test_schedules_api has the 201s)
     for label, statuses in seen.items():
         if label not in nothing_runs:
