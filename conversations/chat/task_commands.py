@@ -17,6 +17,7 @@ from conversations.models import now_ms
 from conversations.runtime.agent_channel import request_task_stop
 from conversations.storage import tasks as task_rows
 from conversations.storage.runner import run_storage
+from conversations.storage.tasks import UNFINISHED
 
 LIST_LIMIT = 10
 
@@ -68,7 +69,8 @@ async def stop_task(client: Any, task_id: str) -> dict:
     """
     row = await run_storage(task_rows.request_task_stop, client.user, task_id)
     if row["status"] != "running":
-        content = f"Task {row['id']} already ended ({row['status']})."
+        why = ": its dialog was deleted" if row["dialog_deleted"] and row["status"] in UNFINISHED else ""
+        content = f"Task {row['id']} already ended ({row['status']}){why}."
     else:
         await request_task_stop(row["id"])
         content = (

@@ -69,6 +69,13 @@ STOPPED_ERROR = "stopped by the user"
 SHUTDOWN_GRACE_SECONDS = 5.0
 GONE = "gone"
 """Why a task is cancelled when someone else already ended it: nothing more is written."""
+DELETED = "dialog_deleted"
+"""Why a task is cancelled when its dialog was deleted: it ends ``cancelled``, saying so."""
+_STOP_ENDINGS = {
+    Status.CANCELLED: (Status.CANCELLED, STOPPED_ERROR),
+    DELETED: (Status.CANCELLED, task_rows.DIALOG_DELETED_ERROR),
+}
+"""A stop reason's ``(status, error)``; any other reason is a status ended with INTERRUPTED_ERROR."""
 
 
 def task_caps() -> TaskLimits:
@@ -199,11 +206,11 @@ class BackgroundTaskRunner:
             )
         except asyncio.CancelledError:
             reason = self._reasons.get(started.id, Status.INTERRUPTED)
-            error = STOPPED_ERROR if reason == Status.CANCELLED else INTERRUPTED_ERROR
+            status, error = _STOP_ENDINGS.get(reason, (reason, INTERRUPTED_ERROR))
             try:
                 if reason != GONE:
                     # Shielded: a second stop (or the shutdown) must not cut the end and its notice.
-                    await asyncio.shield(self._end(started, _Ending(reason, _partial(loop), error), loop))
+                    await asyncio.shield(self._end(started, _Ending(status, _partial(loop), error), loop))
             finally:
                 self.running.pop(started.id, None)
                 self._reasons.pop(started.id, None)
@@ -271,7 +278,7 @@ class BackgroundTaskRunner:
     # --- stopping -----------------------------------------------------------------------------
     def stop(self, task_id: str, reason: str = Status.CANCELLED) -> bool:
         """Cancel the task ``task_id`` if this worker runs it; it ends ``reason`` (a status, or
-        :data:`GONE`). False if not here."""
+        :data:`DELETED` or :data:`GONE`). False if not here."""
         task = self.running.get(task_id)
         if task is None or task.done():
             return False
@@ -310,7 +317,9 @@ class BackgroundTaskRunner:
         for task_id, state in states.items():
             if state["status"] != Status.RUNNING:
                 self.stop(task_id, GONE)  # its end is written already
-            elif state["stop_requested"] or state["dialog_deleted"]:
+            elif state["dialog_deleted"]:
+                self.stop(task_id, DELETED)
+            elif state["stop_requested"]:
                 self.stop(task_id, Status.CANCELLED)
 
     async def sweep(self) -> None:

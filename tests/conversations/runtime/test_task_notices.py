@@ -93,6 +93,20 @@ async def test_a_stopped_task_is_said_once_to_the_user_who_stopped_it_and_not_ag
     assert task_notices(again, task.id) == []
 
 
+async def test_a_task_whose_process_stopped_before_it_read_the_delete_says_its_dialog_was_deleted(
+    connect, start_worker
+):
+    worker, _, token, task = await task_of_a_deleted_dialog(connect, start_worker)
+    await worker.stop(timeout=5)  # before any heartbeat: the shutdown ends it interrupted
+    ended = await until_ended(task.id)
+    assert (ended.status, ended.error, ended.notice) == ("interrupted", "its dialog was deleted", "")
+    client = await connected(connect, token)
+    assert task_notices(client, task.id) == []
+    await client.send({"type": "message", "content": f"/stop task {task.id}"})
+    answer = await client.until("notification", lambda f: f["content"].startswith(f"Task {task.id}"))
+    assert answer["content"] == f"Task {task.id} already ended (interrupted): its dialog was deleted."
+
+
 async def test_a_client_connected_when_a_task_is_interrupted_is_told_once_and_not_again(
     connect, start_worker
 ):
@@ -137,10 +151,16 @@ async def listed_tasks(client) -> str:
     ]
 
 
-async def test_deleting_the_dialog_stops_its_task_without_a_notice(connect, start_worker):
+async def test_deleting_the_dialog_stops_its_task_without_a_notice(connect, start_worker, caplog):
     worker, client, token, task = await task_of_a_deleted_dialog(connect, start_worker)
+    caplog.set_level("INFO", "conversations.runtime.background_tasks")
     await worker.tasks.beat()  # the heartbeat reads the stop the delete asked for
     ended = await until_ended(task.id)
+    for _ in range(100):  # the row is written before the log line
+        if f"background task {task.id} cancelled: its dialog was deleted" in caplog.text:
+            break
+        await asyncio.sleep(0.02)
+    assert f"background task {task.id} cancelled: its dialog was deleted" in caplog.text
     assert (ended.status, ended.error, ended.notice, ended.notification_inbox_id) == (
         "cancelled",
         "its dialog was deleted",
@@ -152,6 +172,9 @@ async def test_deleting_the_dialog_stops_its_task_without_a_notice(connect, star
     assert task_notices(client, task.id) == []
     again = await connected(connect, token)
     assert task_notices(again, task.id) == []
+    await again.send({"type": "message", "content": f"/stop task {task.id}"})
+    answer = await again.until("notification", lambda f: f["content"].startswith(f"Task {task.id}"))
+    assert answer["content"] == f"Task {task.id} already ended (cancelled): its dialog was deleted."
 
 
 async def test_a_task_the_delete_did_not_mark_is_stopped_by_the_heartbeat_all_the_same(connect, start_worker):
