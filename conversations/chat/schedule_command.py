@@ -24,29 +24,36 @@ from conversations.storage.runner import run_storage
 USAGE = '/schedule add "<cron>" <prompt> | list | delete <id> | pause <id> | resume <id>'
 SUMMARY = "scheduled prompts of this dialog: add, list (all yours), delete, pause, resume"
 
-_QUOTED = re.compile(r"""(["'])(.*?)\1\s+(.+)""", re.DOTALL)
-_UNQUOTED = re.compile(r"(@every\s+\d+\s*[a-z]+|@[a-z]+)\s+(.+)", re.DOTALL | re.IGNORECASE)
-_QUOTED_ALONE = re.compile(r"""(["'])(.*?)\1""", re.DOTALL)
-_UNQUOTED_ALONE = re.compile(r"@every\s+\d+\s*[a-z]+|@[a-z]+", re.IGNORECASE)
+_QUOTE_KINDS = ('"“”„«»「」', "'‘’‚")  # noqa: RUF001 — typed or auto-curled, each closes its kind
+_UNQUOTED = re.compile(r"(@every\s+\d+\s*[a-z]+|@[a-z]+)(?:\s+(.*))?", re.DOTALL | re.IGNORECASE)
 EXCERPT_CHARS = 60
 
 
 def split_add(argument: str) -> tuple[str, str]:
     """``'"0 9 * * *" Summarise the news'`` → ``("0 9 * * *", "Summarise the news")``.
 
+    The cron expression is in straight or typographic quotes (“0 9 * * *”, as the answers show
+    it; a keyboard's auto-curled ones), or an unquoted ``@`` form.
+
     Raises:
-        ValueError: no quoted cron expression (or ``@`` form) followed by a prompt.
+        ValueError: no quoted cron expression (or ``@`` form), or no prompt after it.
     """
     text = argument.strip()
-    if _QUOTED_ALONE.fullmatch(text) or _UNQUOTED_ALONE.fullmatch(text):
-        raise ValueError('the prompt is missing: /schedule add "0 9 * * *" <prompt>')
-    match = _QUOTED.fullmatch(text) or _UNQUOTED.fullmatch(text)
-    if match is None:
+    kind = next((quotes for quotes in _QUOTE_KINDS if text[:1] and text[0] in quotes), None)
+    cron = rest = None
+    if kind is not None:
+        end = next((i for i, char in enumerate(text[1:], start=1) if char in kind), -1)
+        if end > 0 and (end == len(text) - 1 or text[end + 1].isspace()):
+            cron, rest = text[1:end], text[end + 1 :]
+    elif match := _UNQUOTED.fullmatch(text):
+        cron, rest = match.group(1), match.group(2) or ""
+    if cron is None:
         raise ValueError(
             'put the cron expression in quotes, then the prompt: /schedule add "0 9 * * *" <prompt>'
         )
-    cron, prompt = match.groups()[-2:]
-    return cron, prompt
+    if not rest.strip():
+        raise ValueError('the prompt is missing: /schedule add "0 9 * * *" <prompt>')
+    return cron, rest.lstrip()
 
 
 def describe(item: dict, *, with_dialog: bool = False) -> str:

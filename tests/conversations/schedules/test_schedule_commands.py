@@ -26,19 +26,26 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
         ("'*/5 * * * *' check\nthe logs", ("*/5 * * * *", "check\nthe logs")),
         ("@every 30m stretch", ("@every 30m", "stretch")),
         ("@daily good morning", ("@daily", "good morning")),
+        # Typographic quotes: as the answers and /schedule list show a cron, or a keyboard curls them.
+        ("“0 9 * * *” smart quotes", ("0 9 * * *", "smart quotes")),
+        ("”0 9 * * *” both closing", ("0 9 * * *", "both closing")),
+        ("‘*/5 * * * *’ single", ("*/5 * * * *", "single")),
+        ("«0 9 * * 1» lundi", ("0 9 * * 1", "lundi")),
     ],
 )
 def test_add_takes_a_quoted_cron_expression_or_an_at_form_then_the_prompt(argument, parts):
     assert split_add(argument) == parts
 
 
-@pytest.mark.parametrize("argument", ["0 9 * * * no quotes", '"0 9 * * *   ', ""])
+@pytest.mark.parametrize(
+    "argument", ["0 9 * * * no quotes", '"0 9 * * *   ', "", '"0 9 * * *"prompt', "“0 9 * * * open"]
+)
 def test_add_without_a_quoted_cron_expression_and_a_prompt_is_refused(argument):
     with pytest.raises(ValueError, match="put the cron expression in quotes"):
         split_add(argument)
 
 
-@pytest.mark.parametrize("argument", ['"0 9 * * *"', "'*/1 * * * *'  ", "@daily", "@every 5m"])
+@pytest.mark.parametrize("argument", ['"0 9 * * *"', "'*/1 * * * *'  ", "@daily", "@every 5m", "“0 9 * * *”"])
 def test_add_with_a_cron_expression_but_no_prompt_says_the_prompt_is_missing(argument):
     with pytest.raises(ValueError, match="the prompt is missing"):
         split_add(argument)
