@@ -53,6 +53,10 @@ def budget_error(exc: storage.BudgetExceededError) -> WireError:
     )
 
 
+TURN_ENDINGS = frozenset({"turn_interrupted", "turn_cancelled", "turn_failed"})
+"""The error codes of a turn that did not complete (:func:`turn_error`): its worker logged why."""
+
+
 def turn_error(state: dict) -> WireError | None:
     """The error a turn that did not complete answers with (None when it completed).
 

@@ -25,7 +25,12 @@ from django.views.decorators.csrf import csrf_exempt
 from conversations.api.auth import BearerToken
 from conversations.api.errors import ApiError, oversized_body
 from conversations.api.openai_compat import wire
-from conversations.api.openai_compat.request_turn import DIALOG_HEADER, RequestTurn, turn_error
+from conversations.api.openai_compat.request_turn import (
+    DIALOG_HEADER,
+    TURN_ENDINGS,
+    RequestTurn,
+    turn_error,
+)
 from conversations.api.openai_compat.wire import WireError
 from conversations.auth import throttle
 from conversations.runtime.provider import model_catalog
@@ -37,10 +42,11 @@ KEEPALIVE_SECONDS = 15.0
 
 
 def _error(request: HttpRequest, exc: WireError, cause: BaseException | None = None) -> JsonResponse:
-    """The OpenAI error answer; one log line (5xx as errors, with a reference id in the message)."""
+    """The OpenAI error answer; one log line (5xx as errors, with a reference id in the message;
+    a turn's own ending is logged by its worker, and a failed turn's message has that ref)."""
     body = exc.body()
     where = f"{request.method} {request.path[:200]!r}"
-    if exc.status >= 500:
+    if exc.status >= 500 and exc.code not in TURN_ENDINGS:
         ref = secrets.token_hex(4)
         body["error"]["message"] = f"{exc.message} (ref {ref})"
         log.error(
@@ -52,6 +58,15 @@ def _error(request: HttpRequest, exc: WireError, cause: BaseException | None = N
     for name, value in exc.headers.items():
         response[name] = value
     return response
+
+
+def _header_text(value: str) -> str:
+    """A header value as its sender meant it: ASGI servers decode header bytes as Latin-1, so
+    a UTF-8 title arrives as mojibake; bytes that are not UTF-8 stay as they came."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
 
 
 def _unexpected(exc: BaseException) -> WireError:
@@ -180,7 +195,7 @@ async def _complete(request: HttpRequest, user: Any) -> HttpResponse:
             code="rate_limit_exceeded",
             headers={"Retry-After": str(retry_after)},
         )
-    name = (request.headers.get(DIALOG_HEADER) or "").strip() or body.user
+    name = _header_text(request.headers.get(DIALOG_HEADER) or "").strip() or body.user
     turn = await RequestTurn.open(user, body, preset, name)
     if body.stream:
         response = StreamingHttpResponse(_Stream(turn), content_type="text/event-stream")
