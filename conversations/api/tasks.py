@@ -31,7 +31,7 @@ async def list_tasks(
     return {"items": [{**row, "session_id": row.pop("dialog_id")} for row in rows]}
 
 
-@router.post("/tasks/{task_id}/stop", response={202: TaskStopOut, **errors(404)}, tags=["tasks"])
+@router.post("/tasks/{task_id}/stop", response={202: TaskStopOut, **errors(403, 404)}, tags=["tasks"])
 async def stop_task(request: HttpRequest, task_id: str = TaskId) -> Status:
     """Stop one of the caller's tasks: 202, ``stopping`` true when it was running (it ends
     ``cancelled`` within moments; ``GET /api/tasks`` shows it), false when it had ended."""

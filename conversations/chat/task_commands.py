@@ -17,7 +17,7 @@ from conversations.models import now_ms
 from conversations.runtime.agent_channel import request_task_stop
 from conversations.storage import tasks as task_rows
 from conversations.storage.runner import run_storage
-from conversations.storage.tasks import UNFINISHED
+from conversations.storage.tasks import DIALOG_DELETED_ERROR
 
 LIST_LIMIT = 10
 
@@ -69,7 +69,7 @@ async def stop_task(client: Any, task_id: str) -> dict:
     """
     row = await run_storage(task_rows.request_task_stop, client.user, task_id)
     if row["status"] != "running":
-        why = ": its dialog was deleted" if row["dialog_deleted"] and row["status"] in UNFINISHED else ""
+        why = ": its dialog was deleted" if row["error"] == DIALOG_DELETED_ERROR else ""
         content = f"Task {row['id']} already ended ({row['status']}){why}."
     else:
         await request_task_stop(row["id"])

@@ -270,9 +270,8 @@ class BackgroundTaskRunner:
         if ended is None:
             log.info("background task %s was already ended elsewhere", started.id)
             return
-        log.info(
-            "background task %s %s%s", started.id, ending.status, f": {ending.error}" if ending.error else ""
-        )
+        error = ended.error or ending.error
+        log.info("background task %s %s%s", started.id, ending.status, f": {error}" if error else "")
         await announce_end(ended)
 
     # --- stopping -----------------------------------------------------------------------------

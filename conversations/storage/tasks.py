@@ -67,7 +67,8 @@ class EndedTask:
     """A task this call ended. ``inbox_id``: its notification's inbox row (completed / failed),
     None when it got none — ``refused`` then says why (the dialog's inbox is full, the budget is
     used up) unless the dialog is gone or the end needs no notification. ``notice_level`` and
-    ``notice``: what the chat is told instead of a turn (``end_notice``; empty when nothing)."""
+    ``notice``: what the chat is told instead of a turn (``end_notice``; empty when nothing).
+    ``error``: the error stored, when it differs from the one given (:data:`DIALOG_DELETED_ERROR`)."""
 
     id: str
     status: str
@@ -79,6 +80,7 @@ class EndedTask:
     refused: str = ""
     notice_level: str = ""
     notice: str = ""
+    error: str = ""
 
 
 def new_task_id() -> str:
@@ -180,6 +182,7 @@ def end_task(
         if row.dialog.deleted_at is not None:  # nobody to tell: no notification, no notice
             if status in UNFINISHED:  # whoever or whatever stopped it, the delete did too
                 BackgroundTask.objects.filter(pk=task_id).update(error=DIALOG_DELETED_ERROR)
+                return replace(ended, error=DIALOG_DELETED_ERROR)
             return ended
         if status in NOTIFIED:
             ended = _queue_notification(row, ended)
@@ -256,14 +259,14 @@ def running_task_owners(worker_id: str, stale_before_ms: int) -> list[tuple[str,
 
 def request_task_stop(user: Any, task_id: str) -> dict:
     """Note that ``user`` asked to stop their task ``task_id``: ``{id, status, dialog_id,
-    prompt, dialog_deleted}`` (the status before the request; only a running task is marked).
+    prompt, error, dialog_deleted}`` (the status before the request; only a running task is marked).
 
     Raises:
         NotFoundError: no such task of ``user`` (another user's task is not found either).
     """
     row = (
         BackgroundTask.objects.filter(pk=task_id.strip().lower(), owner=user)
-        .values("id", "status", "dialog_id", "prompt", "dialog__deleted_at")
+        .values("id", "status", "dialog_id", "prompt", "error", "dialog__deleted_at")
         .first()
     )
     if row is None:

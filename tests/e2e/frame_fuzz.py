@@ -208,7 +208,9 @@ def raw_frames(draw: st.DrawFn, own: KnownIds, other: KnownIds, marker: str) -> 
     frame = draw(mutated(own, other, marker))
     text = encode(frame, ascii_only=draw(st.booleans()))
     if kind == "broken":
-        cut = draw(st.integers(0, max(0, len(text) - 1)))
+        # A draw whose bounds do not depend on the text: its length follows the ids the server
+        # assigned so far, and hypothesis refuses a strategy whose draws change with outside state.
+        cut = draw(st.integers(0, 2**16)) % max(1, len(text))
         return text[:cut] + draw(st.sampled_from(["", "}", "{", '"', "\\", "\\u12", ",]"]))
     if kind == "big":  # over 64 KiB of JSON (or of text that is not JSON)
         size = draw(st.sampled_from([64 * 1024 + 1, 70_000, 200_000]))

@@ -196,7 +196,7 @@ async def test_the_webui_admin_and_api_docs_work_under_the_policy_with_no_violat
     assert await violations(page) == []
     await page.goto(server.url + "api/docs")
     await expect(page.locator(".swagger-ui .opblock").first).to_be_visible()
-    await expect(page.locator(".swagger-ui .opblock")).to_have_count(21)
+    await expect(page.locator(".swagger-ui .opblock")).to_have_count(23)
     await asyncio.sleep(0.5)
     assert await violations(page) == []
     assert csp_console_lines(page) == [], page.console_log

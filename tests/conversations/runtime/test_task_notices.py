@@ -91,6 +91,14 @@ async def test_a_stopped_task_is_said_once_to_the_user_who_stopped_it_and_not_ag
 
     again = await connected(connect, token)
     assert task_notices(again, task.id) == []
+    # Deleting its dialog afterwards does not rewrite why it ended.
+    dialog = await database_sync_to_async(Dialog.objects.select_related("owner").get)(pk=task.dialog_id)
+    await database_sync_to_async(storage.delete_dialog)(
+        dialog.owner, dialog.channel, dialog.chat_id, dialog.id
+    )
+    await again.send({"type": "message", "content": f"/stop task {task.id}"})
+    answer = await again.until("notification", lambda f: f["content"].startswith(f"Task {task.id}"))
+    assert answer["content"] == f"Task {task.id} already ended (cancelled)."
 
 
 async def test_a_task_whose_process_stopped_before_it_read_the_delete_says_its_dialog_was_deleted(
@@ -128,6 +136,15 @@ async def test_a_client_connected_when_a_task_is_interrupted_is_told_once_and_no
     assert task_notices(again, task.id) == []
 
 
+async def logged(caplog, line: str) -> None:
+    """Wait until ``line`` was logged (a task's end is written before its log line)."""
+    for _ in range(250):
+        if line in caplog.text:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"not logged: {line!r}")
+
+
 async def task_of_a_deleted_dialog(connect, start_worker):
     """A running task whose dialog the user just deleted: ``(worker, client, token, task)``."""
     worker = await start(start_worker, hanging_task_provider())
@@ -156,11 +173,7 @@ async def test_deleting_the_dialog_stops_its_task_without_a_notice(connect, star
     caplog.set_level("INFO", "conversations.runtime.background_tasks")
     await worker.tasks.beat()  # the heartbeat reads the stop the delete asked for
     ended = await until_ended(task.id)
-    for _ in range(100):  # the row is written before the log line
-        if f"background task {task.id} cancelled: its dialog was deleted" in caplog.text:
-            break
-        await asyncio.sleep(0.02)
-    assert f"background task {task.id} cancelled: its dialog was deleted" in caplog.text
+    await logged(caplog, f"background task {task.id} cancelled: its dialog was deleted")
     assert (ended.status, ended.error, ended.notice, ended.notification_inbox_id) == (
         "cancelled",
         "its dialog was deleted",
@@ -188,8 +201,9 @@ async def test_a_task_the_delete_did_not_mark_is_stopped_by_the_heartbeat_all_th
     assert (ended.status, ended.error, ended.notice) == ("cancelled", "its dialog was deleted", "")
 
 
-async def test_stop_task_after_its_dialog_was_deleted_promises_no_notice(connect, start_worker):
+async def test_stop_task_after_its_dialog_was_deleted_promises_no_notice(connect, start_worker, caplog):
     _, client, _, task = await task_of_a_deleted_dialog(connect, start_worker)
+    caplog.set_level("INFO", "conversations.runtime.background_tasks")
     await client.send({"type": "message", "content": f"/stop task {task.id}"})
     answer = await client.until("notification", lambda f: task.id in f["content"])
     assert answer["content"] == f"Task {task.id} is stopping: its dialog was deleted."
@@ -198,6 +212,8 @@ async def test_stop_task_after_its_dialog_was_deleted_promises_no_notice(connect
     assert (ended.status, ended.error, ended.notice) == ("cancelled", "its dialog was deleted", "")
     await listed_tasks(client)
     assert task_notices(client, task.id) == []
+    # The log says what the row says, though the user's stop came first.
+    await logged(caplog, f"background task {task.id} cancelled: its dialog was deleted")
 
 
 async def test_a_tasks_own_tokens_count_for_the_budget_check_of_its_notification(
