@@ -28,7 +28,7 @@ async def list_tasks(
 ) -> dict:
     """The caller's background tasks, newest first."""
     rows = await run_storage(task_rows.user_tasks, request.auth, limit=limit)
-    return {"items": [{**row, "session_id": row.pop("dialog_id")} for row in rows]}
+    return {"items": [{**row, "session_id": row["dialog_id"]} for row in rows]}
 
 
 @router.post("/tasks/{task_id}/stop", response={202: TaskStopOut, **errors(403, 404)}, tags=["tasks"])

@@ -16,7 +16,11 @@ finds queued input anyway (DESIGN §2). Message types:
 
 from __future__ import annotations
 
+import logging
+
 from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
 
 AGENT_CHANNEL = "picobot.agent"
 """Any one worker receives what is sent here (``dialog.input``)."""
@@ -51,5 +55,14 @@ async def request_stop(
 
 
 async def request_task_stop(task_id: str) -> None:
-    """Ask every agent worker to cancel background task ``task_id`` (only its owner runs it)."""
-    await get_channel_layer().group_send(WORKERS_GROUP, {"type": "task.stop", "task_id": task_id})
+    """Ask every agent worker to cancel background task ``task_id`` (only its owner runs it).
+
+    Best effort: callers mark the stop on the task's row first (``storage.request_task_stop``),
+    and the owner's heartbeat reads it there when the layer is down or loses the message.
+    """
+    try:
+        await get_channel_layer().group_send(WORKERS_GROUP, {"type": "task.stop", "task_id": task_id})
+    except Exception:
+        log.warning(
+            "could not ask the workers to stop task %s; its heartbeat reads the stop", task_id, exc_info=True
+        )

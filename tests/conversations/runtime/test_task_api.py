@@ -5,6 +5,7 @@ task is a 404 like an unknown one."""
 from __future__ import annotations
 
 import pytest
+from channels.layers import get_channel_layer
 
 from providers.testing import script_text
 from tests.conversations.api.conftest import ApiClient
@@ -70,3 +71,32 @@ async def test_a_completed_task_is_listed_with_its_result_and_usage(connect, sta
     assert (item["status"], item["result"], item["iterations"]) == ("completed", "There are 3 files.", 1)
     assert (item["input_tokens"], item["output_tokens"]) == (20, 5) and item["finished_at"] >= task.started_at
     assert (await ApiClient(token).get("/tasks", query_params={"limit": 0})).status_code == 422
+
+
+async def test_a_stop_the_layer_could_not_carry_is_read_by_the_heartbeat(
+    connect, start_worker, monkeypatch, caplog
+):
+    """The stop is marked on the task's row before the layer is asked: a layer that fails costs
+    the caller nothing, and the owner's next heartbeat stops the task."""
+    worker = await start(start_worker, hanging_task_provider())
+    token = await make_token("alice")
+    client = await connect(token)
+    await client.until("ready")
+    await client.send({"type": "message", "content": "go", "client_msg_id": "m1"})
+    task = await until_started()
+    layer = get_channel_layer()
+    real_group_send = layer.group_send
+
+    async def failing_task_stop(group: str, message: dict) -> None:
+        if message.get("type") == "task.stop":
+            raise ConnectionError("the layer is down")
+        await real_group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", failing_task_stop)
+    stopped = await ApiClient(token).post(f"/tasks/{task.id}/stop")
+    assert (stopped.status_code, stopped.json()["stopping"]) == (202, True)
+    assert f"could not ask the workers to stop task {task.id}" in caplog.text
+    assert (await until_started()).status == "running"
+    await worker.tasks.beat()
+    ended = await until_ended(task.id)
+    assert (ended.status, ended.error) == ("cancelled", "stopped by the user")
